@@ -1,0 +1,470 @@
+// nanscope — check.hpp: the fused health pass on the host.
+//
+//   nanscope::health_result r = nanscope::check(tensor);                        // STATS, default threads
+//   auto r = nanscope::check(tensor, nanscope::check_options{}.with_mode(nanscope::check_mode::full_health));
+//
+// One read of memory per tensor; branch-free bit-pattern classification (identical answers under
+// -ffast-math); AVX-512 / AVX2 kernels chosen at run time with a portable fallback; strided views; large
+// tensors split across a persistent thread pool. Results are identical for any thread count: the tensor is
+// cut into fixed segments whose results are merged left to right. No heap allocation per check.
+#ifndef NANSCOPE_CHECK_HPP
+#define NANSCOPE_CHECK_HPP
+
+#include "config.hpp"
+#include "dtype.hpp"
+#include "health.hpp"
+#include "traits.hpp"
+#include "view.hpp"
+
+#include "detail/kernel_common.hpp"
+#include "detail/kernel_x86.hpp"
+#include "detail/thread_pool.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Instruction sets the host pass can use. `automatic` picks the best the CPU supports (overridable with
+/// the NANSCOPE_ISA environment variable: scalar, avx2, avx512). Asking for more than the CPU has falls
+/// back to the best it has.
+enum class isa : std::uint8_t { automatic, scalar, avx2, avx512 };
+
+inline const char* name(isa i) {
+  switch (i) {
+    case isa::automatic: return "automatic";
+    case isa::scalar: return "scalar";
+    case isa::avx2: return "avx2";
+    case isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+/// Options of one check. Chainable: check_options{}.with_mode(check_mode::full_health).with_threads(1).
+struct check_options {
+  check_mode mode = check_mode::stats;
+  unsigned threads = 0;  ///< 0: default (NANSCOPE_THREADS or the hardware threads); 1: calling thread only
+  std::uint64_t parallel_threshold = NANSCOPE_CONFIG_PARALLEL_THRESHOLD;  ///< elements below which one thread runs
+  isa instruction_set = isa::automatic;
+
+  check_options& with_mode(check_mode m) {
+    mode = m;
+    return *this;
+  }
+  check_options& with_threads(unsigned t) {
+    threads = t;
+    return *this;
+  }
+  check_options& with_parallel_threshold(std::uint64_t n) {
+    parallel_threshold = n;
+    return *this;
+  }
+  check_options& with_isa(isa i) {
+    instruction_set = i;
+    return *this;
+  }
+};
+
+/// The best instruction set this CPU supports (ignores NANSCOPE_ISA).
+inline isa detected_isa() {
+#if NANSCOPE_HAS_X86_SIMD()
+  static const isa best = detail::cpu_has_avx512() ? isa::avx512 : detail::cpu_has_avx2() ? isa::avx2 : isa::scalar;
+  return best;
+#else
+  return isa::scalar;
+#endif
+}
+
+/// The instruction set a check with `requested` actually uses.
+inline isa resolve_isa(isa requested) {
+  if (requested == isa::automatic) {
+    static const isa from_env = [] {
+      const char* e = std::getenv("NANSCOPE_ISA");
+      if (e == nullptr) return isa::automatic;
+      if (std::strcmp(e, "scalar") == 0) return isa::scalar;
+      if (std::strcmp(e, "avx2") == 0) return isa::avx2;
+      if (std::strcmp(e, "avx512") == 0) return isa::avx512;
+      return isa::automatic;
+    }();
+    requested = from_env == isa::automatic ? detected_isa() : from_env;
+  }
+  const isa best = detected_isa();
+  return static_cast<std::uint8_t>(requested) <= static_cast<std::uint8_t>(best) ? requested : best;
+}
+
+namespace detail {
+
+// Fixed geometry: part of the result's definition (determinism), not a tuning knob per call.
+inline constexpr std::size_t chunk_elems = std::size_t{1} << 13;    // shift K is refreshed per chunk
+inline constexpr std::size_t segment_elems = std::size_t{1} << 17;  // unit of parallel work, merged in order
+inline constexpr std::size_t wave_segments = 64;                    // segment results held at once
+
+struct pass_plan {
+  tensor_view v;
+  level lv;
+  isa use;
+  bool stop_at_first;  // curt_health
+  bool contiguous;
+};
+
+/// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
+inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
+  const dtype_info& inf = info(t);
+  if (t == dtype::f64) {
+    kp.normal64 = double_to_bits(inf.min_normal);
+    kp.huge64 = f64_huge_bits;
+    std::uint64_t lo = 0, hi = f64_inf_bits - 1;
+    if (lv >= level::counts) lo = kp.normal64;
+    if (lv == level::stats) hi = f64_huge_bits;
+    kp.tame_lo64 = lo;
+    kp.tame_span64 = hi - lo;
+    return;
+  }
+  kp.normal32 = float_to_bits(static_cast<float>(inf.min_normal));
+  kp.normal64 = double_to_bits(inf.min_normal);
+  kp.huge64 = f64_huge_bits;
+  std::uint32_t lo = 0, hi = f32_inf_bits - 1;
+  if (lv >= level::counts) {
+    lo = kp.normal32;
+    hi = float_to_bits(static_cast<float>(inf.max_finite));
+  }
+  if (lv == level::stats) {
+    if (lo < f32_sum_lo_bits) lo = f32_sum_lo_bits;
+    if (hi > f32_sum_hi_bits) hi = f32_sum_hi_bits;
+  }
+  kp.tame_lo32 = lo;
+  kp.tame_span32 = hi - lo;
+}
+
+/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD).
+inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
+                       chunk_out& o) {
+#if NANSCOPE_HAS_X86_SIMD()
+  if (use == isa::avx512) {
+    auto go = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      switch (t) {
+        case dtype::f64: avx512_f64_kernel<L>(p, n, kp, o); break;
+        case dtype::f16: avx512_f32_kernel<L, load512_f16>(p, n, kp, o); break;
+        case dtype::bf16: avx512_f32_kernel<L, load512_bf16>(p, n, kp, o); break;
+        default: avx512_f32_kernel<L, load512_f32>(p, n, kp, o); break;  // f32 and decoded fp8
+      }
+    };
+    if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
+    else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
+    else go(std::integral_constant<level, level::nonfinite>{});
+    return;
+  }
+  if (use == isa::avx2 && t != dtype::f64) {
+    auto go = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      switch (t) {
+        case dtype::f16: avx2_f32_kernel<L, load256_f16>(p, t, n, kp, o); break;
+        case dtype::bf16: avx2_f32_kernel<L, load256_bf16>(p, t, n, kp, o); break;
+        default: avx2_f32_kernel<L, load256_f32>(p, dtype::f32, n, kp, o); break;
+      }
+    };
+    if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
+    else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
+    else go(std::integral_constant<level, level::nonfinite>{});
+    return;
+  }
+#else
+  (void)use;
+#endif
+  if (lv == level::stats) scalar_kernel<level::stats>(p, t, n, kp, o);
+  else if (lv == level::counts) scalar_kernel<level::counts>(p, t, n, kp, o);
+  else scalar_kernel<level::nonfinite>(p, t, n, kp, o);
+}
+
+/// Copies logical elements [begin, begin + n) of a strided view into buf (row-major order).
+inline void gather(const tensor_view& v, std::uint64_t begin, std::size_t n, unsigned char* buf) {
+  const std::size_t es = size_of(v.type);
+  const auto* base = static_cast<const unsigned char*>(v.data);
+  const int r = v.rank;
+  std::int64_t idx[max_rank] = {};
+  std::uint64_t rem = begin;
+  for (int d = r - 1; d >= 0; --d) {
+    const auto ext = static_cast<std::uint64_t>(v.shape[d]);
+    idx[d] = static_cast<std::int64_t>(rem % ext);
+    rem /= ext;
+  }
+  std::size_t out = 0;
+  const std::int64_t inner_ext = r > 0 ? v.shape[r - 1] : 1;
+  const std::int64_t inner_stride = r > 0 ? v.strides[r - 1] : 1;
+  while (out < n) {
+    std::int64_t off = 0;
+    for (int d = 0; d < r - 1; ++d) off += idx[d] * v.strides[d];
+    const std::int64_t start = r > 0 ? idx[r - 1] : 0;
+    std::size_t run = static_cast<std::size_t>(inner_ext - start);
+    if (run > n - out) run = n - out;
+    if (inner_stride == 1) {
+      std::memcpy(buf + out * es, base + static_cast<std::size_t>(off + start) * es, run * es);
+    } else {
+      const unsigned char* src = base + static_cast<std::size_t>(off + start * inner_stride) * es;
+      for (std::size_t j = 0; j < run; ++j) std::memcpy(buf + (out + j) * es, src + j * static_cast<std::size_t>(inner_stride) * es, es);
+    }
+    out += run;
+    if (r == 0) break;
+    idx[r - 1] += static_cast<std::int64_t>(run);
+    for (int d = r - 1; d > 0 && idx[d] >= v.shape[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+/// Picks the shift for a chunk: the running mean of what came before in the segment, else the chunk's first
+/// finite value (so the shift is always a data value or a mean of data values).
+inline void choose_shift(const health_result& seg, const void* p, dtype t, std::size_t n, kernel_params& kp) {
+  double k64 = 0.0;
+  bool have = false;
+  if (seg.finite() != 0 && is_finite_bits(seg.mean)) {
+    k64 = seg.mean;
+    have = true;
+  }
+  double k32src = k64;
+  bool have32 = have;
+  if (!have || t != dtype::f64) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = load_as_double(p, t, i);
+      if (!is_finite_bits(x)) continue;
+      if (!have) {
+        k64 = x;
+        have = true;
+      }
+      const std::uint64_t a = double_to_bits(x) & f64_abs_mask;
+      if (!have32 && a <= double_to_bits(std::ldexp(1.0, 59))) {
+        k32src = x;
+        have32 = true;
+      }
+      if (have && have32) break;
+    }
+  }
+  kp.k64 = k64;
+  float k32 = have32 ? static_cast<float>(k32src) : 0.0f;
+  if ((float_to_bits(k32) & f32_abs_mask) > f32_sum_hi_bits) k32 = 0.0f;
+  kp.k32 = k32;
+}
+
+/// Converts one chunk's raw kernel output into a health_result fragment and merges it into `seg`.
+inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, std::uint64_t chunk_begin,
+                       const kernel_params& kp, level lv) {
+  health_result h;
+  h.type = seg.type;
+  h.mode = seg.mode;
+  h.count = n;
+  h.nan = o.nan;
+  h.pos_inf = o.pinf;
+  h.neg_inf = o.ninf;
+  h.any_nonfinite = (o.nan + o.pinf + o.ninf) != 0;
+  if (o.first_nf >= 0) h.first_nonfinite = static_cast<std::int64_t>(chunk_begin) + o.first_nf;
+  const std::uint64_t not_nan = n - o.nan;
+  if (lv >= level::counts) {
+    h.negative = o.neg;
+    h.zero = o.zero;
+    h.subnormal = o.sub;
+    h.positive = n - o.nan - o.pinf - o.ninf - o.neg - o.zero;
+    if (lv == level::counts) h.abs_max = not_nan != 0 ? o.amax : qnan;
+  }
+  if (lv == level::stats) {
+    if (not_nan != 0) {
+      h.min = o.min;
+      h.max = o.max;
+      h.abs_max = std::fabs(o.min) > std::fabs(o.max) ? std::fabs(o.min) : std::fabs(o.max);
+    }
+    const std::uint64_t nonzero = not_nan - o.zero;
+    h.abs_min_nonzero = nonzero != 0 ? o.amin_nz : qnan;
+    h.abs_min = o.zero != 0 ? 0.0 : h.abs_min_nonzero;
+    // combine the f32-summed, double-summed and long-double-summed parts
+    const std::uint64_t fin = h.finite();
+    const std::uint64_t n_fast = fin - o.n_slow - o.ld_n;
+    std::uint64_t nn = 0;
+    double mean = 0.0, m2 = 0.0;
+    auto add_part = [&](std::uint64_t np, double k, double s1, double s2) {
+      if (np == 0) return;
+      const double dn = static_cast<double>(np);
+      const double pm = k + s1 / dn;
+      double pm2 = s2 - s1 * (s1 / dn);
+      if (pm2 < 0.0) pm2 = 0.0;
+      merge_moments(nn, mean, m2, np, pm, pm2);
+    };
+    add_part(n_fast, static_cast<double>(kp.k32), o.fast_s1, o.fast_s2);
+    add_part(o.n_slow, kp.k64, o.slow_s1, o.slow_s2);
+    if (o.ld_n != 0) {
+      const long double dn = static_cast<long double>(o.ld_n);
+      const long double pm = static_cast<long double>(kp.k64) + o.ld_s1 / dn;
+      long double pm2 = o.ld_s2 - o.ld_s1 * (o.ld_s1 / dn);
+      if (pm2 < 0.0L) pm2 = 0.0L;
+      merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), static_cast<double>(pm2));
+    }
+    h.mean = nn != 0 ? mean : qnan;
+    h.m2 = nn != 0 ? m2 : 0.0;
+    h.std = std_from(nn, h.m2);
+  }
+  merge(seg, h);
+}
+
+/// Computes one segment [begin, begin + n) of the plan into `seg` (which must be empty).
+inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_t n, health_result& seg) {
+  const dtype t = plan.v.type;
+  const std::size_t es = size_of(t);
+  alignas(64) unsigned char gbuf[chunk_elems * 8];
+  alignas(64) float dbuf[chunk_elems];
+  kernel_params kp;
+  set_thresholds(kp, t, plan.lv);
+  const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
+  for (std::uint64_t c = 0; c < n; c += chunk_elems) {
+    const std::size_t m = static_cast<std::size_t>((n - c) < chunk_elems ? (n - c) : chunk_elems);
+    const std::uint64_t cb = begin + c;
+    const void* p;
+    if (plan.contiguous) {
+      p = static_cast<const unsigned char*>(plan.v.data) + static_cast<std::size_t>(cb) * es;
+    } else {
+      gather(plan.v, cb, m, gbuf);
+      p = gbuf;
+    }
+    dtype kt = t;
+    if (fp8 && plan.use != isa::scalar) {
+      const float* table = fp8_table(t);
+      const auto* b = static_cast<const unsigned char*>(p);
+      for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
+      p = dbuf;
+      kt = dtype::f32;
+    }
+    if (plan.lv == level::stats) choose_shift(seg, p, kt, m, kp);
+    chunk_out o;
+    run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
+    fold_chunk(seg, o, m, cb, kp, plan.lv);
+    if (plan.stop_at_first && seg.any_nonfinite) return;
+  }
+}
+
+inline health_result empty_like(const health_result& r) {
+  health_result e;
+  e.type = r.type;
+  e.mode = r.mode;
+  return e;
+}
+
+struct parallel_ctx {
+  const pass_plan* plan;
+  std::uint64_t n;
+  std::uint64_t first_segment;
+  health_result* slots;
+  std::atomic<std::uint64_t>* stop_after;  // curt_health: segments after this one may be skipped
+};
+
+inline void parallel_task(void* vctx, std::size_t i) {
+  auto* ctx = static_cast<parallel_ctx*>(vctx);
+  const std::uint64_t s = ctx->first_segment + i;
+  if (ctx->plan->stop_at_first && s > ctx->stop_after->load(std::memory_order_relaxed)) return;
+  const std::uint64_t begin = s * segment_elems;
+  const std::uint64_t m = (ctx->n - begin) < segment_elems ? (ctx->n - begin) : segment_elems;
+  run_segment(*ctx->plan, begin, m, ctx->slots[i]);
+  if (ctx->plan->stop_at_first && ctx->slots[i].any_nonfinite) {
+    std::uint64_t cur = ctx->stop_after->load(std::memory_order_relaxed);
+    while (s < cur && !ctx->stop_after->compare_exchange_weak(cur, s, std::memory_order_relaxed)) {
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
+inline health_result check(const tensor_view& v, const check_options& opt = {}) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
+  const check_mode mode = opt.mode;
+  if (static_cast<unsigned>(mode) < 1 || static_cast<unsigned>(mode) > 6)
+    detail::fail(v.name, "unknown check mode " + std::to_string(static_cast<unsigned>(mode)));
+  health_result r;
+  r.type = v.type;
+  r.mode = mode;
+  r.rank = v.rank;
+  for (int i = 0; i < v.rank; ++i) r.shape[i] = v.shape[i];
+  const std::uint64_t n = v.numel();
+  if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
+    r.count = n;
+    if (mode == check_mode::stats) r.m2 = 0.0;
+    return r;
+  }
+  detail::pass_plan plan{v,
+                         mode == check_mode::stats         ? detail::level::stats
+                         : mode == check_mode::full_health ? detail::level::counts
+                                                           : detail::level::nonfinite,
+                         resolve_isa(opt.instruction_set), mode == check_mode::curt_health, v.is_contiguous()};
+  health_result acc = detail::empty_like(r);
+  const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
+  unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
+  if (n < opt.parallel_threshold || nseg < 2) threads = 1;
+  if (threads <= 1) {
+    for (std::uint64_t s = 0; s < nseg; ++s) {
+      health_result seg = detail::empty_like(r);
+      const std::uint64_t begin = s * detail::segment_elems;
+      detail::run_segment(plan, begin, (n - begin) < detail::segment_elems ? (n - begin) : detail::segment_elems, seg);
+      merge(acc, seg);
+      if (plan.stop_at_first && acc.any_nonfinite) break;
+    }
+  } else {
+    health_result slots[detail::wave_segments];
+    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
+    for (std::uint64_t w = 0; w < nseg; w += detail::wave_segments) {
+      const std::uint64_t cnt = (nseg - w) < detail::wave_segments ? (nseg - w) : detail::wave_segments;
+      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = detail::empty_like(r);
+      detail::parallel_ctx ctx{&plan, n, w, slots, &stop_after};
+      detail::default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &detail::parallel_task, &ctx);
+      bool stop = false;
+      for (std::uint64_t i = 0; i < cnt; ++i) {
+        merge(acc, slots[i]);
+        if (plan.stop_at_first && acc.any_nonfinite) {
+          stop = true;
+          break;
+        }
+      }
+      if (stop) break;
+    }
+  }
+  r.count = n;
+  r.any_nonfinite = acc.any_nonfinite;
+  r.first_nonfinite = acc.first_nonfinite;
+  if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
+  r.neg_inf = acc.neg_inf;
+  r.pos_inf = acc.pos_inf;
+  r.nan = acc.nan;
+  if (plan.lv >= detail::level::counts) {
+    r.negative = acc.negative;
+    r.zero = acc.zero;
+    r.positive = acc.positive;
+    r.subnormal = acc.subnormal;
+    r.abs_max = acc.abs_max;
+  }
+  if (plan.lv == detail::level::stats) {
+    r.min = acc.min;
+    r.max = acc.max;
+    r.abs_min = acc.abs_min;
+    r.abs_min_nonzero = acc.abs_min_nonzero;
+    r.mean = acc.mean;
+    r.std = acc.std;
+    r.m2 = acc.m2;
+  }
+  return r;
+}
+
+/// Checks any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+health_result check(const T& tensor, const check_options& opt = {}) {
+  return check(to_view(tensor), opt);
+}
+/// Checks any supported tensor, naming it in error messages.
+template <class T>
+health_result check(const T& tensor, const char* name, const check_options& opt = {}) {
+  return check(to_view(tensor, name), opt);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_CHECK_HPP

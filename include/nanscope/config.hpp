@@ -1,0 +1,105 @@
+// nanscope — find NaN, Inf and low-precision overflow in the tensors of C++ ML engines.
+// SPDX-License-Identifier: MIT
+//
+// config.hpp: version, namespace macros, user switches and the error type.
+// Needs only the standard library.
+#ifndef NANSCOPE_CONFIG_HPP
+#define NANSCOPE_CONFIG_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#define NANSCOPE_VERSION_MAJOR 0
+#define NANSCOPE_VERSION_MINOR 1
+#define NANSCOPE_VERSION_PATCH 0
+#define NANSCOPE_VERSION (NANSCOPE_VERSION_MAJOR * 10000 + NANSCOPE_VERSION_MINOR * 100 + NANSCOPE_VERSION_PATCH)
+
+// Everything lives in nanscope::v0 (inline), so a future ABI break can change the inline name.
+#define NANSCOPE_NAMESPACE_BEGIN \
+  namespace nanscope {           \
+  inline namespace v0 {
+#define NANSCOPE_NAMESPACE_END \
+  }                            \
+  }
+
+// Feature tests are function-like so that a typo fails to compile.
+#if defined(__CUDACC__)
+#define NANSCOPE_IMPL_CUDA_COMPILATION 1
+#else
+#define NANSCOPE_IMPL_CUDA_COMPILATION 0
+#endif
+#define NANSCOPE_CUDA_COMPILATION() NANSCOPE_IMPL_CUDA_COMPILATION
+
+#if defined(__CUDACC__)
+#define NANSCOPE_HOST_DEVICE __host__ __device__
+#else
+#define NANSCOPE_HOST_DEVICE
+#endif
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
+#define NANSCOPE_IMPL_X86_SIMD 1
+#else
+#define NANSCOPE_IMPL_X86_SIMD 0
+#endif
+// 1 when the AVX2 / AVX-512 kernels are compiled in (x86-64 with GCC or Clang). They are chosen at run time.
+#ifndef NANSCOPE_CONFIG_NO_SIMD
+#define NANSCOPE_HAS_X86_SIMD() NANSCOPE_IMPL_X86_SIMD
+#else
+#define NANSCOPE_HAS_X86_SIMD() 0
+#endif
+
+// Exceptions: auto-detected, overridable with NANSCOPE_CONFIG_NO_EXCEPTIONS.
+#if !defined(NANSCOPE_CONFIG_NO_EXCEPTIONS)
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
+#define NANSCOPE_IMPL_EXCEPTIONS 1
+#else
+#define NANSCOPE_IMPL_EXCEPTIONS 0
+#endif
+#else
+#define NANSCOPE_IMPL_EXCEPTIONS 0
+#endif
+#define NANSCOPE_EXCEPTIONS() NANSCOPE_IMPL_EXCEPTIONS
+
+#if NANSCOPE_IMPL_EXCEPTIONS
+#define NANSCOPE_IMPL_THROW(ex) throw ex
+#else
+#include <cstdio>
+#include <cstdlib>
+#define NANSCOPE_IMPL_THROW(ex)                              \
+  do {                                                       \
+    std::fprintf(stderr, "nanscope: fatal: %s\n", (ex).what()); \
+    std::abort();                                            \
+  } while (false)
+#endif
+
+// Default number of elements below which a check runs on the calling thread only.
+#ifndef NANSCOPE_CONFIG_PARALLEL_THRESHOLD
+#define NANSCOPE_CONFIG_PARALLEL_THRESHOLD (std::uint64_t{1} << 20)
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The one exception type nanscope throws for bad input. what() names the tensor and the problem.
+class error : public std::invalid_argument {
+ public:
+  explicit error(const std::string& message) : std::invalid_argument(message) {}
+};
+
+namespace detail {
+[[noreturn]] inline void fail(const char* tensor_name, const std::string& problem) {
+  std::string msg = "nanscope: tensor '";
+  msg += (tensor_name != nullptr && tensor_name[0] != '\0') ? tensor_name : "<unnamed>";
+  msg += "': ";
+  msg += problem;
+  NANSCOPE_IMPL_THROW(::nanscope::error(msg));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_CONFIG_HPP

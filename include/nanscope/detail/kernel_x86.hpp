@@ -1,0 +1,481 @@
+// nanscope — detail/kernel_x86.hpp: AVX2 and AVX-512 kernels, compiled with target attributes so that the
+// user's binary stays baseline x86-64; check.hpp picks one at run time from CPU detection.
+// Internal: include <nanscope/check.hpp> instead.
+#ifndef NANSCOPE_DETAIL_KERNEL_X86_HPP
+#define NANSCOPE_DETAIL_KERNEL_X86_HPP
+
+#if !defined(NANSCOPE_CHECK_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/kernel_x86.hpp is internal: include <nanscope/check.hpp> or <nanscope/nanscope.hpp>"
+#endif
+
+#include "kernel_common.hpp"
+
+#if NANSCOPE_HAS_X86_SIMD()
+// GCC 12's AVX-512 intrinsic headers use deliberately uninitialised "undefined" vectors and warn about them
+// at every inlining site (GCC bug 105593, fixed in GCC 13). The suppression is scoped to this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define NANSCOPE_IMPL_POP_DIAGNOSTICS 1
+#endif
+#include <immintrin.h>
+
+#define NANSCOPE_IMPL_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,popcnt,bmi,bmi2")))
+#define NANSCOPE_IMPL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,popcnt,bmi,bmi2")))
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+inline bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("popcnt");
+}
+inline bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+         __builtin_cpu_supports("popcnt");
+}
+
+// ------------------------------------------------------------------------------------------------------
+// AVX-512, f32 compute (sources f32, f16, bf16, and fp8 pre-decoded to f32)
+// ------------------------------------------------------------------------------------------------------
+struct load512_f32 {
+  using src = float;
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) { return _mm512_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct load512_f16 {
+  using src = std::uint16_t;
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+struct load512_bf16 {
+  using src = std::uint16_t;
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+struct state512_f32 {
+  __m512 vmin, vmax, vamax, vamin, fs1, fs2;
+  __m512d ds1a, ds1b, ds2a, ds2b;  // flushed f32 sums (fast lanes)
+  __m512d ss1a, ss1b, ss2a, ss2b;  // slow lanes, in double
+  std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
+  std::int64_t first_nf;
+};
+
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX512 inline void slow512_f32(state512_f32& s, __m512 x, __mmask16 valid, __mmask16 tame,
+                                                     std::int64_t index, const kernel_params& kp, __m512 k32,
+                                                     __m512d k64) {
+  const __m512i xi = _mm512_castps_si512(x);
+  const __m512i a = _mm512_and_si512(xi, _mm512_set1_epi32(static_cast<int>(f32_abs_mask)));
+  const __m512i inf = _mm512_set1_epi32(static_cast<int>(f32_inf_bits));
+  const __mmask16 nanm = _mm512_mask_cmpgt_epu32_mask(valid, a, inf);
+  const __mmask16 infm = _mm512_mask_cmpeq_epu32_mask(valid, a, inf);
+  const __mmask16 finm = static_cast<__mmask16>(valid & ~nanm & ~infm);
+  const __mmask16 sign = _mm512_movepi32_mask(xi);
+  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFFFF));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
+  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFFFu;
+  if (nonfin != 0 && s.first_nf < 0) s.first_nf = index + __builtin_ctz(nonfin);
+  if constexpr (L >= level::counts) {
+    const __mmask16 zerom = _mm512_mask_cmpeq_epu32_mask(valid, a, _mm512_setzero_si512());
+    const __mmask16 subm =
+        static_cast<__mmask16>(finm & ~zerom & _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(kp.normal32))));
+    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
+    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
+    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    const __mmask16 notnan = static_cast<__mmask16>(valid & ~nanm);
+    const __m512 ax = _mm512_castsi512_ps(a);
+    if constexpr (L == level::counts) {
+      s.vamax = _mm512_mask_max_ps(s.vamax, notnan, s.vamax, ax);
+    } else {
+      s.vmin = _mm512_mask_min_ps(s.vmin, notnan, s.vmin, x);
+      s.vmax = _mm512_mask_max_ps(s.vmax, notnan, s.vmax, x);
+      s.vamin = _mm512_mask_min_ps(s.vamin, static_cast<__mmask16>(notnan & ~zerom), s.vamin, ax);
+      const __mmask16 tm = static_cast<__mmask16>(tame & valid);
+      const __m512 d = _mm512_maskz_sub_ps(tm, x, k32);
+      s.fs1 = _mm512_add_ps(s.fs1, d);
+      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      const __mmask16 other = static_cast<__mmask16>(finm & ~tm);
+      if (other != 0) {
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+        const __m512d dlo = _mm512_maskz_sub_pd(static_cast<__mmask8>(other & 0xFF), lo, k64);
+        const __m512d dhi = _mm512_maskz_sub_pd(static_cast<__mmask8>(other >> 8), hi, k64);
+        s.ss1a = _mm512_add_pd(s.ss1a, dlo);
+        s.ss1b = _mm512_add_pd(s.ss1b, dhi);
+        s.ss2a = _mm512_fmadd_pd(dlo, dlo, s.ss2a);
+        s.ss2b = _mm512_fmadd_pd(dhi, dhi, s.ss2b);
+      }
+    }
+  }
+}
+
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX512 inline void flush512_f32(state512_f32& s) {
+  if constexpr (L == level::stats) {
+    s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs1)));
+    s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs1), 1))));
+    s.ds2a = _mm512_add_pd(s.ds2a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs2)));
+    s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs2), 1))));
+    s.fs1 = _mm512_setzero_ps();
+    s.fs2 = _mm512_setzero_ps();
+  }
+}
+
+/// One chunk of n elements through the AVX-512 f32-compute kernel.
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
+                                                           chunk_out& o) {
+  using src = typename Load::src;
+  const src* p = static_cast<const src*>(vp);
+  state512_f32 s;
+  s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  s.vamax = _mm512_setzero_ps();
+  s.vamin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  s.fs1 = s.fs2 = _mm512_setzero_ps();
+  s.ds1a = s.ds1b = s.ds2a = s.ds2b = _mm512_setzero_pd();
+  s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm512_setzero_pd();
+  s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.n_slow = 0;
+  s.first_nf = -1;
+  const __m512i lo = _mm512_set1_epi32(static_cast<int>(kp.tame_lo32));
+  const __m512i span = _mm512_set1_epi32(static_cast<int>(kp.tame_span32));
+  const __m512i absm = _mm512_set1_epi32(static_cast<int>(f32_abs_mask));
+  const __m512 k32 = _mm512_set1_ps(kp.k32);
+  const __m512d k64 = _mm512_set1_pd(kp.k64);
+
+  auto group = [&](__m512 x, std::size_t i) NANSCOPE_IMPL_TARGET_AVX512 {
+    const __m512i xi = _mm512_castps_si512(x);
+    const __m512i a = _mm512_and_si512(xi, absm);
+    const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
+    if (tame == 0xFFFF) {
+      if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi)));
+      if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+      if constexpr (L == level::stats) {
+        s.vmin = _mm512_min_ps(s.vmin, x);
+        s.vmax = _mm512_max_ps(s.vmax, x);
+        s.vamin = _mm512_min_ps(s.vamin, _mm512_castsi512_ps(a));
+        const __m512 d = _mm512_sub_ps(x, k32);
+        s.fs1 = _mm512_add_ps(s.fs1, d);
+        s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      }
+    } else {
+      slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
+    }
+  };
+
+  constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
+  std::size_t i = 0;
+  for (; i + block <= n; i += block) {
+    for (std::size_t j = 0; j < block; j += 16) group(Load::load(p + i + j), i + j);
+    flush512_f32<L, Load>(s);
+  }
+  for (; i + 16 <= n; i += 16) group(Load::load(p + i), i);
+  if (i < n) {
+    const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 x = Load::load_masked(p + i, valid);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), absm);
+    const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
+    slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
+  }
+  flush512_f32<L, Load>(s);
+
+  o.neg += s.neg;
+  o.zero += s.zero;
+  o.nan += s.nan;
+  o.pinf += s.pinf;
+  o.ninf += s.ninf;
+  o.sub += s.sub;
+  if (o.first_nf < 0) o.first_nf = s.first_nf;
+  if constexpr (L == level::counts) {
+    const double m = static_cast<double>(_mm512_reduce_max_ps(s.vamax));
+    if (m > o.amax) o.amax = m;
+  }
+  if constexpr (L == level::stats) {
+    const double mn = static_cast<double>(_mm512_reduce_min_ps(s.vmin));
+    const double mx = static_cast<double>(_mm512_reduce_max_ps(s.vmax));
+    const double am = static_cast<double>(_mm512_reduce_min_ps(s.vamin));
+    if (mn < o.min) o.min = mn;
+    if (mx > o.max) o.max = mx;
+    if (am < o.amin_nz) o.amin_nz = am;
+    o.fast_s1 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds1a, s.ds1b));
+    o.fast_s2 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds2a, s.ds2b));
+    o.n_slow += s.n_slow;
+    o.slow_s1 += _mm512_reduce_add_pd(_mm512_add_pd(s.ss1a, s.ss1b));
+    o.slow_s2 += _mm512_reduce_add_pd(_mm512_add_pd(s.ss2a, s.ss2b));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// AVX-512, f64
+// ------------------------------------------------------------------------------------------------------
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
+                                                           chunk_out& o) {
+  const double* p = static_cast<const double*>(vp);
+  __m512d vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  __m512d vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
+  __m512d vamax = _mm512_setzero_pd();
+  __m512d vamin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  __m512d s1 = _mm512_setzero_pd(), s2 = _mm512_setzero_pd();
+  std::uint64_t neg = 0, zero = 0, nan = 0, pinf = 0, ninf = 0, sub = 0, nfast = 0;
+  std::int64_t first_nf = -1;
+  const __m512i lo = _mm512_set1_epi64(static_cast<long long>(kp.tame_lo64));
+  const __m512i span = _mm512_set1_epi64(static_cast<long long>(kp.tame_span64));
+  const __m512i absm = _mm512_set1_epi64(static_cast<long long>(f64_abs_mask));
+  const __m512i inf = _mm512_set1_epi64(static_cast<long long>(f64_inf_bits));
+  const __m512i huge = _mm512_set1_epi64(static_cast<long long>(kp.huge64));
+  const __m512i normal = _mm512_set1_epi64(static_cast<long long>(kp.normal64));
+  const __m512d k = _mm512_set1_pd(kp.k64);
+  std::uint64_t nslow_count = 0;
+
+  auto process = [&](__m512d x, __mmask8 valid, std::size_t i) NANSCOPE_IMPL_TARGET_AVX512 {
+    const __m512i xi = _mm512_castpd_si512(x);
+    const __m512i a = _mm512_and_si512(xi, absm);
+    const __mmask8 tame = _mm512_cmple_epu64_mask(_mm512_sub_epi64(a, lo), span);
+    if (valid == 0xFF && tame == 0xFF) {
+      if constexpr (L >= level::counts) neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi64_mask(xi)));
+      if constexpr (L == level::counts) vamax = _mm512_max_pd(vamax, _mm512_castsi512_pd(a));
+      if constexpr (L == level::stats) {
+        vmin = _mm512_min_pd(vmin, x);
+        vmax = _mm512_max_pd(vmax, x);
+        vamin = _mm512_min_pd(vamin, _mm512_castsi512_pd(a));
+        const __m512d d = _mm512_sub_pd(x, k);
+        s1 = _mm512_add_pd(s1, d);
+        s2 = _mm512_fmadd_pd(d, d, s2);
+        nfast += 8;
+      }
+      return;
+    }
+    const __mmask8 nanm = _mm512_mask_cmpgt_epu64_mask(valid, a, inf);
+    const __mmask8 infm = _mm512_mask_cmpeq_epu64_mask(valid, a, inf);
+    const __mmask8 finm = static_cast<__mmask8>(valid & ~nanm & ~infm);
+    const __mmask8 sign = _mm512_movepi64_mask(xi);
+    nan += static_cast<unsigned>(__builtin_popcount(nanm));
+    pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFF));
+    ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
+    const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFu;
+    if (nonfin != 0 && first_nf < 0) first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
+    if constexpr (L >= level::counts) {
+      const __mmask8 zerom = _mm512_mask_cmpeq_epu64_mask(valid, a, _mm512_setzero_si512());
+      const __mmask8 subm = static_cast<__mmask8>(finm & ~zerom & _mm512_cmplt_epu64_mask(a, normal));
+      zero += static_cast<unsigned>(__builtin_popcount(zerom));
+      sub += static_cast<unsigned>(__builtin_popcount(subm));
+      neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+      const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
+      const __m512d ax = _mm512_castsi512_pd(a);
+      if constexpr (L == level::counts) {
+        vamax = _mm512_mask_max_pd(vamax, notnan, vamax, ax);
+      } else {
+        vmin = _mm512_mask_min_pd(vmin, notnan, vmin, x);
+        vmax = _mm512_mask_max_pd(vmax, notnan, vmax, x);
+        vamin = _mm512_mask_min_pd(vamin, static_cast<__mmask8>(notnan & ~zerom), vamin, ax);
+        // finite values up to 2^500 are summed in double; larger ones in long double (scalar, rare)
+        const __mmask8 hugem = static_cast<__mmask8>(finm & _mm512_cmpgt_epu64_mask(a, huge));
+        const __mmask8 accm = static_cast<__mmask8>(finm & ~hugem);
+        const __m512d d = _mm512_maskz_sub_pd(accm, x, k);
+        s1 = _mm512_add_pd(s1, d);
+        s2 = _mm512_fmadd_pd(d, d, s2);
+        nfast += static_cast<unsigned>(__builtin_popcount(accm));
+        if (hugem != 0) {
+          alignas(64) double tmp[8];
+          _mm512_store_pd(tmp, x);
+          for (int l = 0; l < 8; ++l) {
+            if ((hugem >> l) & 1) {
+              const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k64);
+              o.ld_s1 += dd;
+              o.ld_s2 += dd * dd;
+              ++o.ld_n;
+            }
+          }
+        }
+      }
+    }
+  };
+
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) process(_mm512_loadu_pd(p + i), 0xFF, i);
+  if (i < n) {
+    const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
+    process(_mm512_maskz_loadu_pd(valid, p + i), valid, i);
+  }
+  (void)nslow_count;
+  o.neg += neg;
+  o.zero += zero;
+  o.nan += nan;
+  o.pinf += pinf;
+  o.ninf += ninf;
+  o.sub += sub;
+  if (o.first_nf < 0) o.first_nf = first_nf;
+  if constexpr (L == level::counts) {
+    const double m = _mm512_reduce_max_pd(vamax);
+    if (m > o.amax) o.amax = m;
+  }
+  if constexpr (L == level::stats) {
+    const double mn = _mm512_reduce_min_pd(vmin), mx = _mm512_reduce_max_pd(vmax), am = _mm512_reduce_min_pd(vamin);
+    if (mn < o.min) o.min = mn;
+    if (mx > o.max) o.max = mx;
+    if (am < o.amin_nz) o.amin_nz = am;
+    o.n_slow += nfast;  // f64: all double-summed lanes are reported in `slow` (shift k64)
+    o.slow_s1 += _mm512_reduce_add_pd(s1);
+    o.slow_s2 += _mm512_reduce_add_pd(s2);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// AVX2: vectorised fast path for groups of tame lanes; groups with special lanes go to the scalar kernel.
+// ------------------------------------------------------------------------------------------------------
+struct load256_f32 {
+  using src = float;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) { return _mm256_loadu_ps(p); }
+};
+struct load256_f16 {
+  using src = std::uint16_t;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+struct load256_bf16 {
+  using src = std::uint16_t;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, dtype t, std::size_t n, const kernel_params& kp,
+                                                       chunk_out& o) {
+  using src = typename Load::src;
+  const src* p = static_cast<const src*>(vp);
+  __m256 vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vamax = _mm256_setzero_ps();
+  __m256 vamin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 fs1 = _mm256_setzero_ps(), fs2 = _mm256_setzero_ps();
+  __m256d ds1a = _mm256_setzero_pd(), ds1b = _mm256_setzero_pd(), ds2a = _mm256_setzero_pd(), ds2b = _mm256_setzero_pd();
+  std::uint64_t neg = 0;
+  const __m256i lo = _mm256_set1_epi32(static_cast<int>(kp.tame_lo32));
+  const __m256i span = _mm256_set1_epi32(static_cast<int>(kp.tame_span32));
+  const __m256i absm = _mm256_set1_epi32(static_cast<int>(f32_abs_mask));
+  const __m256 k32 = _mm256_set1_ps(kp.k32);
+  const std::size_t esz = sizeof(src);
+  std::size_t flushed = 0;
+  auto flush = [&]() NANSCOPE_IMPL_TARGET_AVX2 {
+    if constexpr (L == level::stats) {
+      ds1a = _mm256_add_pd(ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(fs1)));
+      ds1b = _mm256_add_pd(ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(fs1, 1)));
+      ds2a = _mm256_add_pd(ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(fs2)));
+      ds2b = _mm256_add_pd(ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(fs2, 1)));
+      fs1 = _mm256_setzero_ps();
+      fs2 = _mm256_setzero_ps();
+    }
+  };
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = Load::load(p + i);
+    const __m256i xi = _mm256_castps_si256(x);
+    const __m256i a = _mm256_and_si256(xi, absm);
+    const __m256i off = _mm256_sub_epi32(a, lo);
+    // unsigned off <= span  <=>  min_epu32(off, span) == off
+    const __m256i ok = _mm256_cmpeq_epi32(_mm256_min_epu32(off, span), off);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF) {
+      if constexpr (L >= level::counts) neg += static_cast<unsigned>(__builtin_popcount(_mm256_movemask_ps(x)));
+      if constexpr (L == level::counts) vamax = _mm256_max_ps(vamax, _mm256_castsi256_ps(a));
+      if constexpr (L == level::stats) {
+        vmin = _mm256_min_ps(vmin, x);
+        vmax = _mm256_max_ps(vmax, x);
+        vamin = _mm256_min_ps(vamin, _mm256_castsi256_ps(a));
+        const __m256 d = _mm256_sub_ps(x, k32);
+        fs1 = _mm256_add_ps(fs1, d);
+        fs2 = _mm256_fmadd_ps(d, d, fs2);
+        if (++flushed == 16) {
+          flush();
+          flushed = 0;
+        }
+      }
+    } else {
+      chunk_out part;
+      scalar_kernel<L>(reinterpret_cast<const unsigned char*>(p) + i * esz, t, 8, kp, part);
+      o.neg += part.neg;
+      o.zero += part.zero;
+      o.nan += part.nan;
+      o.pinf += part.pinf;
+      o.ninf += part.ninf;
+      o.sub += part.sub;
+      if (o.first_nf < 0 && part.first_nf >= 0) o.first_nf = static_cast<std::int64_t>(i) + part.first_nf;
+      if (part.amax > o.amax) o.amax = part.amax;
+      if (part.min < o.min) o.min = part.min;
+      if (part.max > o.max) o.max = part.max;
+      if (part.amin_nz < o.amin_nz) o.amin_nz = part.amin_nz;
+      o.n_slow += part.n_slow;
+      o.slow_s1 += part.slow_s1;
+      o.slow_s2 += part.slow_s2;
+    }
+  }
+  flush();
+  if (i < n) {
+    chunk_out part;
+    scalar_kernel<L>(reinterpret_cast<const unsigned char*>(p) + i * esz, t, n - i, kp, part);
+    o.neg += part.neg;
+    o.zero += part.zero;
+    o.nan += part.nan;
+    o.pinf += part.pinf;
+    o.ninf += part.ninf;
+    o.sub += part.sub;
+    if (o.first_nf < 0 && part.first_nf >= 0) o.first_nf = static_cast<std::int64_t>(i) + part.first_nf;
+    if (part.amax > o.amax) o.amax = part.amax;
+    if (part.min < o.min) o.min = part.min;
+    if (part.max > o.max) o.max = part.max;
+    if (part.amin_nz < o.amin_nz) o.amin_nz = part.amin_nz;
+    o.n_slow += part.n_slow;
+    o.slow_s1 += part.slow_s1;
+    o.slow_s2 += part.slow_s2;
+  }
+  o.neg += neg;
+  alignas(32) float tmp[8];
+  if constexpr (L == level::counts) {
+    _mm256_store_ps(tmp, vamax);
+    for (float v : tmp) o.amax = static_cast<double>(v) > o.amax ? static_cast<double>(v) : o.amax;
+  }
+  if constexpr (L == level::stats) {
+    _mm256_store_ps(tmp, vmin);
+    for (float v : tmp) o.min = static_cast<double>(v) < o.min ? static_cast<double>(v) : o.min;
+    _mm256_store_ps(tmp, vmax);
+    for (float v : tmp) o.max = static_cast<double>(v) > o.max ? static_cast<double>(v) : o.max;
+    _mm256_store_ps(tmp, vamin);
+    for (float v : tmp) o.amin_nz = static_cast<double>(v) < o.amin_nz ? static_cast<double>(v) : o.amin_nz;
+    alignas(32) double d4[4];
+    _mm256_store_pd(d4, _mm256_add_pd(ds1a, ds1b));
+    o.fast_s1 += (d4[0] + d4[1]) + (d4[2] + d4[3]);
+    _mm256_store_pd(d4, _mm256_add_pd(ds2a, ds2b));
+    o.fast_s2 += (d4[0] + d4[1]) + (d4[2] + d4[3]);
+  }
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#if defined(NANSCOPE_IMPL_POP_DIAGNOSTICS)
+#pragma GCC diagnostic pop
+#undef NANSCOPE_IMPL_POP_DIAGNOSTICS
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+#endif  // NANSCOPE_DETAIL_KERNEL_X86_HPP
