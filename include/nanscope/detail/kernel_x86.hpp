@@ -23,6 +23,9 @@
 
 #define NANSCOPE_IMPL_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,popcnt,bmi,bmi2")))
+#ifndef NANSCOPE_IMPL_PREFETCH_BYTES
+#define NANSCOPE_IMPL_PREFETCH_BYTES 2048
+#endif
 #define NANSCOPE_IMPL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,popcnt,bmi,bmi2")))
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -77,7 +80,7 @@ struct state512_f32 {
 };
 
 template <level L>
-NANSCOPE_IMPL_TARGET_AVX512 inline void slow512_f32(state512_f32& s, __m512 x, __mmask16 valid, __mmask16 tame,
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f32(state512_f32& s, __m512 x, __mmask16 valid, __mmask16 tame,
                                                      std::int64_t index, const kernel_params& kp, __m512 k32,
                                                      __m512d k64) {
   const __m512i xi = _mm512_castps_si512(x);
@@ -128,7 +131,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void slow512_f32(state512_f32& s, __m512 x, _
 }
 
 template <level L, class Load>
-NANSCOPE_IMPL_TARGET_AVX512 inline void flush512_f32(state512_f32& s) {
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void flush512_f32(state512_f32& s) {
   if constexpr (L == level::stats) {
     s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs1)));
     s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs1), 1))));
@@ -136,6 +139,30 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void flush512_f32(state512_f32& s) {
     s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs2), 1))));
     s.fs1 = _mm512_setzero_ps();
     s.fs2 = _mm512_setzero_ps();
+  }
+}
+
+/// One full group of 16 lanes: the fast path when every lane is tame, else the exact per-lane path.
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_f32(
+    state512_f32& s, __m512 x, std::size_t i, const kernel_params& kp, __m512i lo, __m512i span, __m512i absm,
+    __m512 k32, __m512d k64) {
+  const __m512i xi = _mm512_castps_si512(x);
+  const __m512i a = _mm512_and_si512(xi, absm);
+  const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
+  if (__builtin_expect(tame == 0xFFFF, 1)) {
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi)));
+    if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+    if constexpr (L == level::stats) {
+      s.vmin = _mm512_min_ps(s.vmin, x);
+      s.vmax = _mm512_max_ps(s.vmax, x);
+      s.vamin = _mm512_min_ps(s.vamin, _mm512_castsi512_ps(a));
+      const __m512 d = _mm512_sub_ps(x, k32);
+      s.fs1 = _mm512_add_ps(s.fs1, d);
+      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+    }
+  } else {
+    slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
   }
 }
 
@@ -161,33 +188,16 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   const __m512 k32 = _mm512_set1_ps(kp.k32);
   const __m512d k64 = _mm512_set1_pd(kp.k64);
 
-  auto group = [&](__m512 x, std::size_t i) NANSCOPE_IMPL_TARGET_AVX512 {
-    const __m512i xi = _mm512_castps_si512(x);
-    const __m512i a = _mm512_and_si512(xi, absm);
-    const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
-    if (tame == 0xFFFF) {
-      if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi)));
-      if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
-      if constexpr (L == level::stats) {
-        s.vmin = _mm512_min_ps(s.vmin, x);
-        s.vmax = _mm512_max_ps(s.vmax, x);
-        s.vamin = _mm512_min_ps(s.vamin, _mm512_castsi512_ps(a));
-        const __m512 d = _mm512_sub_ps(x, k32);
-        s.fs1 = _mm512_add_ps(s.fs1, d);
-        s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
-      }
-    } else {
-      slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
-    }
-  };
-
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
   for (; i + block <= n; i += block) {
-    for (std::size_t j = 0; j < block; j += 16) group(Load::load(p + i + j), i + j);
+    for (std::size_t j = 0; j < block; j += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      group512_f32<L>(s, Load::load(p + i + j), i + j, kp, lo, span, absm, k32, k64);
+    }
     flush512_f32<L, Load>(s);
   }
-  for (; i + 16 <= n; i += 16) group(Load::load(p + i), i);
+  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 x = Load::load_masked(p + i, valid);
@@ -226,116 +236,132 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 // AVX-512, f64
 // ------------------------------------------------------------------------------------------------------
-template <level L>
-NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
-  const double* p = static_cast<const double*>(vp);
-  __m512d vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
-  __m512d vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
-  __m512d vamax = _mm512_setzero_pd();
-  __m512d vamin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
-  __m512d s1 = _mm512_setzero_pd(), s2 = _mm512_setzero_pd();
-  std::uint64_t neg = 0, zero = 0, nan = 0, pinf = 0, ninf = 0, sub = 0, nfast = 0;
-  std::int64_t first_nf = -1;
-  const __m512i lo = _mm512_set1_epi64(static_cast<long long>(kp.tame_lo64));
-  const __m512i span = _mm512_set1_epi64(static_cast<long long>(kp.tame_span64));
-  const __m512i absm = _mm512_set1_epi64(static_cast<long long>(f64_abs_mask));
-  const __m512i inf = _mm512_set1_epi64(static_cast<long long>(f64_inf_bits));
-  const __m512i huge = _mm512_set1_epi64(static_cast<long long>(kp.huge64));
-  const __m512i normal = _mm512_set1_epi64(static_cast<long long>(kp.normal64));
-  const __m512d k = _mm512_set1_pd(kp.k64);
-  std::uint64_t nslow_count = 0;
+struct state512_f64 {
+  __m512d vmin, vmax, vamax, vamin, s1, s2;
+  std::uint64_t neg, zero, nan, pinf, ninf, sub, nacc;
+  std::int64_t first_nf;
+  __m512i lo, span, absm, inf, huge, normal;
+  __m512d k;
+};
 
-  auto process = [&](__m512d x, __mmask8 valid, std::size_t i) NANSCOPE_IMPL_TARGET_AVX512 {
-    const __m512i xi = _mm512_castpd_si512(x);
-    const __m512i a = _mm512_and_si512(xi, absm);
-    const __mmask8 tame = _mm512_cmple_epu64_mask(_mm512_sub_epi64(a, lo), span);
-    if (valid == 0xFF && tame == 0xFF) {
-      if constexpr (L >= level::counts) neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi64_mask(xi)));
-      if constexpr (L == level::counts) vamax = _mm512_max_pd(vamax, _mm512_castsi512_pd(a));
-      if constexpr (L == level::stats) {
-        vmin = _mm512_min_pd(vmin, x);
-        vmax = _mm512_max_pd(vmax, x);
-        vamin = _mm512_min_pd(vamin, _mm512_castsi512_pd(a));
-        const __m512d d = _mm512_sub_pd(x, k);
-        s1 = _mm512_add_pd(s1, d);
-        s2 = _mm512_fmadd_pd(d, d, s2);
-        nfast += 8;
-      }
-      return;
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_f64(state512_f64& s, __m512d x,
+                                                                                      __mmask8 valid, std::size_t i,
+                                                                                      const kernel_params& kp,
+                                                                                      chunk_out& o) {
+  const __m512i xi = _mm512_castpd_si512(x);
+  const __m512i a = _mm512_and_si512(xi, s.absm);
+  const __mmask8 tame = _mm512_cmple_epu64_mask(_mm512_sub_epi64(a, s.lo), s.span);
+  if (__builtin_expect(valid == 0xFF && tame == 0xFF, 1)) {
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi64_mask(xi)));
+    if constexpr (L == level::counts) s.vamax = _mm512_max_pd(s.vamax, _mm512_castsi512_pd(a));
+    if constexpr (L == level::stats) {
+      s.vmin = _mm512_min_pd(s.vmin, x);
+      s.vmax = _mm512_max_pd(s.vmax, x);
+      s.vamin = _mm512_min_pd(s.vamin, _mm512_castsi512_pd(a));
+      const __m512d d = _mm512_sub_pd(x, s.k);
+      s.s1 = _mm512_add_pd(s.s1, d);
+      s.s2 = _mm512_fmadd_pd(d, d, s.s2);
+      s.nacc += 8;
     }
-    const __mmask8 nanm = _mm512_mask_cmpgt_epu64_mask(valid, a, inf);
-    const __mmask8 infm = _mm512_mask_cmpeq_epu64_mask(valid, a, inf);
-    const __mmask8 finm = static_cast<__mmask8>(valid & ~nanm & ~infm);
-    const __mmask8 sign = _mm512_movepi64_mask(xi);
-    nan += static_cast<unsigned>(__builtin_popcount(nanm));
-    pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFF));
-    ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
-    const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFu;
-    if (nonfin != 0 && first_nf < 0) first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
-    if constexpr (L >= level::counts) {
-      const __mmask8 zerom = _mm512_mask_cmpeq_epu64_mask(valid, a, _mm512_setzero_si512());
-      const __mmask8 subm = static_cast<__mmask8>(finm & ~zerom & _mm512_cmplt_epu64_mask(a, normal));
-      zero += static_cast<unsigned>(__builtin_popcount(zerom));
-      sub += static_cast<unsigned>(__builtin_popcount(subm));
-      neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
-      const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
-      const __m512d ax = _mm512_castsi512_pd(a);
-      if constexpr (L == level::counts) {
-        vamax = _mm512_mask_max_pd(vamax, notnan, vamax, ax);
-      } else {
-        vmin = _mm512_mask_min_pd(vmin, notnan, vmin, x);
-        vmax = _mm512_mask_max_pd(vmax, notnan, vmax, x);
-        vamin = _mm512_mask_min_pd(vamin, static_cast<__mmask8>(notnan & ~zerom), vamin, ax);
-        // finite values up to 2^500 are summed in double; larger ones in long double (scalar, rare)
-        const __mmask8 hugem = static_cast<__mmask8>(finm & _mm512_cmpgt_epu64_mask(a, huge));
-        const __mmask8 accm = static_cast<__mmask8>(finm & ~hugem);
-        const __m512d d = _mm512_maskz_sub_pd(accm, x, k);
-        s1 = _mm512_add_pd(s1, d);
-        s2 = _mm512_fmadd_pd(d, d, s2);
-        nfast += static_cast<unsigned>(__builtin_popcount(accm));
-        if (hugem != 0) {
-          alignas(64) double tmp[8];
-          _mm512_store_pd(tmp, x);
-          for (int l = 0; l < 8; ++l) {
-            if ((hugem >> l) & 1) {
-              const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k64);
-              o.ld_s1 += dd;
-              o.ld_s2 += dd * dd;
-              ++o.ld_n;
-            }
+    return;
+  }
+  const __mmask8 nanm = _mm512_mask_cmpgt_epu64_mask(valid, a, s.inf);
+  const __mmask8 infm = _mm512_mask_cmpeq_epu64_mask(valid, a, s.inf);
+  const __mmask8 finm = static_cast<__mmask8>(valid & ~nanm & ~infm);
+  const __mmask8 sign = _mm512_movepi64_mask(xi);
+  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFF));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
+  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFu;
+  if (nonfin != 0 && s.first_nf < 0) s.first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
+  if constexpr (L >= level::counts) {
+    const __mmask8 zerom = _mm512_mask_cmpeq_epu64_mask(valid, a, _mm512_setzero_si512());
+    const __mmask8 subm = static_cast<__mmask8>(finm & ~zerom & _mm512_cmplt_epu64_mask(a, s.normal));
+    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
+    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
+    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
+    const __m512d ax = _mm512_castsi512_pd(a);
+    if constexpr (L == level::counts) {
+      s.vamax = _mm512_mask_max_pd(s.vamax, notnan, s.vamax, ax);
+    } else {
+      s.vmin = _mm512_mask_min_pd(s.vmin, notnan, s.vmin, x);
+      s.vmax = _mm512_mask_max_pd(s.vmax, notnan, s.vmax, x);
+      s.vamin = _mm512_mask_min_pd(s.vamin, static_cast<__mmask8>(notnan & ~zerom), s.vamin, ax);
+      // finite values up to 2^500 are summed in double; larger ones in long double (scalar, rare)
+      const __mmask8 hugem = static_cast<__mmask8>(finm & _mm512_cmpgt_epu64_mask(a, s.huge));
+      const __mmask8 accm = static_cast<__mmask8>(finm & ~hugem);
+      const __m512d d = _mm512_maskz_sub_pd(accm, x, s.k);
+      s.s1 = _mm512_add_pd(s.s1, d);
+      s.s2 = _mm512_fmadd_pd(d, d, s.s2);
+      s.nacc += static_cast<unsigned>(__builtin_popcount(accm));
+      if (hugem != 0) {
+        alignas(64) double tmp[8];
+        _mm512_store_pd(tmp, x);
+        for (int l = 0; l < 8; ++l) {
+          if ((hugem >> l) & 1) {
+            const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k64);
+            o.ld_s1 += dd;
+            o.ld_s2 += dd * dd;
+            ++o.ld_n;
           }
         }
       }
     }
-  };
+  }
+}
+
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
+                                                           chunk_out& o) {
+  const double* p = static_cast<const double*>(vp);
+  state512_f64 s;
+  s.vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  s.vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
+  s.vamax = _mm512_setzero_pd();
+  s.vamin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  s.s1 = _mm512_setzero_pd();
+  s.s2 = _mm512_setzero_pd();
+  s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.nacc = 0;
+  s.first_nf = -1;
+  s.lo = _mm512_set1_epi64(static_cast<long long>(kp.tame_lo64));
+  s.span = _mm512_set1_epi64(static_cast<long long>(kp.tame_span64));
+  s.absm = _mm512_set1_epi64(static_cast<long long>(f64_abs_mask));
+  s.inf = _mm512_set1_epi64(static_cast<long long>(f64_inf_bits));
+  s.huge = _mm512_set1_epi64(static_cast<long long>(kp.huge64));
+  s.normal = _mm512_set1_epi64(static_cast<long long>(kp.normal64));
+  s.k = _mm512_set1_pd(kp.k64);
 
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) process(_mm512_loadu_pd(p + i), 0xFF, i);
+  for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+    group512_f64<L>(s, _mm512_loadu_pd(p + i), 0xFF, i, kp, o);
+  }
   if (i < n) {
     const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
-    process(_mm512_maskz_loadu_pd(valid, p + i), valid, i);
+    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i), valid, i, kp, o);
   }
-  (void)nslow_count;
-  o.neg += neg;
-  o.zero += zero;
-  o.nan += nan;
-  o.pinf += pinf;
-  o.ninf += ninf;
-  o.sub += sub;
-  if (o.first_nf < 0) o.first_nf = first_nf;
+  o.neg += s.neg;
+  o.zero += s.zero;
+  o.nan += s.nan;
+  o.pinf += s.pinf;
+  o.ninf += s.ninf;
+  o.sub += s.sub;
+  if (o.first_nf < 0) o.first_nf = s.first_nf;
   if constexpr (L == level::counts) {
-    const double m = _mm512_reduce_max_pd(vamax);
+    const double m = _mm512_reduce_max_pd(s.vamax);
     if (m > o.amax) o.amax = m;
   }
   if constexpr (L == level::stats) {
-    const double mn = _mm512_reduce_min_pd(vmin), mx = _mm512_reduce_max_pd(vmax), am = _mm512_reduce_min_pd(vamin);
+    const double mn = _mm512_reduce_min_pd(s.vmin), mx = _mm512_reduce_max_pd(s.vmax);
+    const double am = _mm512_reduce_min_pd(s.vamin);
     if (mn < o.min) o.min = mn;
     if (mx > o.max) o.max = mx;
     if (am < o.amin_nz) o.amin_nz = am;
-    o.n_slow += nfast;  // f64: all double-summed lanes are reported in `slow` (shift k64)
-    o.slow_s1 += _mm512_reduce_add_pd(s1);
-    o.slow_s2 += _mm512_reduce_add_pd(s2);
+    o.n_slow += s.nacc;  // f64: every double-summed lane is reported in `slow` (shift k64)
+    o.slow_s1 += _mm512_reduce_add_pd(s.s1);
+    o.slow_s2 += _mm512_reduce_add_pd(s.s2);
   }
 }
 
@@ -390,6 +416,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, dtype t, s
   };
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
     const __m256 x = Load::load(p + i);
     const __m256i xi = _mm256_castps_si256(x);
     const __m256i a = _mm256_and_si256(xi, absm);
