@@ -371,6 +371,35 @@ inline void parallel_task(void* vctx, std::size_t i) {
   }
 }
 
+/// If the view is a permutation of a dense row-major layout (a transpose, Eigen's column-major storage),
+/// writes that dense view to `out` and returns true. Broadcast (stride 0) and gapped views return false.
+inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
+  int dims[max_rank];
+  int m = 0;
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] != 1) dims[m++] = i;
+  // insertion sort by stride, largest first (stable)
+  for (int i = 1; i < m; ++i) {
+    const int d = dims[i];
+    int j = i;
+    while (j > 0 && v.strides[dims[j - 1]] < v.strides[d]) {
+      dims[j] = dims[j - 1];
+      --j;
+    }
+    dims[j] = d;
+  }
+  std::int64_t expect = 1;
+  for (int k = m - 1; k >= 0; --k) {
+    if (v.strides[dims[k]] != expect) return false;
+    expect *= v.shape[dims[k]];
+  }
+  out = v;
+  out.rank = 1;
+  out.shape[0] = static_cast<std::int64_t>(v.numel());
+  out.strides[0] = 1;
+  return true;
+}
+
 }  // namespace detail
 
 /// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
@@ -397,6 +426,13 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
                          : mode == check_mode::full_health ? detail::level::counts
                                                            : detail::level::nonfinite,
                          resolve_isa(opt.instruction_set), mode == check_mode::curt_health, v.is_contiguous()};
+  // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
+  // order; the first non-finite index does, so when one exists it is found again in logical order below.
+  bool permuted = false;
+  if (!plan.contiguous && mode != check_mode::curt_health && detail::dense_permutation(v, plan.v)) {
+    plan.contiguous = true;
+    permuted = true;
+  }
   health_result acc = detail::empty_like(r);
   const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
   unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
@@ -431,6 +467,11 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   r.count = n;
   r.any_nonfinite = acc.any_nonfinite;
   r.first_nonfinite = acc.first_nonfinite;
+  if (permuted && acc.any_nonfinite) {
+    check_options first_only = opt;
+    first_only.mode = check_mode::curt_health;
+    r.first_nonfinite = check(v, first_only).first_nonfinite;
+  }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
   r.neg_inf = acc.neg_inf;
   r.pos_inf = acc.pos_inf;
