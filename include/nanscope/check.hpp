@@ -161,9 +161,9 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
       switch (t) {
-        case dtype::f16: avx2_f32_kernel<L, load256_f16>(p, t, n, kp, o); break;
-        case dtype::bf16: avx2_f32_kernel<L, load256_bf16>(p, t, n, kp, o); break;
-        default: avx2_f32_kernel<L, load256_f32>(p, dtype::f32, n, kp, o); break;
+        case dtype::f16: avx2_f32_kernel<L, load256_f16>(p, n, kp, o); break;
+        case dtype::bf16: avx2_f32_kernel<L, load256_bf16>(p, n, kp, o); break;
+        default: avx2_f32_kernel<L, load256_f32>(p, n, kp, o); break;
       }
     };
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});

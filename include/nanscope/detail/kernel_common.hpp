@@ -113,63 +113,112 @@ inline double load_as_double(const void* p, dtype t, std::size_t i) {
   }
 }
 
-/// Portable kernel: one element at a time, classification by bit pattern in the double domain.
+/// Element decoders for the portable kernel: raw storage -> double, exact.
+struct dec_f64 {
+  using src = double;
+  static double get(const src* p, std::size_t i) { return p[i]; }
+};
+struct dec_f32 {
+  using src = float;
+  static double get(const src* p, std::size_t i) { return static_cast<double>(p[i]); }
+};
+struct dec_f16 {
+  using src = std::uint16_t;
+  static double get(const src* p, std::size_t i) {
+    // exact: f16 = sign * 2^(e-15) * 1.m, subnormals 2^-14 * 0.m; built through the f32 bit layout
+    const std::uint32_t h = p[i];
+    const std::uint32_t sign = (h & 0x8000u) << 16;
+    const std::uint32_t e = (h >> 10) & 0x1Fu;
+    const std::uint32_t m = h & 0x3FFu;
+    if (e == 0x1F) return static_cast<double>(bits_to_float(sign | 0x7F800000u | (m << 13)));
+    if (e != 0) return static_cast<double>(bits_to_float(sign | ((e + 112u) << 23) | (m << 13)));
+    const double v = static_cast<double>(m) * 5.9604644775390625e-08;  // m * 2^-24, exact
+    return sign != 0 ? -v : v;
+  }
+};
+struct dec_bf16 {
+  using src = std::uint16_t;
+  static double get(const src* p, std::size_t i) {
+    return static_cast<double>(bits_to_float(static_cast<std::uint32_t>(p[i]) << 16));
+  }
+};
+struct dec_fp8 {
+  using src = std::uint8_t;
+  const float* table;
+  double get(const src* p, std::size_t i) const { return static_cast<double>(table[p[i]]); }
+};
+
+/// Branch-free select: c ? a : b, through the bit patterns (compilers keep data-dependent ?: on doubles as
+/// branches, which mispredict on mixed data such as ReLU outputs).
+inline double select_bits(bool c, double a, double b) {
+  const std::uint64_t m = std::uint64_t{0} - static_cast<std::uint64_t>(c);
+  return bits_to_double((double_to_bits(a) & m) | (double_to_bits(b) & ~m));
+}
+
+/// Portable kernel: one element at a time, classification by bit pattern in the double domain, counts as
+/// additions of booleans (no data-dependent branches but the rare long-double path).
 /// Correct for every float dtype; the SIMD kernels must agree with it on every count and extremum.
-template <level L>
-inline void scalar_kernel(const void* p, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
-  std::uint64_t neg = 0, zero = 0, nan = 0, pinf = 0, ninf = 0, sub = 0, nfin = 0;
+template <level L, class Dec>
+inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::size_t n, const kernel_params& kp,
+                               chunk_out& o) {
+  std::uint64_t neg = 0, zero = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, sub = 0, nfin = 0;
   double mn = o.min, mx = o.max, amax = o.amax, amin = o.amin_nz;
   double s1 = 0.0, s2 = 0.0;
-  long double l1 = 0.0L, l2 = 0.0L;
-  std::uint64_t nld = 0;
   const double k = kp.k64;
   const bool k_huge = (double_to_bits(k) & f64_abs_mask) > f64_huge_bits;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::int64_t first_nf = o.first_nf;
   for (std::size_t i = 0; i < n; ++i) {
-    const double x = load_as_double(p, t, i);
+    const double x = dec.get(p, i);
     const std::uint64_t bits = double_to_bits(x);
     const std::uint64_t a = bits & f64_abs_mask;
     const bool is_nan = a > f64_inf_bits;
     const bool is_inf = a == f64_inf_bits;
     const bool fin = a < f64_inf_bits;
     const bool sgn = (bits >> 63) != 0;
-    nan += is_nan;
-    pinf += is_inf & !sgn;
-    ninf += is_inf & sgn;
-    if (!fin && o.first_nf < 0) o.first_nf = static_cast<std::int64_t>(i);
+    n_nan += is_nan;
+    n_pinf += is_inf & !sgn;
+    n_ninf += is_inf & sgn;
+    if (!fin && first_nf < 0) first_nf = static_cast<std::int64_t>(i);
     if constexpr (L >= level::counts) {
       const bool z = a == 0;
       zero += z;
       neg += fin & !z & sgn;
       sub += fin & !z & (a < kp.normal64);
       const double ax = bits_to_double(a);
-      if (!is_nan && ax > amax) amax = ax;
+      if constexpr (L == level::counts) {
+        const double ax_nn = select_bits(is_nan, 0.0, ax);
+        amax = ax_nn > amax ? ax_nn : amax;  // NaN-free operands: a plain maxsd
+      }
       if constexpr (L == level::stats) {
-        if (!is_nan) {
-          if (x < mn) mn = x;
-          if (x > mx) mx = x;
-          if (!z && ax < amin) amin = ax;
-        }
-        if (fin) {
-          if (a > f64_huge_bits || k_huge) {
+        const double xmin = select_bits(is_nan, inf, x);
+        const double xmax = select_bits(is_nan, -inf, x);
+        mn = xmin < mn ? xmin : mn;  // NaN-free operands: plain minsd / maxsd
+        mx = xmax > mx ? xmax : mx;
+        const double axm = select_bits(is_nan | z, inf, ax);
+        amin = axm < amin ? axm : amin;
+        if (__builtin_expect(a > f64_huge_bits || k_huge, 0)) {
+          if (fin) {
             const long double d = static_cast<long double>(x) - static_cast<long double>(k);
-            l1 += d;
-            l2 += d * d;
-            ++nld;
-          } else {
-            const double d = x - k;
-            s1 += d;
-            s2 += d * d;
-            ++nfin;
+            o.ld_s1 += d;
+            o.ld_s2 += d * d;
+            ++o.ld_n;
           }
+        } else {
+          const double d = select_bits(fin, x - k, 0.0);
+          s1 += d;
+          s2 += d * d;
+          nfin += fin;
         }
       }
     }
   }
+  o.first_nf = first_nf;
   o.neg += neg;
   o.zero += zero;
-  o.nan += nan;
-  o.pinf += pinf;
-  o.ninf += ninf;
+  o.nan += n_nan;
+  o.pinf += n_pinf;
+  o.ninf += n_ninf;
   o.sub += sub;
   o.min = mn;
   o.max = mx;
@@ -178,9 +227,22 @@ inline void scalar_kernel(const void* p, dtype t, std::size_t n, const kernel_pa
   o.n_slow += nfin;
   o.slow_s1 += s1;
   o.slow_s2 += s2;
-  o.ld_n += nld;
-  o.ld_s1 += l1;
-  o.ld_s2 += l2;
+}
+
+/// Portable kernel entry: dispatches once on the dtype.
+template <level L>
+inline void scalar_kernel(const void* p, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
+  switch (t) {
+    case dtype::f64: scalar_kernel_impl<L>(dec_f64{}, static_cast<const double*>(p), n, kp, o); break;
+    case dtype::f32: scalar_kernel_impl<L>(dec_f32{}, static_cast<const float*>(p), n, kp, o); break;
+    case dtype::f16: scalar_kernel_impl<L>(dec_f16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
+    case dtype::bf16: scalar_kernel_impl<L>(dec_bf16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2:
+      scalar_kernel_impl<L>(dec_fp8{fp8_table(t)}, static_cast<const std::uint8_t*>(p), n, kp, o);
+      break;
+    default: break;
+  }
 }
 
 }  // namespace detail

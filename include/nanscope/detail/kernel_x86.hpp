@@ -386,114 +386,180 @@ struct load256_bf16 {
   }
 };
 
+struct state256_f32 {
+  __m256 vmin, vmax, vamax, vamin, fs1, fs2;
+  __m256d ds1a, ds1b, ds2a, ds2b, ss1a, ss1b, ss2a, ss2b;
+  std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
+  std::int64_t first_nf;
+  __m256i lo, span, absm, inf, normal;
+  __m256 k32;
+  __m256d k64;
+};
+
+/// One group of 8 lanes; `valid` (lane bits) < 0xFF only for the tail, whose missing lanes were loaded as 0.
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f32(state256_f32& s, __m256 x,
+                                                                                   unsigned valid, std::size_t i) {
+  const __m256i xi = _mm256_castps_si256(x);
+  const __m256i a = _mm256_and_si256(xi, s.absm);
+  const __m256i off = _mm256_sub_epi32(a, s.lo);
+  // unsigned off <= span  <=>  min_epu32(off, span) == off
+  const __m256i tame_v = _mm256_cmpeq_epi32(_mm256_min_epu32(off, s.span), off);
+  const unsigned tame = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(tame_v)));
+  const __m256 ax = _mm256_castsi256_ps(a);
+  if (__builtin_expect((tame & valid) == 0xFFu, 1)) {
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm256_movemask_ps(x)));
+    if constexpr (L == level::counts) s.vamax = _mm256_max_ps(s.vamax, ax);
+    if constexpr (L == level::stats) {
+      s.vmin = _mm256_min_ps(s.vmin, x);
+      s.vmax = _mm256_max_ps(s.vmax, x);
+      s.vamin = _mm256_min_ps(s.vamin, ax);
+      const __m256 d = _mm256_sub_ps(x, s.k32);
+      s.fs1 = _mm256_add_ps(s.fs1, d);
+      s.fs2 = _mm256_fmadd_ps(d, d, s.fs2);
+    }
+    return;
+  }
+  const __m256i nanv = _mm256_cmpgt_epi32(a, s.inf);  // a >= 0 as signed: plain compares work
+  const __m256i infv = _mm256_cmpeq_epi32(a, s.inf);
+  const __m256i zerov = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+  const __m256i subv = _mm256_cmpgt_epi32(s.normal, a);
+  const unsigned nanb = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(nanv))) & valid;
+  const unsigned infb = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(infv))) & valid;
+  const unsigned zerob = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(zerov))) & valid;
+  const unsigned subb = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(subv))) & valid & ~zerob;
+  const unsigned signb = static_cast<unsigned>(_mm256_movemask_ps(x));
+  const unsigned finb = valid & ~nanb & ~infb;
+  s.nan += static_cast<unsigned>(__builtin_popcount(nanb));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(infb & ~signb));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(infb & signb));
+  const unsigned nonfin = valid & ~finb;
+  if (nonfin != 0 && s.first_nf < 0) s.first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
+  if constexpr (L >= level::counts) {
+    s.zero += static_cast<unsigned>(__builtin_popcount(zerob));
+    s.sub += static_cast<unsigned>(__builtin_popcount(subb & finb));
+    s.neg += static_cast<unsigned>(__builtin_popcount(finb & ~zerob & signb));
+    // lanes excluded from an extremum get a neutral value (tail lanes are 0 and are excluded via `valid`)
+    const __m256i validv = _mm256_cmpgt_epi32(
+        _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(valid)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+        _mm256_setzero_si256());
+    const __m256 notnan = _mm256_castsi256_ps(_mm256_andnot_si256(nanv, validv));
+    const __m256 pinf8 = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+    if constexpr (L == level::counts) {
+      s.vamax = _mm256_max_ps(s.vamax, _mm256_and_ps(ax, notnan));
+    } else {
+      s.vmin = _mm256_min_ps(s.vmin, _mm256_blendv_ps(pinf8, x, notnan));
+      s.vmax = _mm256_max_ps(s.vmax, _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), x, notnan));
+      const __m256 nz = _mm256_andnot_ps(_mm256_castsi256_ps(zerov), notnan);
+      s.vamin = _mm256_min_ps(s.vamin, _mm256_blendv_ps(pinf8, ax, nz));
+      const unsigned tm = tame & valid;
+      const __m256 tmv = _mm256_and_ps(_mm256_castsi256_ps(tame_v), _mm256_castsi256_ps(validv));
+      const __m256 d = _mm256_and_ps(_mm256_sub_ps(x, s.k32), tmv);
+      s.fs1 = _mm256_add_ps(s.fs1, d);
+      s.fs2 = _mm256_fmadd_ps(d, d, s.fs2);
+      const unsigned other = finb & ~tm;
+      if (other != 0) {
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        const __m256i ov = _mm256_cmpgt_epi32(
+            _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(other)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+            _mm256_setzero_si256());
+        const __m256d mlo = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(ov)));
+        const __m256d mhi = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(ov, 1)));
+        // zero the excluded lanes before converting, so no inf/NaN enters the arithmetic
+        const __m256 xs = _mm256_and_ps(x, _mm256_castsi256_ps(ov));
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xs));
+        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xs, 1));
+        const __m256d dlo = _mm256_and_pd(_mm256_sub_pd(lo, s.k64), mlo);
+        const __m256d dhi = _mm256_and_pd(_mm256_sub_pd(hi, s.k64), mhi);
+        s.ss1a = _mm256_add_pd(s.ss1a, dlo);
+        s.ss1b = _mm256_add_pd(s.ss1b, dhi);
+        s.ss2a = _mm256_fmadd_pd(dlo, dlo, s.ss2a);
+        s.ss2b = _mm256_fmadd_pd(dhi, dhi, s.ss2b);
+      }
+    }
+  }
+}
+
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void flush256_f32(state256_f32& s) {
+  if constexpr (L == level::stats) {
+    s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(s.fs1)));
+    s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(s.fs1, 1)));
+    s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(s.fs2)));
+    s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(s.fs2, 1)));
+    s.fs1 = _mm256_setzero_ps();
+    s.fs2 = _mm256_setzero_ps();
+  }
+}
+
+NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
+  alignas(32) double d[4];
+  _mm256_store_pd(d, v);
+  return (d[0] + d[1]) + (d[2] + d[3]);
+}
+
+/// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
 template <level L, class Load>
-NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, dtype t, std::size_t n, const kernel_params& kp,
+NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                        chunk_out& o) {
   using src = typename Load::src;
   const src* p = static_cast<const src*>(vp);
-  __m256 vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 vamax = _mm256_setzero_ps();
-  __m256 vamin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-  __m256 fs1 = _mm256_setzero_ps(), fs2 = _mm256_setzero_ps();
-  __m256d ds1a = _mm256_setzero_pd(), ds1b = _mm256_setzero_pd(), ds2a = _mm256_setzero_pd(), ds2b = _mm256_setzero_pd();
-  std::uint64_t neg = 0;
-  const __m256i lo = _mm256_set1_epi32(static_cast<int>(kp.tame_lo32));
-  const __m256i span = _mm256_set1_epi32(static_cast<int>(kp.tame_span32));
-  const __m256i absm = _mm256_set1_epi32(static_cast<int>(f32_abs_mask));
-  const __m256 k32 = _mm256_set1_ps(kp.k32);
-  const std::size_t esz = sizeof(src);
-  std::size_t flushed = 0;
-  auto flush = [&]() NANSCOPE_IMPL_TARGET_AVX2 {
-    if constexpr (L == level::stats) {
-      ds1a = _mm256_add_pd(ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(fs1)));
-      ds1b = _mm256_add_pd(ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(fs1, 1)));
-      ds2a = _mm256_add_pd(ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(fs2)));
-      ds2b = _mm256_add_pd(ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(fs2, 1)));
-      fs1 = _mm256_setzero_ps();
-      fs2 = _mm256_setzero_ps();
-    }
-  };
+  state256_f32 s;
+  s.vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  s.vamax = _mm256_setzero_ps();
+  s.vamin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  s.fs1 = s.fs2 = _mm256_setzero_ps();
+  s.ds1a = s.ds1b = s.ds2a = s.ds2b = s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm256_setzero_pd();
+  s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.n_slow = 0;
+  s.first_nf = -1;
+  s.lo = _mm256_set1_epi32(static_cast<int>(kp.tame_lo32));
+  s.span = _mm256_set1_epi32(static_cast<int>(kp.tame_span32));
+  s.absm = _mm256_set1_epi32(static_cast<int>(f32_abs_mask));
+  s.inf = _mm256_set1_epi32(static_cast<int>(f32_inf_bits));
+  s.normal = _mm256_set1_epi32(static_cast<int>(kp.normal32));
+  s.k32 = _mm256_set1_ps(kp.k32);
+  s.k64 = _mm256_set1_pd(kp.k64);
+  constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-    const __m256 x = Load::load(p + i);
-    const __m256i xi = _mm256_castps_si256(x);
-    const __m256i a = _mm256_and_si256(xi, absm);
-    const __m256i off = _mm256_sub_epi32(a, lo);
-    // unsigned off <= span  <=>  min_epu32(off, span) == off
-    const __m256i ok = _mm256_cmpeq_epi32(_mm256_min_epu32(off, span), off);
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF) {
-      if constexpr (L >= level::counts) neg += static_cast<unsigned>(__builtin_popcount(_mm256_movemask_ps(x)));
-      if constexpr (L == level::counts) vamax = _mm256_max_ps(vamax, _mm256_castsi256_ps(a));
-      if constexpr (L == level::stats) {
-        vmin = _mm256_min_ps(vmin, x);
-        vmax = _mm256_max_ps(vmax, x);
-        vamin = _mm256_min_ps(vamin, _mm256_castsi256_ps(a));
-        const __m256 d = _mm256_sub_ps(x, k32);
-        fs1 = _mm256_add_ps(fs1, d);
-        fs2 = _mm256_fmadd_ps(d, d, fs2);
-        if (++flushed == 16) {
-          flush();
-          flushed = 0;
-        }
-      }
-    } else {
-      chunk_out part;
-      scalar_kernel<L>(reinterpret_cast<const unsigned char*>(p) + i * esz, t, 8, kp, part);
-      o.neg += part.neg;
-      o.zero += part.zero;
-      o.nan += part.nan;
-      o.pinf += part.pinf;
-      o.ninf += part.ninf;
-      o.sub += part.sub;
-      if (o.first_nf < 0 && part.first_nf >= 0) o.first_nf = static_cast<std::int64_t>(i) + part.first_nf;
-      if (part.amax > o.amax) o.amax = part.amax;
-      if (part.min < o.min) o.min = part.min;
-      if (part.max > o.max) o.max = part.max;
-      if (part.amin_nz < o.amin_nz) o.amin_nz = part.amin_nz;
-      o.n_slow += part.n_slow;
-      o.slow_s1 += part.slow_s1;
-      o.slow_s2 += part.slow_s2;
+  for (; i + block <= n; i += block) {
+    for (std::size_t j = 0; j < block; j += 8) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      group256_f32<L>(s, Load::load(p + i + j), 0xFFu, i + j);
     }
+    flush256_f32<L>(s);
   }
-  flush();
+  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i), 0xFFu, i);
   if (i < n) {
-    chunk_out part;
-    scalar_kernel<L>(reinterpret_cast<const unsigned char*>(p) + i * esz, t, n - i, kp, part);
-    o.neg += part.neg;
-    o.zero += part.zero;
-    o.nan += part.nan;
-    o.pinf += part.pinf;
-    o.ninf += part.ninf;
-    o.sub += part.sub;
-    if (o.first_nf < 0 && part.first_nf >= 0) o.first_nf = static_cast<std::int64_t>(i) + part.first_nf;
-    if (part.amax > o.amax) o.amax = part.amax;
-    if (part.min < o.min) o.min = part.min;
-    if (part.max > o.max) o.max = part.max;
-    if (part.amin_nz < o.amin_nz) o.amin_nz = part.amin_nz;
-    o.n_slow += part.n_slow;
-    o.slow_s1 += part.slow_s1;
-    o.slow_s2 += part.slow_s2;
+    alignas(32) src tail[8] = {};
+    std::memcpy(tail, p + i, (n - i) * sizeof(src));
+    group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
-  o.neg += neg;
+  flush256_f32<L>(s);
+  o.neg += s.neg;
+  o.zero += s.zero;
+  o.nan += s.nan;
+  o.pinf += s.pinf;
+  o.ninf += s.ninf;
+  o.sub += s.sub;
+  if (o.first_nf < 0) o.first_nf = s.first_nf;
   alignas(32) float tmp[8];
   if constexpr (L == level::counts) {
-    _mm256_store_ps(tmp, vamax);
+    _mm256_store_ps(tmp, s.vamax);
     for (float v : tmp) o.amax = static_cast<double>(v) > o.amax ? static_cast<double>(v) : o.amax;
   }
   if constexpr (L == level::stats) {
-    _mm256_store_ps(tmp, vmin);
+    _mm256_store_ps(tmp, s.vmin);
     for (float v : tmp) o.min = static_cast<double>(v) < o.min ? static_cast<double>(v) : o.min;
-    _mm256_store_ps(tmp, vmax);
+    _mm256_store_ps(tmp, s.vmax);
     for (float v : tmp) o.max = static_cast<double>(v) > o.max ? static_cast<double>(v) : o.max;
-    _mm256_store_ps(tmp, vamin);
+    _mm256_store_ps(tmp, s.vamin);
     for (float v : tmp) o.amin_nz = static_cast<double>(v) < o.amin_nz ? static_cast<double>(v) : o.amin_nz;
-    alignas(32) double d4[4];
-    _mm256_store_pd(d4, _mm256_add_pd(ds1a, ds1b));
-    o.fast_s1 += (d4[0] + d4[1]) + (d4[2] + d4[3]);
-    _mm256_store_pd(d4, _mm256_add_pd(ds2a, ds2b));
-    o.fast_s2 += (d4[0] + d4[1]) + (d4[2] + d4[3]);
+    o.fast_s1 += hsum256(_mm256_add_pd(s.ds1a, s.ds1b));
+    o.fast_s2 += hsum256(_mm256_add_pd(s.ds2a, s.ds2b));
+    o.n_slow += s.n_slow;
+    o.slow_s1 += hsum256(_mm256_add_pd(s.ss1a, s.ss1b));
+    o.slow_s2 += hsum256(_mm256_add_pd(s.ss2a, s.ss2b));
   }
 }
 
