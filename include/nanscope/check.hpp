@@ -243,7 +243,9 @@ inline void choose_shift(const health_result& seg, const void* p, dtype t, std::
       if (have && have32) break;
     }
   }
-  kp.k64 = k64;
+  kp.k_ld = k64;
+  // the double-summed lanes hold |x| <= 2^500 (f64) or f32-range values: keep their shift in that range too
+  kp.k64 = (double_to_bits(k64) & f64_abs_mask) > f64_huge_bits ? 0.0 : k64;
   float k32 = have32 ? static_cast<float>(k32src) : 0.0f;
   if ((float_to_bits(k32) & f32_abs_mask) > f32_sum_hi_bits) k32 = 0.0f;
   kp.k32 = k32;
@@ -295,7 +297,7 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
     add_part(o.n_slow, kp.k64, o.slow_s1, o.slow_s2);
     if (o.ld_n != 0) {
       const long double dn = static_cast<long double>(o.ld_n);
-      const long double pm = static_cast<long double>(kp.k64) + o.ld_s1 / dn;
+      const long double pm = static_cast<long double>(kp.k_ld) + o.ld_s1 / dn;
       long double pm2 = o.ld_s2 - o.ld_s1 * (o.ld_s1 / dn);
       if (pm2 < 0.0L) pm2 = 0.0L;
       merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), static_cast<double>(pm2));

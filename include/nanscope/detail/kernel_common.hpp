@@ -54,8 +54,9 @@ struct chunk_out {
 struct kernel_params {
   std::uint32_t tame_lo32 = 0, tame_span32 = 0, normal32 = 0;
   std::uint64_t tame_lo64 = 0, tame_span64 = 0, normal64 = 0, huge64 = 0;
-  float k32 = 0.0f;   // shift for f32-summed lanes (|k32| <= 2^59)
-  double k64 = 0.0;   // shift for double-summed lanes
+  float k32 = 0.0f;    // shift for f32-summed lanes (|k32| <= 2^59)
+  double k64 = 0.0;    // shift for double-summed lanes (|k64| <= 2^500 so that squares stay finite)
+  double k_ld = 0.0;   // shift for the long-double lanes (f64 values above 2^500): any finite value
 };
 
 inline constexpr std::uint32_t f32_inf_bits = 0x7F800000u;
@@ -165,7 +166,6 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
   double mn = o.min, mx = o.max, amax = o.amax, amin = o.amin_nz;
   double s1 = 0.0, s2 = 0.0;
   const double k = kp.k64;
-  const bool k_huge = (double_to_bits(k) & f64_abs_mask) > f64_huge_bits;
   const double inf = std::numeric_limits<double>::infinity();
   std::int64_t first_nf = o.first_nf;
   for (std::size_t i = 0; i < n; ++i) {
@@ -197,9 +197,9 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
         mx = xmax > mx ? xmax : mx;
         const double axm = select_bits(is_nan | z, inf, ax);
         amin = axm < amin ? axm : amin;
-        if (__builtin_expect(a > f64_huge_bits || k_huge, 0)) {
+        if (__builtin_expect(a > f64_huge_bits, 0)) {
           if (fin) {
-            const long double d = static_cast<long double>(x) - static_cast<long double>(k);
+            const long double d = static_cast<long double>(x) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += d;
             o.ld_s2 += d * d;
             ++o.ld_n;

@@ -161,6 +161,25 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
       s.fs1 = _mm512_add_ps(s.fs1, d);
       s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
     }
+  } else if constexpr (L >= level::counts) {
+    // Second fast path: tame lanes and zeros only (ReLU outputs, sparse tensors). Zeros are summed like any
+    // value (x - k is finite), excluded from abs_min_nonzero, and -0 is not counted as negative.
+    const __mmask16 zerom = _mm512_testn_epi32_mask(a, a);
+    if (static_cast<__mmask16>(tame | zerom) == 0xFFFF) {
+      s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
+      s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi) & ~zerom & 0xFFFF));
+      if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+      if constexpr (L == level::stats) {
+        s.vmin = _mm512_min_ps(s.vmin, x);
+        s.vmax = _mm512_max_ps(s.vmax, x);
+        s.vamin = _mm512_mask_min_ps(s.vamin, static_cast<__mmask16>(~zerom), s.vamin, _mm512_castsi512_ps(a));
+        const __m512 d = _mm512_sub_ps(x, k32);
+        s.fs1 = _mm512_add_ps(s.fs1, d);
+        s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      }
+    } else {
+      slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
+    }
   } else {
     slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
   }
@@ -301,7 +320,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
         _mm512_store_pd(tmp, x);
         for (int l = 0; l < 8; ++l) {
           if ((hugem >> l) & 1) {
-            const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k64);
+            const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += dd;
             o.ld_s2 += dd * dd;
             ++o.ld_n;
