@@ -269,16 +269,18 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
     h.zero = o.zero;
     h.subnormal = o.sub;
     h.positive = n - o.nan - o.pinf - o.ninf - o.neg - o.zero;
-    if (lv == level::counts) h.abs_max = not_nan != 0 ? o.amax : qnan;
+    if (lv == level::counts) h.abs_max = not_nan != 0 ? bits_to_double(o.amax) : qnan;
   }
   if (lv == level::stats) {
     if (not_nan != 0) {
-      h.min = o.min;
-      h.max = o.max;
-      h.abs_max = std::fabs(o.min) > std::fabs(o.max) ? std::fabs(o.min) : std::fabs(o.max);
+      const std::uint64_t mn = unkey64(o.kmin), mx = unkey64(o.kmax);
+      h.min = bits_to_double(mn);
+      h.max = bits_to_double(mx);
+      const std::uint64_t amn = mn & f64_abs_mask, amx = mx & f64_abs_mask;
+      h.abs_max = bits_to_double(amn > amx ? amn : amx);
     }
     const std::uint64_t nonzero = not_nan - o.zero;
-    h.abs_min_nonzero = nonzero != 0 ? o.amin_nz : qnan;
+    h.abs_min_nonzero = nonzero != 0 ? bits_to_double(o.amin_nz) : qnan;
     h.abs_min = o.zero != 0 ? 0.0 : h.abs_min_nonzero;
     // combine the f32-summed, double-summed and long-double-summed parts
     const std::uint64_t fin = h.finite();

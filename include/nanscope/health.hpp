@@ -96,15 +96,20 @@ struct health_result {
 };
 
 namespace detail {
+// Ordering through integer keys of the bit patterns: exact for subnormals even under flush-to-zero.
+inline std::int64_t order_key(double x) {
+  const std::uint64_t b = double_to_bits(x);
+  return static_cast<std::int64_t>(b ^ (static_cast<std::uint64_t>(static_cast<std::int64_t>(b) >> 63) >> 1));
+}
 inline double min_non_nan(double a, double b) {
   if (is_nan_bits(a)) return b;
   if (is_nan_bits(b)) return a;
-  return b < a ? b : a;
+  return order_key(b) < order_key(a) ? b : a;
 }
 inline double max_non_nan(double a, double b) {
   if (is_nan_bits(a)) return b;
   if (is_nan_bits(b)) return a;
-  return b > a ? b : a;
+  return order_key(b) > order_key(a) ? b : a;
 }
 /// Unbiased std from the finite count and m2.
 inline double std_from(std::uint64_t n, double m2) {

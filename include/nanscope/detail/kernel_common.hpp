@@ -31,21 +31,61 @@ struct moments_part {
   double s2 = 0.0;
 };
 
+/// Total-order integer key of an f64 bit pattern (for non-NaN values): key(a) < key(b) iff a < b, with
+/// -0 just below +0. The transform is its own inverse.
+inline std::int64_t key64(std::uint64_t bits) {
+  return static_cast<std::int64_t>(bits ^ (static_cast<std::uint64_t>(static_cast<std::int64_t>(bits) >> 63) >> 1));
+}
+inline std::uint64_t unkey64(std::int64_t key) { return static_cast<std::uint64_t>(key64(static_cast<std::uint64_t>(key))); }
+inline constexpr std::int64_t key64_max = 0x7FF0000000000000ll;                       // key of +inf
+inline constexpr std::int64_t key64_min = static_cast<std::int64_t>(0x800FFFFFFFFFFFFFull);  // key of -inf
+/// Same for f32 bit patterns.
+inline std::int32_t key32(std::uint32_t bits) {
+  return static_cast<std::int32_t>(bits ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31) >> 1));
+}
+inline std::uint32_t unkey32(std::int32_t key) { return static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(key))); }
+
+/// Exact f32 -> f64 conversion on bit patterns, with no floating-point instruction: subnormal f32 values
+/// survive denormals-are-zero mode (which -ffast-math enables and which would flush them in cvtss2sd).
+inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
+  const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
+  const std::uint32_t e = (b >> 23) & 0xFFu;
+  std::uint32_t m = b & 0x7FFFFFu;
+  if (e == 0xFF) return sign | 0x7FF0000000000000ull | (static_cast<std::uint64_t>(m) << 29);
+  if (e != 0) return sign | (static_cast<std::uint64_t>(e - 127 + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+  if (m == 0) return sign;
+  int shift = 0;
+  while ((m & 0x800000u) == 0) {
+    m <<= 1;
+    ++shift;
+  }
+  m &= 0x7FFFFFu;
+  return sign | (static_cast<std::uint64_t>(1 - 127 - shift + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+}
+inline double f32_bits_to_double(std::uint32_t b) { return bits_to_double(f32_to_f64_bits(b)); }
+
 /// Raw per-chunk output of a kernel. Extrema are raw (+inf/-inf when nothing was seen); the driver turns
 /// them into NaN from the counts. `fast` holds the tame lanes (f32 kernels sum them in f32 over short runs),
 /// `slow` the rest in double; `ld_*` holds f64 values too large to square in double.
 struct chunk_out {
   std::uint64_t neg = 0, zero = 0, nan = 0, pinf = 0, ninf = 0, sub = 0;
-  double min = std::numeric_limits<double>::infinity();
-  double max = -std::numeric_limits<double>::infinity();
-  double amax = 0.0;
-  double amin_nz = std::numeric_limits<double>::infinity();
+  // Extrema as integer keys of f64 bit patterns (see key64): comparisons never touch the FPU, so they stay
+  // exact for subnormals even when -ffast-math has turned on flush-to-zero / denormals-are-zero.
+  std::int64_t kmin = key64_max;   // min over non-NaN values
+  std::int64_t kmax = key64_min;   // max over non-NaN values
+  std::uint64_t amax = 0;          // abs bits, max over non-NaN values (counts level)
+  std::uint64_t amin_nz = 0x7FF0000000000000ull;  // abs bits, min over non-NaN non-zero values
   std::int64_t first_nf = -1;  // index within the chunk
   std::uint64_t n_slow = 0;    // finite values summed in `slow`
   double slow_s1 = 0.0, slow_s2 = 0.0;
   double fast_s1 = 0.0, fast_s2 = 0.0;
   std::uint64_t ld_n = 0;
   long double ld_s1 = 0.0L, ld_s2 = 0.0L;
+
+  void take_min(std::int64_t k) { kmin = k < kmin ? k : kmin; }
+  void take_max(std::int64_t k) { kmax = k > kmax ? k : kmax; }
+  void take_amax(std::uint64_t a) { amax = a > amax ? a : amax; }
+  void take_amin(std::uint64_t a) { amin_nz = a < amin_nz ? a : amin_nz; }
 };
 
 /// Thresholds for one kernel call, in the bit patterns of the compute type (f32 for every format but f64).
@@ -94,22 +134,22 @@ inline double load_as_double(const void* p, dtype t, std::size_t i) {
       return v;
     }
     case dtype::f32: {
-      float v;
+      std::uint32_t v;
       std::memcpy(&v, b + 4 * i, 4);
-      return static_cast<double>(v);
+      return f32_bits_to_double(v);
     }
     case dtype::f16: {
       std::uint16_t h;
       std::memcpy(&h, b + 2 * i, 2);
-      return static_cast<double>(decode_small_float<5, 10, true>(h));
+      return f32_bits_to_double(float_to_bits(decode_small_float<5, 10, true>(h)));
     }
     case dtype::bf16: {
       std::uint16_t h;
       std::memcpy(&h, b + 2 * i, 2);
-      return static_cast<double>(bits_to_float(static_cast<std::uint32_t>(h) << 16));
+      return f32_bits_to_double(static_cast<std::uint32_t>(h) << 16);
     }
     case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2: return static_cast<double>(fp8_table(t)[b[i]]);
+    case dtype::f8_e5m2: return f32_bits_to_double(float_to_bits(fp8_table(t)[b[i]]));
     default: return 0.0;
   }
 }
@@ -121,7 +161,11 @@ struct dec_f64 {
 };
 struct dec_f32 {
   using src = float;
-  static double get(const src* p, std::size_t i) { return static_cast<double>(p[i]); }
+  static double get(const src* p, std::size_t i) {
+    std::uint32_t b;
+    std::memcpy(&b, p + i, 4);
+    return f32_bits_to_double(b);
+  }
 };
 struct dec_f16 {
   using src = std::uint16_t;
@@ -131,8 +175,8 @@ struct dec_f16 {
     const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1Fu;
     const std::uint32_t m = h & 0x3FFu;
-    if (e == 0x1F) return static_cast<double>(bits_to_float(sign | 0x7F800000u | (m << 13)));
-    if (e != 0) return static_cast<double>(bits_to_float(sign | ((e + 112u) << 23) | (m << 13)));
+    if (e == 0x1F) return f32_bits_to_double(sign | 0x7F800000u | (m << 13));
+    if (e != 0) return f32_bits_to_double(sign | ((e + 112u) << 23) | (m << 13));
     const double v = static_cast<double>(m) * 5.9604644775390625e-08;  // m * 2^-24, exact
     return sign != 0 ? -v : v;
   }
@@ -140,13 +184,13 @@ struct dec_f16 {
 struct dec_bf16 {
   using src = std::uint16_t;
   static double get(const src* p, std::size_t i) {
-    return static_cast<double>(bits_to_float(static_cast<std::uint32_t>(p[i]) << 16));
+    return f32_bits_to_double(static_cast<std::uint32_t>(p[i]) << 16);
   }
 };
 struct dec_fp8 {
   using src = std::uint8_t;
   const float* table;
-  double get(const src* p, std::size_t i) const { return static_cast<double>(table[p[i]]); }
+  double get(const src* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
 };
 
 /// Branch-free select: c ? a : b, through the bit patterns (compilers keep data-dependent ?: on doubles as
@@ -163,10 +207,10 @@ template <level L, class Dec>
 inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::size_t n, const kernel_params& kp,
                                chunk_out& o) {
   std::uint64_t neg = 0, zero = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, sub = 0, nfin = 0;
-  double mn = o.min, mx = o.max, amax = o.amax, amin = o.amin_nz;
+  std::int64_t kmin = o.kmin, kmax = o.kmax;
+  std::uint64_t amax = o.amax, amin = o.amin_nz;
   double s1 = 0.0, s2 = 0.0;
   const double k = kp.k64;
-  const double inf = std::numeric_limits<double>::infinity();
   std::int64_t first_nf = o.first_nf;
   for (std::size_t i = 0; i < n; ++i) {
     const double x = dec.get(p, i);
@@ -185,18 +229,19 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
       zero += z;
       neg += fin & !z & sgn;
       sub += fin & !z & (a < kp.normal64);
-      const double ax = bits_to_double(a);
+      // integer compares only: exact for subnormals under flush-to-zero, and branch-free (cmov)
       if constexpr (L == level::counts) {
-        const double ax_nn = select_bits(is_nan, 0.0, ax);
-        amax = ax_nn > amax ? ax_nn : amax;  // NaN-free operands: a plain maxsd
+        const std::uint64_t a_nn = is_nan ? 0 : a;
+        amax = a_nn > amax ? a_nn : amax;
       }
       if constexpr (L == level::stats) {
-        const double xmin = select_bits(is_nan, inf, x);
-        const double xmax = select_bits(is_nan, -inf, x);
-        mn = xmin < mn ? xmin : mn;  // NaN-free operands: plain minsd / maxsd
-        mx = xmax > mx ? xmax : mx;
-        const double axm = select_bits(is_nan | z, inf, ax);
-        amin = axm < amin ? axm : amin;
+        const std::int64_t key = key64(bits);
+        const std::int64_t kl = is_nan ? key64_max : key;
+        const std::int64_t kh = is_nan ? key64_min : key;
+        kmin = kl < kmin ? kl : kmin;
+        kmax = kh > kmax ? kh : kmax;
+        const std::uint64_t am = (is_nan | z) ? f64_inf_bits : a;
+        amin = am < amin ? am : amin;
         if (__builtin_expect(a > f64_huge_bits, 0)) {
           if (fin) {
             const long double d = static_cast<long double>(x) - static_cast<long double>(kp.k_ld);
@@ -220,8 +265,8 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
   o.pinf += n_pinf;
   o.ninf += n_ninf;
   o.sub += sub;
-  o.min = mn;
-  o.max = mx;
+  o.kmin = kmin;
+  o.kmax = kmax;
   o.amax = amax;
   o.amin_nz = amin;
   o.n_slow += nfin;

@@ -45,6 +45,18 @@ inline bool cpu_has_avx2() {
 // ------------------------------------------------------------------------------------------------------
 // AVX-512, f32 compute (sources f32, f16, bf16, and fp8 pre-decoded to f32)
 // ------------------------------------------------------------------------------------------------------
+/// Folds f32 extrema (fast-path floats and slow-path keys) into a chunk_out, exactly.
+inline void reduce_extrema_f32(chunk_out& o, float fmin, float fmax, float famin, std::int32_t kmin, std::int32_t kmax,
+                               std::uint32_t kamin) {
+  const std::int32_t mn = key32(float_to_bits(fmin)) < kmin ? key32(float_to_bits(fmin)) : kmin;
+  const std::int32_t mx = key32(float_to_bits(fmax)) > kmax ? key32(float_to_bits(fmax)) : kmax;
+  const std::uint32_t fa = float_to_bits(famin) & f32_abs_mask;
+  const std::uint32_t am = fa < kamin ? fa : kamin;
+  o.take_min(key64(f32_to_f64_bits(unkey32(mn))));
+  o.take_max(key64(f32_to_f64_bits(unkey32(mx))));
+  o.take_amin(f32_to_f64_bits(am));
+}
+
 struct load512_f32 {
   using src = float;
   NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) { return _mm512_loadu_ps(p); }
@@ -72,7 +84,8 @@ struct load512_bf16 {
 };
 
 struct state512_f32 {
-  __m512 vmin, vmax, vamax, vamin, fs1, fs2;
+  __m512 vmin, vmax, vamax, vamin, fs1, fs2;  // fast paths: tame values and zeros only (never subnormal)
+  __m512i kmin, kmax, kamin, kamax;            // slow path: integer keys, exact under flush-to-zero
   __m512d ds1a, ds1b, ds2a, ds2b;  // flushed f32 sums (fast lanes)
   __m512d ss1a, ss1b, ss2a, ss2b;  // slow lanes, in double
   std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
@@ -104,12 +117,14 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
     s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
     const __mmask16 notnan = static_cast<__mmask16>(valid & ~nanm);
     const __m512 ax = _mm512_castsi512_ps(a);
+    (void)ax;
     if constexpr (L == level::counts) {
-      s.vamax = _mm512_mask_max_ps(s.vamax, notnan, s.vamax, ax);
+      s.kamax = _mm512_mask_max_epu32(s.kamax, notnan, s.kamax, a);
     } else {
-      s.vmin = _mm512_mask_min_ps(s.vmin, notnan, s.vmin, x);
-      s.vmax = _mm512_mask_max_ps(s.vmax, notnan, s.vmax, x);
-      s.vamin = _mm512_mask_min_ps(s.vamin, static_cast<__mmask16>(notnan & ~zerom), s.vamin, ax);
+      const __m512i key = _mm512_xor_si512(xi, _mm512_srli_epi32(_mm512_srai_epi32(xi, 31), 1));
+      s.kmin = _mm512_mask_min_epi32(s.kmin, notnan, s.kmin, key);
+      s.kmax = _mm512_mask_max_epi32(s.kmax, notnan, s.kmax, key);
+      s.kamin = _mm512_mask_min_epu32(s.kamin, static_cast<__mmask16>(notnan & ~zerom), s.kamin, a);
       const __mmask16 tm = static_cast<__mmask16>(tame & valid);
       const __m512 d = _mm512_maskz_sub_ps(tm, x, k32);
       s.fs1 = _mm512_add_ps(s.fs1, d);
@@ -196,6 +211,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   s.vamax = _mm512_setzero_ps();
   s.vamin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  s.kmin = _mm512_set1_epi32(0x7F800000);                   // key of +inf
+  s.kmax = _mm512_set1_epi32(key32(0xFF800000u));           // key of -inf
+  s.kamin = _mm512_set1_epi32(0x7F800000);
+  s.kamax = _mm512_setzero_si512();
   s.fs1 = s.fs2 = _mm512_setzero_ps();
   s.ds1a = s.ds1b = s.ds2a = s.ds2b = _mm512_setzero_pd();
   s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm512_setzero_pd();
@@ -234,16 +253,14 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   o.sub += s.sub;
   if (o.first_nf < 0) o.first_nf = s.first_nf;
   if constexpr (L == level::counts) {
-    const double m = static_cast<double>(_mm512_reduce_max_ps(s.vamax));
-    if (m > o.amax) o.amax = m;
+    const std::uint32_t fa = float_to_bits(_mm512_reduce_max_ps(s.vamax));
+    const auto ka = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(s.kamax));
+    o.take_amax(f32_to_f64_bits(fa > ka ? fa : ka));
   }
   if constexpr (L == level::stats) {
-    const double mn = static_cast<double>(_mm512_reduce_min_ps(s.vmin));
-    const double mx = static_cast<double>(_mm512_reduce_max_ps(s.vmax));
-    const double am = static_cast<double>(_mm512_reduce_min_ps(s.vamin));
-    if (mn < o.min) o.min = mn;
-    if (mx > o.max) o.max = mx;
-    if (am < o.amin_nz) o.amin_nz = am;
+    reduce_extrema_f32(o, _mm512_reduce_min_ps(s.vmin), _mm512_reduce_max_ps(s.vmax), _mm512_reduce_min_ps(s.vamin),
+                       _mm512_reduce_min_epi32(s.kmin), _mm512_reduce_max_epi32(s.kmax),
+                       static_cast<std::uint32_t>(_mm512_reduce_min_epu32(s.kamin)));
     o.fast_s1 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds1a, s.ds1b));
     o.fast_s2 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds2a, s.ds2b));
     o.n_slow += s.n_slow;
@@ -257,6 +274,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 struct state512_f64 {
   __m512d vmin, vmax, vamax, vamin, s1, s2;
+  __m512i kmin, kmax, kamin, kamax;
   std::uint64_t neg, zero, nan, pinf, ninf, sub, nacc;
   std::int64_t first_nf;
   __m512i lo, span, absm, inf, huge, normal;
@@ -302,12 +320,14 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
     const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
     const __m512d ax = _mm512_castsi512_pd(a);
+    (void)ax;
     if constexpr (L == level::counts) {
-      s.vamax = _mm512_mask_max_pd(s.vamax, notnan, s.vamax, ax);
+      s.kamax = _mm512_mask_max_epu64(s.kamax, notnan, s.kamax, a);
     } else {
-      s.vmin = _mm512_mask_min_pd(s.vmin, notnan, s.vmin, x);
-      s.vmax = _mm512_mask_max_pd(s.vmax, notnan, s.vmax, x);
-      s.vamin = _mm512_mask_min_pd(s.vamin, static_cast<__mmask8>(notnan & ~zerom), s.vamin, ax);
+      const __m512i key = _mm512_xor_si512(xi, _mm512_srli_epi64(_mm512_srai_epi64(xi, 63), 1));
+      s.kmin = _mm512_mask_min_epi64(s.kmin, notnan, s.kmin, key);
+      s.kmax = _mm512_mask_max_epi64(s.kmax, notnan, s.kmax, key);
+      s.kamin = _mm512_mask_min_epu64(s.kamin, static_cast<__mmask8>(notnan & ~zerom), s.kamin, a);
       // finite values up to 2^500 are summed in double; larger ones in long double (scalar, rare)
       const __mmask8 hugem = static_cast<__mmask8>(finm & _mm512_cmpgt_epu64_mask(a, s.huge));
       const __mmask8 accm = static_cast<__mmask8>(finm & ~hugem);
@@ -342,6 +362,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   s.vamin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
   s.s1 = _mm512_setzero_pd();
   s.s2 = _mm512_setzero_pd();
+  s.kmin = _mm512_set1_epi64(key64_max);
+  s.kmax = _mm512_set1_epi64(key64_min);
+  s.kamin = _mm512_set1_epi64(static_cast<long long>(f64_inf_bits));
+  s.kamax = _mm512_setzero_si512();
   s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.nacc = 0;
   s.first_nf = -1;
   s.lo = _mm512_set1_epi64(static_cast<long long>(kp.tame_lo64));
@@ -369,15 +393,16 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   o.sub += s.sub;
   if (o.first_nf < 0) o.first_nf = s.first_nf;
   if constexpr (L == level::counts) {
-    const double m = _mm512_reduce_max_pd(s.vamax);
-    if (m > o.amax) o.amax = m;
+    o.take_amax(double_to_bits(_mm512_reduce_max_pd(s.vamax)));
+    o.take_amax(static_cast<std::uint64_t>(_mm512_reduce_max_epu64(s.kamax)));
   }
   if constexpr (L == level::stats) {
-    const double mn = _mm512_reduce_min_pd(s.vmin), mx = _mm512_reduce_max_pd(s.vmax);
-    const double am = _mm512_reduce_min_pd(s.vamin);
-    if (mn < o.min) o.min = mn;
-    if (mx > o.max) o.max = mx;
-    if (am < o.amin_nz) o.amin_nz = am;
+    o.take_min(key64(double_to_bits(_mm512_reduce_min_pd(s.vmin))));
+    o.take_min(_mm512_reduce_min_epi64(s.kmin));
+    o.take_max(key64(double_to_bits(_mm512_reduce_max_pd(s.vmax))));
+    o.take_max(_mm512_reduce_max_epi64(s.kmax));
+    o.take_amin(double_to_bits(_mm512_reduce_min_pd(s.vamin)) & f64_abs_mask);
+    o.take_amin(static_cast<std::uint64_t>(_mm512_reduce_min_epu64(s.kamin)));
     o.n_slow += s.nacc;  // f64: every double-summed lane is reported in `slow` (shift k64)
     o.slow_s1 += _mm512_reduce_add_pd(s.s1);
     o.slow_s2 += _mm512_reduce_add_pd(s.s2);
@@ -407,6 +432,7 @@ struct load256_bf16 {
 
 struct state256_f32 {
   __m256 vmin, vmax, vamax, vamin, fs1, fs2;
+  __m256i kmin, kmax, kamin, kamax;
   __m256d ds1a, ds1b, ds2a, ds2b, ss1a, ss1b, ss2a, ss2b;
   std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
   std::int64_t first_nf;
@@ -462,15 +488,15 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
     const __m256i validv = _mm256_cmpgt_epi32(
         _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(valid)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
         _mm256_setzero_si256());
-    const __m256 notnan = _mm256_castsi256_ps(_mm256_andnot_si256(nanv, validv));
-    const __m256 pinf8 = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+    const __m256i notnan = _mm256_andnot_si256(nanv, validv);
     if constexpr (L == level::counts) {
-      s.vamax = _mm256_max_ps(s.vamax, _mm256_and_ps(ax, notnan));
+      s.kamax = _mm256_max_epu32(s.kamax, _mm256_and_si256(a, notnan));
     } else {
-      s.vmin = _mm256_min_ps(s.vmin, _mm256_blendv_ps(pinf8, x, notnan));
-      s.vmax = _mm256_max_ps(s.vmax, _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), x, notnan));
-      const __m256 nz = _mm256_andnot_ps(_mm256_castsi256_ps(zerov), notnan);
-      s.vamin = _mm256_min_ps(s.vamin, _mm256_blendv_ps(pinf8, ax, nz));
+      const __m256i key = _mm256_xor_si256(xi, _mm256_srli_epi32(_mm256_srai_epi32(xi, 31), 1));
+      s.kmin = _mm256_min_epi32(s.kmin, _mm256_blendv_epi8(_mm256_set1_epi32(0x7F800000), key, notnan));
+      s.kmax = _mm256_max_epi32(s.kmax, _mm256_blendv_epi8(_mm256_set1_epi32(key32(0xFF800000u)), key, notnan));
+      const __m256i nz = _mm256_andnot_si256(zerov, notnan);
+      s.kamin = _mm256_min_epu32(s.kamin, _mm256_blendv_epi8(_mm256_set1_epi32(0x7F800000), a, nz));
       const unsigned tm = tame & valid;
       const __m256 tmv = _mm256_and_ps(_mm256_castsi256_ps(tame_v), _mm256_castsi256_ps(validv));
       const __m256 d = _mm256_and_ps(_mm256_sub_ps(x, s.k32), tmv);
@@ -528,6 +554,10 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   s.vamax = _mm256_setzero_ps();
   s.vamin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  s.kmin = _mm256_set1_epi32(0x7F800000);
+  s.kmax = _mm256_set1_epi32(key32(0xFF800000u));
+  s.kamin = _mm256_set1_epi32(0x7F800000);
+  s.kamax = _mm256_setzero_si256();
   s.fs1 = s.fs2 = _mm256_setzero_ps();
   s.ds1a = s.ds1b = s.ds2a = s.ds2b = s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm256_setzero_pd();
   s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.n_slow = 0;
@@ -562,18 +592,22 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   o.ninf += s.ninf;
   o.sub += s.sub;
   if (o.first_nf < 0) o.first_nf = s.first_nf;
-  alignas(32) float tmp[8];
+  alignas(32) std::uint32_t fa[8], ka[8], fb[8], kb[8], fc[8], kc[8];
   if constexpr (L == level::counts) {
-    _mm256_store_ps(tmp, s.vamax);
-    for (float v : tmp) o.amax = static_cast<double>(v) > o.amax ? static_cast<double>(v) : o.amax;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vamax));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kamax);
+    for (int l = 0; l < 8; ++l) o.take_amax(f32_to_f64_bits(fa[l] > ka[l] ? fa[l] : ka[l]));
   }
   if constexpr (L == level::stats) {
-    _mm256_store_ps(tmp, s.vmin);
-    for (float v : tmp) o.min = static_cast<double>(v) < o.min ? static_cast<double>(v) : o.min;
-    _mm256_store_ps(tmp, s.vmax);
-    for (float v : tmp) o.max = static_cast<double>(v) > o.max ? static_cast<double>(v) : o.max;
-    _mm256_store_ps(tmp, s.vamin);
-    for (float v : tmp) o.amin_nz = static_cast<double>(v) < o.amin_nz ? static_cast<double>(v) : o.amin_nz;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vmin));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kmin);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fb), _mm256_castps_si256(s.vmax));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(kb), s.kmax);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fc), _mm256_castps_si256(s.vamin));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(kc), s.kamin);
+    for (int l = 0; l < 8; ++l)
+      reduce_extrema_f32(o, bits_to_float(fa[l]), bits_to_float(fb[l]), bits_to_float(fc[l]),
+                         static_cast<std::int32_t>(ka[l]), static_cast<std::int32_t>(kb[l]), kc[l]);
     o.fast_s1 += hsum256(_mm256_add_pd(s.ds1a, s.ds1b));
     o.fast_s2 += hsum256(_mm256_add_pd(s.ds2a, s.ds2b));
     o.n_slow += s.n_slow;
