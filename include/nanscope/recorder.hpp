@@ -1,0 +1,657 @@
+// nanscope — recorder.hpp: the frame recorder. Scopes name the modules of a forward pass; every tensor
+// recorded inside a scope (parameters, inputs, outputs) is checked with the fused pass; a ring buffer keeps
+// the last N module frames; the moment a NaN/Inf appears the recorder prints the story of the frames that
+// led to it (report.hpp) and applies its policy (throw, abort, print and continue, or a callback).
+//
+//   nanscope::recorder rec;                                   // or nanscope::default_recorder()
+//   {
+//     nanscope::scope ff(rec, "encoder.block.2.layer.1.DenseReluDense", "T5DenseGatedGeluDense");
+//     ff.input(hidden);
+//     ...
+//     ff.output(out);                                         // checks; reports on NaN/Inf
+//   }                                                         // frame complete -> ring buffer
+//
+// Most code uses the macros of macros.hpp (NANSCOPE_SCOPE, NANSCOPE_INPUT, DETECT_OVERFLOW, ...).
+// Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring
+// under a mutex; options are set before recording starts (set_options is itself thread-safe).
+#ifndef NANSCOPE_RECORDER_HPP
+#define NANSCOPE_RECORDER_HPP
+
+#include "check.hpp"
+#include "config.hpp"
+#include "health.hpp"
+#include "view.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Where a check was written (filled by the macros).
+struct source_location {
+  const char* file = "";
+  int line = 0;
+  const char* function = "";
+};
+
+/// What a recorded tensor is to its module.
+enum class tensor_role : std::uint8_t { parameter, input, output, checkpoint };
+
+/// Non-finite categories, for per-site rules (allow -inf in attention masks, say).
+enum class allow : std::uint8_t { none = 0, nan = 1, pos_inf = 2, neg_inf = 4, inf = 6, all = 7 };
+constexpr allow operator|(allow a, allow b) {
+  return static_cast<allow>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+constexpr bool allows(allow set, allow one) {
+  return (static_cast<std::uint8_t>(set) & static_cast<std::uint8_t>(one)) == static_cast<std::uint8_t>(one);
+}
+
+/// Low-precision targets whose headroom the recorder watches.
+enum class lp_format : std::uint8_t { f16, bf16, e4m3fn, e5m2 };
+inline constexpr int lp_format_count = 4;
+inline dtype lp_dtype(lp_format f) {
+  switch (f) {
+    case lp_format::f16: return dtype::f16;
+    case lp_format::bf16: return dtype::bf16;
+    case lp_format::e4m3fn: return dtype::f8_e4m3fn;
+    case lp_format::e5m2: return dtype::f8_e5m2;
+  }
+  return dtype::f16;
+}
+
+/// One tensor inside a frame.
+struct tensor_record {
+  tensor_role role = tensor_role::output;
+  std::string context;  ///< "weight", "input[0]", "output", "output[1]", or a checkpoint's text
+  health_result health;
+  bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
+  bool is_none = false;    ///< an absent optional argument ("None" line)
+  bool allowed = false;    ///< non-finite values here were allowed by a rule
+  unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
+  source_location where;
+  tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+};
+
+/// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
+struct frame {
+  std::uint64_t step = 0;
+  std::uint64_t sequence = 0;  ///< completion order across the recorder
+  std::string module_path;     ///< "encoder.block.2.layer.1.DenseReluDense.wo"; "" for the root module
+  std::string class_name;      ///< "Linear"; "" for a checkpoint outside any class
+  bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
+  bool complete = false;
+  std::vector<tensor_record> tensors;
+
+  bool inputs_finite() const {
+    for (const auto& t : tensors)
+      if (t.role != tensor_role::output && t.role != tensor_role::checkpoint && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return false;
+    return true;
+  }
+  bool outputs_nonfinite() const {
+    for (const auto& t : tensors)
+      if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return true;
+    return false;
+  }
+  /// True when this frame made the first non-finite value: its inputs were finite, an output is not.
+  bool produced_nonfinite() const { return outputs_nonfinite() && inputs_finite(); }
+};
+
+/// What happened, handed to callbacks and carried by detection_error.
+struct detection {
+  std::uint64_t step = 0;
+  std::string module_path;
+  std::string class_name;
+  std::string context;           ///< the tensor that triggered: "output", "input[0]", a checkpoint text
+  tensor_role role = tensor_role::output;
+  health_result health;          ///< of that tensor
+  source_location where;
+  bool produced_here = false;    ///< the triggering frame's inputs were finite
+  std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
+  std::string report;            ///< the report text as printed (in the recorder's style)
+};
+
+/// Thrown by the `throw_exception` policy. what() is the report's first line; report() the whole text.
+class detection_error : public std::runtime_error {
+ public:
+  explicit detection_error(std::shared_ptr<const detection> d)
+      : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
+  const detection& info() const { return *d_; }
+  const std::string& report() const { return d_->report; }
+
+ private:
+  static std::string first_line(const std::string& s) {
+    std::size_t b = s.find_first_not_of('\n');
+    if (b == std::string::npos) return "nanscope: inf/nan detected";
+    std::size_t e = s.find('\n', b);
+    return s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  }
+  std::shared_ptr<const detection> d_;
+};
+
+/// Thrown when `abort_after_step` is reached (HuggingFace's abort_after_batch_num), under every policy but
+/// `abort`.
+class stop_requested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
+enum class report_style : std::uint8_t {
+  hf,        ///< HuggingFace DebugUnderflowOverflow (FORMATS.md §2)
+  hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
+  extended,  ///< nanscope's: counts, headroom, source locations, producer marker
+};
+
+/// A rule for module paths matching `pattern` (glob: `*` any run of characters, `?` one character).
+struct site_rule {
+  std::string pattern;
+  allow allowed = allow::none;
+  bool skip = false;  ///< do not check tensors here at all
+};
+
+struct recorder_options {
+  std::size_t max_frames = 21;                 ///< frames kept (HuggingFace's max_frames_to_save)
+  std::vector<std::uint64_t> trace_steps;       ///< print every frame of these steps as it completes
+  std::int64_t abort_after_step = -1;          ///< stop once this step has completed (-1: never)
+  bool auto_step = true;                        ///< the step advances when an outermost scope completes
+  on_detect policy = on_detect::throw_exception;
+  report_style style = report_style::hf;
+  std::function<void(const detection&)> callback;      ///< for on_detect::callback
+  std::function<void(std::string_view)> sink;          ///< output; default: stderr
+  bool skip_integer_tensors = true;                    ///< integer/bool tensors are counted, never checked
+  check_mode mode = check_mode::stats;                 ///< mode of each check (stats keeps abs min/max)
+  bool report_once_per_step = true;                    ///< later detections in the same step are not re-reported
+  /// Warn when abs_max reaches these thresholds (per lp_format; <= 0 disables). Default: fp16 at 1e4, the
+  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range).
+  double warn_abs_max[lp_format_count] = {1e4, 0.0, 0.0, 0.0};
+  std::vector<site_rule> rules;
+  std::string snapshot_dir;  ///< non-empty: write the offending tensor and the producer's inputs as .npy
+  unsigned check_threads = 1;  ///< threads per check (1: the recording thread only)
+};
+
+class recorder;
+class scope;
+
+namespace detail {
+inline bool glob_match(std::string_view pat, std::string_view s) {
+  std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && (pat[p] == '?' || pat[p] == s[i])) {
+      ++p;
+      ++i;
+    } else if (p < pat.size() && pat[p] == '*') {
+      star = p++;
+      mark = i;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
+inline scope*& thread_top_scope() {
+  thread_local scope* top = nullptr;
+  return top;
+}
+
+// Report formatting lives in report.hpp (it needs fmt); the recorder calls it through this hook so that
+// recorder.hpp itself needs no fmt. report.hpp installs the formatter at static-initialisation time.
+using report_fn = std::string (*)(report_style, const detection&);
+inline std::atomic<report_fn>& report_formatter() {
+  static std::atomic<report_fn> fn{nullptr};
+  return fn;
+}
+using trace_fn = std::string (*)(const frame&, bool banner);
+inline std::atomic<trace_fn>& trace_formatter() {
+  static std::atomic<trace_fn> fn{nullptr};
+  return fn;
+}
+using warn_fn = std::string (*)(const frame&, const tensor_record&, lp_format, double threshold);
+inline std::atomic<warn_fn>& warning_formatter() {
+  static std::atomic<warn_fn> fn{nullptr};
+  return fn;
+}
+using snapshot_fn = void (*)(const std::string& dir, const detection&, const frame& current);
+inline std::atomic<snapshot_fn>& snapshot_writer() {
+  static std::atomic<snapshot_fn> fn{nullptr};
+  return fn;
+}
+}  // namespace detail
+
+/// The recorder: options, the step counter, the ring of completed frames.
+class recorder {
+ public:
+  recorder() { ring_.resize(opts_.max_frames); }
+  explicit recorder(recorder_options o) : opts_(std::move(o)) {
+    if (opts_.max_frames == 0) opts_.max_frames = 1;
+    ring_.resize(opts_.max_frames);
+  }
+  recorder(const recorder&) = delete;
+  recorder& operator=(const recorder&) = delete;
+
+  /// Replaces the options (clears the saved frames when max_frames changes).
+  void set_options(recorder_options o) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (o.max_frames == 0) o.max_frames = 1;
+    if (o.max_frames != opts_.max_frames) {
+      ring_.assign(o.max_frames, frame{});
+      head_ = count_ = 0;
+    }
+    opts_ = std::move(o);
+  }
+  recorder_options options() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return opts_;
+  }
+
+  std::uint64_t step() const { return step_.load(std::memory_order_relaxed); }
+  /// Sets the step number explicitly (for engines that own their loop); resets per-step state.
+  void set_step(std::uint64_t s) {
+    std::lock_guard<std::mutex> lk(m_);
+    begin_step_locked(s);
+  }
+  /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
+  void next_step() { complete_step(); }
+
+  /// The saved frames, oldest first.
+  std::vector<frame> frames() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return saved_locked();
+  }
+  std::uint64_t detections() const { return detections_.load(std::memory_order_relaxed); }
+  std::uint64_t warnings() const { return warnings_.load(std::memory_order_relaxed); }
+  void clear() {
+    std::lock_guard<std::mutex> lk(m_);
+    for (auto& f : ring_) f = frame{};
+    head_ = count_ = 0;
+  }
+
+  /// Records a one-tensor checkpoint frame (DETECT_OVERFLOW). Path: the enclosing scope of this thread.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
+                           allow allowed = allow::none);
+
+  /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
+  /// the scope that completes a step cannot throw from its destructor).
+  void raise_pending_stop() {
+    if (stop_pending_.exchange(false, std::memory_order_relaxed)) {
+      NANSCOPE_IMPL_THROW(stop_requested(stop_message_));
+    }
+  }
+
+  // --- used by scope ---
+  void complete(frame&& f, bool outermost);
+  /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health.
+  const health_result& record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                              source_location where, allow allowed);
+  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none);
+
+ private:
+  friend class scope;
+  std::vector<frame> saved_locked() const {
+    std::vector<frame> out;
+    out.reserve(count_);
+    const std::size_t n = ring_.size();
+    for (std::size_t i = 0; i < count_; ++i) out.push_back(ring_[(head_ + n - count_ + i) % n]);
+    return out;
+  }
+  bool tracing_locked(std::uint64_t s) const {
+    for (auto t : opts_.trace_steps)
+      if (t == s) return true;
+    return false;
+  }
+  void begin_step_locked(std::uint64_t s) {
+    step_.store(s, std::memory_order_relaxed);
+    reported_step_ = ~std::uint64_t{0};
+    warned_sites_.clear();
+    banner_step_ = ~std::uint64_t{0};
+  }
+  void emit(std::string_view text) const {
+    if (opts_.sink) {
+      opts_.sink(text);
+    } else {
+      std::fwrite(text.data(), 1, text.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+  void complete_step();
+  void detect(frame& current, const tensor_record& rec);
+  void maybe_warn(const frame& f, tensor_record& rec);
+  allow rule_allow(const std::string& path, bool& skip) const {
+    allow a = allow::none;
+    skip = false;
+    for (const auto& r : opts_.rules) {
+      if (detail::glob_match(r.pattern, path)) {
+        a = a | r.allowed;
+        skip = skip || r.skip;
+      }
+    }
+    return a;
+  }
+
+  mutable std::mutex m_;
+  recorder_options opts_;
+  std::vector<frame> ring_;
+  std::size_t head_ = 0, count_ = 0;
+  std::atomic<std::uint64_t> step_{0};
+  std::uint64_t sequence_ = 0;
+  std::uint64_t reported_step_ = ~std::uint64_t{0};
+  std::uint64_t banner_step_ = ~std::uint64_t{0};
+  std::vector<std::string> warned_sites_;
+  std::atomic<bool> stop_pending_{false};
+  std::string stop_message_;
+  std::atomic<std::uint64_t> detections_{0};
+  std::atomic<std::uint64_t> warnings_{0};
+};
+
+/// The process-wide default recorder used by the macros.
+inline recorder& default_recorder() {
+  static recorder r;
+  return r;
+}
+
+/// RAII module scope: names a module (path components nest with '.'), collects its tensors, and hands the
+/// completed frame to the recorder when it ends. One scope per module call; not movable.
+class scope {
+ public:
+  scope(recorder& r, std::string_view name, std::string_view class_name, source_location where = {})
+      : rec_((r.raise_pending_stop(), r)), parent_(detail::thread_top_scope()), where_(where) {
+    const scope* p = parent_;
+    while (p != nullptr && &p->rec_ != &r) p = p->parent_;
+    same_parent_ = p;
+    if (p != nullptr && !p->frame_.module_path.empty() && !name.empty()) {
+      frame_.module_path.reserve(p->frame_.module_path.size() + 1 + name.size());
+      frame_.module_path = p->frame_.module_path;
+      frame_.module_path += '.';
+      frame_.module_path.append(name.data(), name.size());
+    } else {
+      frame_.module_path.assign(name.data(), name.size());
+    }
+    frame_.class_name.assign(class_name.data(), class_name.size());
+    frame_.step = r.step();
+    detail::thread_top_scope() = this;
+  }
+  scope(std::string_view name, std::string_view class_name, source_location where = {})
+      : scope(default_recorder(), name, class_name, where) {}
+  scope(const scope&) = delete;
+  scope& operator=(const scope&) = delete;
+  ~scope() {
+    detail::thread_top_scope() = parent_;
+    frame_.complete = true;
+    rec_.complete(std::move(frame_), same_parent_ == nullptr);
+  }
+
+  /// Records the module's next positional input (`input[k]`).
+  template <class T>
+  const health_result& input(const T& x, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", to_view(x), where,
+                       allow::none);
+  }
+  /// Records a named input (a keyword argument): the context is its name.
+  template <class T>
+  const health_result& input(const T& x, std::string_view name, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, std::string(name), to_view(x), where, allow::none);
+  }
+  /// Records the output (`output`), or output `i` of several (`output[i]`).
+  template <class T>
+  const health_result& output(const T& x, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output", to_view(x), where, allow::none);
+  }
+  template <class T>
+  const health_result& output(const T& x, int i, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
+                       allow::none);
+  }
+  /// Records a parameter (`weight`, `bias`).
+  template <class T>
+  const health_result& parameter(const T& x, std::string_view name, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::parameter, std::string(name), to_view(x), where, allow::none);
+  }
+  /// Records a non-tensor argument ("not a tensor") or an absent one ("None"), as the HF report shows them.
+  void non_tensor_input(bool is_none = false) {
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none);
+  }
+
+  const std::string& module_path() const { return frame_.module_path; }
+  const frame& current() const { return frame_; }
+  recorder& owner() const { return rec_; }
+  scope* parent_for_lookup() const { return parent_; }
+
+ private:
+  friend class recorder;
+  recorder& rec_;
+  scope* parent_;
+  const scope* same_parent_ = nullptr;
+  source_location where_;
+  frame frame_;
+  int inputs_ = 0;
+};
+
+namespace detail {
+/// The innermost scope of this thread that belongs to `r`, or null.
+inline scope* current_scope(recorder& r) {
+  scope* s = thread_top_scope();
+  while (s != nullptr && &s->owner() != &r) s = s->parent_for_lookup();
+  return s;
+}
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------------------------
+// recorder implementation
+// ------------------------------------------------------------------------------------------------------
+
+inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none) {
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.is_tensor = false;
+  rec.is_none = is_none;
+  f.tensors.push_back(std::move(rec));
+}
+
+inline const health_result& recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                                             source_location where, allow allowed) {
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.where = where;
+  rec.view = v;
+  bool skip = false;
+  check_mode mode;
+  unsigned threads;
+  bool skip_int;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    allowed = allowed | rule_allow(f.module_path, skip);
+    mode = opts_.mode;
+    threads = opts_.check_threads;
+    skip_int = opts_.skip_integer_tensors;
+  }
+  if (skip || (skip_int && !is_float(v.type))) {
+    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+  } else {
+    rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
+  }
+  const health_result& h = rec.health;
+  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
+                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
+                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
+  rec.allowed = h.has_nonfinite() && !bad;
+  f.tensors.push_back(std::move(rec));
+  tensor_record& stored = f.tensors.back();
+  maybe_warn(f, stored);
+  if (bad) detect(f, stored);
+  return stored.health;
+}
+
+inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
+  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
+  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    for (int i = 0; i < lp_format_count; ++i) {
+      const double thr = opts_.warn_abs_max[i];
+      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
+      rec.warned |= 1u << i;
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += '#';
+      site += static_cast<char>('0' + i);
+      bool seen = false;
+      for (const auto& w : warned_sites_)
+        if (w == site) seen = true;
+      if (seen) continue;
+      warned_sites_.push_back(std::move(site));
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    if (!text.empty()) emit(text);
+  }
+}
+
+inline void recorder::detect(frame& current, const tensor_record& rec) {
+  auto d = std::make_shared<detection>();
+  on_detect policy;
+  std::function<void(const detection&)> cb;
+  std::string snapshot_dir;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t s = step_.load(std::memory_order_relaxed);
+    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
+    if (opts_.report_once_per_step && reported_step_ == s) return;
+    reported_step_ = s;
+    detections_.fetch_add(1, std::memory_order_relaxed);
+    d->step = s;
+    d->module_path = current.module_path;
+    d->class_name = current.class_name;
+    d->context = rec.context;
+    d->role = rec.role;
+    d->health = rec.health;
+    d->where = rec.where;
+    d->produced_here = current.inputs_finite();
+    d->frames = saved_locked();
+    if (d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
+    d->frames.push_back(current);
+    for (auto& f : d->frames)
+      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (auto fn = detail::report_formatter().load()) {
+      d->report = fn(opts_.style, *d);
+    } else {
+      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+    }
+    policy = opts_.policy;
+    cb = opts_.callback;
+    snapshot_dir = opts_.snapshot_dir;
+    if (policy != on_detect::callback) emit(d->report);
+  }
+  if (!snapshot_dir.empty()) {
+    if (auto fn = detail::snapshot_writer().load()) fn(snapshot_dir, *d, current);
+  }
+  switch (policy) {
+    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
+    case on_detect::abort: std::abort();
+    case on_detect::print_and_continue: return;
+    case on_detect::callback:
+      if (cb) cb(*d);
+      return;
+  }
+}
+
+inline void recorder::complete(frame&& f, bool outermost) {
+  std::string trace;
+  bool stop = false;
+  std::uint64_t finished_step = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    const std::uint64_t s = f.step;
+    if (tracing_locked(s)) {
+      if (auto fn = detail::trace_formatter().load()) {
+        trace = fn(f, banner_step_ != s);
+        banner_step_ = s;
+      }
+    }
+    frame& slot = ring_[head_];
+    slot = std::move(f);
+    for (auto& t : slot.tensors) t.view.data = nullptr;
+    head_ = (head_ + 1) % ring_.size();
+    if (count_ < ring_.size()) ++count_;
+    if (!trace.empty()) emit(trace);
+    if (outermost && opts_.auto_step) {
+      finished_step = step_.load(std::memory_order_relaxed);
+      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step);
+      begin_step_locked(finished_step + 1);
+    }
+  }
+  if (stop) {
+    std::lock_guard<std::mutex> lk(m_);
+    stop_message_ = "DebugUnderflowOverflow: aborting after " + std::to_string(finished_step + 1) +
+                    " batches due to `abort_after_batch_num=" + std::to_string(finished_step) + "` arg";
+    emit(stop_message_ + "\n");
+    if (opts_.policy == on_detect::abort) std::abort();
+    // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
+    stop_pending_.store(true, std::memory_order_relaxed);
+  }
+}
+
+inline void recorder::complete_step() {
+  bool stop = false;
+  std::uint64_t finished = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    finished = step_.load(std::memory_order_relaxed);
+    stop = opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step);
+    begin_step_locked(finished + 1);
+  }
+  if (stop) {
+    const std::string msg = "DebugUnderflowOverflow: aborting after " + std::to_string(finished + 1) +
+                            " batches due to `abort_after_batch_num=" + std::to_string(finished) + "` arg";
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      emit(msg + "\n");
+      if (opts_.policy == on_detect::abort) std::abort();
+    }
+    NANSCOPE_IMPL_THROW(stop_requested(msg));
+  }
+}
+
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
+  scope* s = detail::current_scope(*this);
+  frame f;
+  f.checkpoint = true;
+  f.step = step();
+  if (s != nullptr) {
+    f.module_path = s->module_path();
+    f.class_name = s->current().class_name;
+  }
+  const health_result h = record(f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
+  f.complete = true;
+  complete(std::move(f), false);
+  return h;
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_RECORDER_HPP

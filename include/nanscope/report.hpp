@@ -1,0 +1,261 @@
+// nanscope — report.hpp: the printers of the recorder (needs fmt).
+//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (FORMATS.md §2)
+//  - format_hf_v1_report: the one-line-per-tensor format of the original document (FORMATS.md §1)
+//  - format_extended_report: nanscope's own — counts, low-precision headroom, source locations, and which
+//    frame produced the first non-finite value as distinct from frames that propagated it.
+// Including this header installs these printers into the recorder (recorder.hpp itself needs no fmt).
+#ifndef NANSCOPE_REPORT_HPP
+#define NANSCOPE_REPORT_HPP
+
+#include "config.hpp"
+#include "format.hpp"
+#include "health.hpp"
+#include "recorder.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iterator>
+#include <string>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+inline constexpr const char* hf_prefix = "                 ";  // 17 spaces
+inline constexpr const char* hf_header = "abs min  abs max  metadata";
+
+/// abs min / abs max with torch semantics (what `var.abs().min()` prints): any NaN makes both NaN.
+inline double hf_abs_min(const health_result& h) { return h.nan != 0 ? qnan : h.abs_min; }
+inline double hf_abs_max(const health_result& h) { return h.nan != 0 ? qnan : h.abs_max; }
+
+inline int role_rank(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return 0;
+    case tensor_role::input: return 1;
+    case tensor_role::output: return 2;
+    case tensor_role::checkpoint: return 3;
+  }
+  return 3;
+}
+
+/// Calls fn(record) in the HF order: parameters, then inputs, then outputs (recording order within each).
+template <class Fn>
+void for_each_in_hf_order(const frame& f, Fn&& fn) {
+  for (int r = 0; r < 4; ++r)
+    for (const auto& t : f.tensors)
+      if (role_rank(t.role) == r) fn(t);
+}
+
+template <class Out>
+Out format_hf_frame(Out out, const frame& f) {
+  out = fmt::format_to(out, "{} {} {}", hf_prefix, f.module_path, f.class_name);
+  for_each_in_hf_order(f, [&](const tensor_record& t) {
+    if (t.is_none) {
+      out = fmt::format_to(out, "\n{:>17} {}", "None", t.context);
+    } else if (!t.is_tensor) {
+      out = fmt::format_to(out, "\n{:>17} {}", "not a tensor", t.context);
+    } else {
+      out = fmt::format_to(out, "\n{:>8.2e} {:>8.2e} {}", hf_abs_min(t.health), hf_abs_max(t.health), t.context);
+    }
+  });
+  return out;
+}
+
+inline double headroom_of(double abs_max, dtype target) {
+  if (is_nan_bits(abs_max)) return qnan;
+  if (abs_max == 0.0) return std::numeric_limits<double>::infinity();
+  return std::log2(info(target).max_finite / abs_max);
+}
+
+inline const char* lp_name(lp_format f) {
+  switch (f) {
+    case lp_format::f16: return "f16";
+    case lp_format::bf16: return "bf16";
+    case lp_format::e4m3fn: return "e4m3";
+    case lp_format::e5m2: return "e5m2";
+  }
+  return "?";
+}
+
+template <class Out>
+Out format_headroom(Out out, const health_result& h, unsigned warned) {
+  for (int i = 0; i < lp_format_count; ++i) {
+    const auto f = static_cast<lp_format>(i);
+    const dtype t = lp_dtype(f);
+    const double hr = headroom_of(h.abs_max, t);
+    const bool over = !is_nan_bits(h.abs_max) && h.abs_max >= info(t).overflow_threshold;
+    out = fmt::format_to(out, " {}", lp_name(f));
+    if (is_nan_bits(hr)) {
+      out = fmt::format_to(out, "=?");
+    } else if (over) {
+      out = fmt::format_to(out, "=OVERFLOW");
+    } else if (!is_finite_bits(hr)) {
+      out = fmt::format_to(out, "=inf");
+    } else {
+      out = fmt::format_to(out, "={:+.1f}", hr);
+    }
+    if ((warned >> i) & 1u) out = fmt::format_to(out, "!");
+  }
+  return out;
+}
+
+inline const char* role_name(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return "param";
+    case tensor_role::input: return "in";
+    case tensor_role::output: return "out";
+    case tensor_role::checkpoint: return "check";
+  }
+  return "?";
+}
+
+inline std::string short_file(const char* file) {
+  std::string s = file != nullptr ? file : "";
+  const std::size_t slash = s.find_last_of("/\\");
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+}  // namespace detail
+
+/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, frames, blank lines.
+template <class Out>
+Out format_hf_report(Out out, const detection& d) {
+  out = fmt::format_to(out, "\nDetected inf/nan during batch_number={}\nLast {} forward frames:\n{}\n", d.step,
+                       d.frames.size(), detail::hf_header);
+  for (std::size_t i = 0; i < d.frames.size(); ++i) {
+    if (i != 0) out = fmt::format_to(out, "\n");
+    out = detail::format_hf_frame(out, d.frames[i]);
+  }
+  return fmt::format_to(out, "\n\n\n");
+}
+
+/// One traced frame as HuggingFace prints it in trace mode, with the batch banner before a step's first.
+template <class Out>
+Out format_hf_trace(Out out, const frame& f, bool banner) {
+  if (banner)
+    out = fmt::format_to(out, "\n\n{} *** Starting batch number={} ***\n{}\n", detail::hf_prefix, f.step,
+                         detail::hf_header);
+  out = detail::format_hf_frame(out, f);
+  return fmt::format_to(out, "\n");
+}
+
+/// The original document's format (FORMATS.md §1): the detection line(s), `last N frames:`, then one line
+/// per input/output tensor, oldest first. Parameters are not listed (the original did not record them);
+/// checkpoints use `@` where inputs use `>` and outputs `<`.
+template <class Out>
+Out format_hf_v1_report(Out out, const detection& d) {
+  const char dir = d.role == tensor_role::input ? '>' : d.role == tensor_role::output ? '<' : '@';
+  if (d.health.has_inf())
+    out = fmt::format_to(out, "{} [{}] {}: {}: {} has infs\n", dir, d.step, d.module_path, d.class_name, d.context);
+  if (d.health.has_nan())
+    out = fmt::format_to(out, "{} [{}] {}: {}: {} has nans\n", dir, d.step, d.module_path, d.class_name, d.context);
+  std::size_t lines = 0;
+  for (const auto& f : d.frames)
+    for (const auto& t : f.tensors)
+      if (t.is_tensor && t.role != tensor_role::parameter) ++lines;
+  out = fmt::format_to(out, "\n\nlast {} frames:\n", lines);
+  for (const auto& f : d.frames) {
+    detail::for_each_in_hf_order(f, [&](const tensor_record& t) {
+      if (!t.is_tensor || t.role == tensor_role::parameter) return;
+      const char c = t.role == tensor_role::input ? '>' : t.role == tensor_role::output ? '<' : '@';
+      if (f.checkpoint)
+        out = fmt::format_to(out, "abs_max={:>8.2e} {} [{}] {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+                             f.module_path, t.context);
+      else
+        out = fmt::format_to(out, "abs_max={:>8.2e} {} [{}] {}: {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+                             f.module_path, f.class_name, t.context);
+    });
+  }
+  return out;
+}
+
+/// nanscope's extended report.
+template <class Out>
+Out format_extended_report(Out out, const detection& d) {
+  out = fmt::format_to(out, "\n=== nanscope: inf/nan detected ===\nstep {}, {} ({}), {}:", d.step,
+                       d.module_path.empty() ? "<root>" : d.module_path, d.class_name, d.context);
+  if (d.health.neg_inf != 0) out = fmt::format_to(out, " -inf={}", d.health.neg_inf);
+  if (d.health.pos_inf != 0) out = fmt::format_to(out, " +inf={}", d.health.pos_inf);
+  if (d.health.nan != 0) out = fmt::format_to(out, " nan={}", d.health.nan);
+  if (d.health.first_nonfinite >= 0) out = fmt::format_to(out, " (first at flat index {})", d.health.first_nonfinite);
+  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", d.where.file, d.where.line);
+  if (d.role == tensor_role::input || d.role == tensor_role::parameter)
+    out = fmt::format_to(out, "\n  verdict: arrived already non-finite in {} (made upstream, by code that is not checked "
+                              "between the previous frame and this one)",
+                         d.context);
+  else if (d.produced_here)
+    out = fmt::format_to(out, "\n  verdict: PRODUCED here: every input of this call was finite, its {} is not", d.context);
+  else
+    out = fmt::format_to(out, "\n  verdict: propagated here: an input of this call was already non-finite");
+  out = fmt::format_to(out,
+                       "\nlast {} frames, oldest first (abs min/max over non-NaN values; headroom = log2(format max / "
+                       "abs_max) in bits, ! = crossed the warning threshold):",
+                       d.frames.size());
+  bool first_producer_seen = false;
+  for (const auto& f : d.frames) {
+    const bool producer = !f.checkpoint && f.produced_nonfinite();
+    const bool carrier = !producer && (f.outputs_nonfinite() || !f.inputs_finite());
+    out = fmt::format_to(out, "\n  [{}] {}{}{}", f.step, f.module_path.empty() ? "<root>" : f.module_path,
+                         f.class_name.empty() ? "" : ": ", f.class_name);
+    if (producer && !first_producer_seen) out = fmt::format_to(out, "   <== PRODUCED the first inf/nan");
+    else if (producer) out = fmt::format_to(out, "   <== produced inf/nan from finite inputs");
+    else if (carrier) out = fmt::format_to(out, "   <-- carries inf/nan");
+    first_producer_seen = first_producer_seen || producer;
+    detail::for_each_in_hf_order(f, [&](const tensor_record& t) {
+      out = fmt::format_to(out, "\n      {:<5} {:<14}", detail::role_name(t.role), t.context);
+      if (t.is_none || !t.is_tensor) {
+        out = fmt::format_to(out, " {}", t.is_none ? "None" : "not a tensor");
+        return;
+      }
+      const health_result& h = t.health;
+      out = fmt::format_to(out, " abs_min={:>8.2e} abs_max={:>8.2e}", h.abs_min, h.abs_max);
+      out = fmt::format_to(out, " n={} neg={} zero={} pos={}", h.count, h.negative, h.zero, h.positive);
+      if (h.nonfinite() != 0) out = fmt::format_to(out, " -inf={} +inf={} nan={}", h.neg_inf, h.pos_inf, h.nan);
+      out = fmt::format_to(out, " |");
+      out = detail::format_headroom(out, h, t.warned);
+      if (t.where.line != 0) out = fmt::format_to(out, " | {}:{}", detail::short_file(t.where.file), t.where.line);
+    });
+  }
+  return fmt::format_to(out, "\n\n");
+}
+
+/// The report of a detection in the given style, as a string.
+inline std::string format_report(report_style style, const detection& d) {
+  std::string s;
+  auto it = std::back_inserter(s);
+  switch (style) {
+    case report_style::hf: format_hf_report(it, d); break;
+    case report_style::hf_v1: format_hf_v1_report(it, d); break;
+    case report_style::extended: format_extended_report(it, d); break;
+  }
+  return s;
+}
+
+/// The warning line for a tensor that crossed a low-precision threshold.
+inline std::string format_warning(const frame& f, const tensor_record& t, lp_format fmt_id, double threshold) {
+  const dtype target = lp_dtype(fmt_id);
+  return fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e} >= {:.3e} ({} headroom {:.2f} bits){}{}\n",
+                     f.step, f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
+                     t.health.abs_max, threshold, detail::lp_name(fmt_id), detail::headroom_of(t.health.abs_max, target),
+                     t.where.line != 0 ? " at " : "",
+                     t.where.line != 0 ? detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "");
+}
+
+namespace detail {
+inline std::string trace_to_string(const frame& f, bool banner) {
+  std::string s;
+  format_hf_trace(std::back_inserter(s), f, banner);
+  return s;
+}
+inline bool install_report_printers() {
+  report_formatter().store(&format_report);
+  trace_formatter().store(&trace_to_string);
+  warning_formatter().store(&format_warning);
+  return true;
+}
+/// Installs the printers when any translation unit includes this header.
+inline const bool report_printers_installed = install_report_printers();
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_REPORT_HPP
