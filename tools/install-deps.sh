@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Installs what nanscope's build, tests, benches and examples need (Debian/Ubuntu packages). Idempotent: it
+# installs only the packages that are missing and runs `apt-get update` only when apt cannot find one of them.
+#
+#   bash tools/install-deps.sh            install what is missing
+#   NANSCOPE_SKIP_DEPS=1 bash tools/...   do nothing (a machine set up by other means)
+#
+# libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
+# build works without it (find_package(Torch QUIET)). A failure to install it is reported but not fatal.
+set -euo pipefail
+
+if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
+  echo "install-deps: NANSCOPE_SKIP_DEPS=1, skipping"
+  exit 0
+fi
+
+required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
+          nlohmann-json3-dev)
+optional=(libtorch-dev)
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
+  echo "  ${required[*]} ${optional[*]}" >&2
+  exit 0
+fi
+
+is_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+missing_from() {
+  local p
+  for p in "$@"; do
+    is_installed "$p" || printf '%s\n' "$p"
+  done
+}
+
+mapfile -t missing_required < <(missing_from "${required[@]}")
+mapfile -t missing_optional < <(missing_from "${optional[@]}")
+if [[ ${#missing_required[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+SUDO=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing packages (${missing_required[*]} ${missing_optional[*]}) and not root without sudo" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt_get=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--force-confdef
+         -o Dpkg::Options::=--force-confold)
+
+# Does apt know a candidate version for every package? If not, the package lists are missing or stale.
+has_candidate() {
+  local c
+  c="$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')"
+  [[ -n "$c" && "$c" != "(none)" ]]
+}
+need_update=0
+for p in "${missing_required[@]}" "${missing_optional[@]}"; do
+  if ! has_candidate "$p"; then
+    need_update=1
+    break
+  fi
+done
+if [[ $need_update -eq 1 ]]; then
+  echo "install-deps: apt-get update"
+  "${apt_get[@]}" update
+fi
+
+if [[ ${#missing_required[@]} -gt 0 ]]; then
+  echo "install-deps: installing ${missing_required[*]}"
+  "${apt_get[@]}" install --no-install-recommends "${missing_required[@]}"
+fi
+if [[ ${#missing_optional[@]} -gt 0 ]]; then
+  echo "install-deps: installing ${missing_optional[*]} (optional, large)"
+  if ! "${apt_get[@]}" install --no-install-recommends "${missing_optional[@]}"; then
+    echo "install-deps: warning: could not install ${missing_optional[*]}; LibTorch tests and bench rows are skipped" >&2
+  fi
+fi
+echo "install-deps: done"
