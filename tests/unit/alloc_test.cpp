@@ -1,0 +1,71 @@
+// "No heap allocation per check": replaces the global operator new of the test binary with a counting one
+// and asserts that, once the thread pool and tables exist, checks allocate nothing — for every mode, dtype,
+// strided views, and the multi-threaded path.
+#include <doctest/doctest.h>
+#include <nanscope/nanscope.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NANSCOPE_TEST_COUNT_ALLOCS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define NANSCOPE_TEST_COUNT_ALLOCS 0
+#endif
+#endif
+#ifndef NANSCOPE_TEST_COUNT_ALLOCS
+#define NANSCOPE_TEST_COUNT_ALLOCS 1
+#endif
+
+#if NANSCOPE_TEST_COUNT_ALLOCS
+#if defined(__GNUC__) && !defined(__clang__)
+// The replacement operators below pair malloc/free themselves; GCC cannot see that and warns.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+namespace {
+std::atomic<long> g_allocs{0};
+}
+void* operator new(std::size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+TEST_CASE("check: no heap allocation per check (any mode, dtype, layout, thread count)") {
+  using namespace nanscope;
+  std::vector<float> f32(3u << 20, 1.5f);
+  f32[12345] = -0.0f;
+  std::vector<double> f64(70000, -2.0);
+  std::vector<std::uint16_t> f16(50000, half::from_float(3.0).bits);
+  std::vector<std::uint8_t> fp8(50000, float8_e4m3fn::from_float(0.5).bits);
+  tensor_view strided = tensor_view::contiguous(f32.data(), dtype::f32, {1000, 1000});
+  strided.strides[0] = 2000;  // every other row of a 2000-column buffer
+  strided.strides[1] = 2;
+  const tensor_view views[] = {to_view(f32), to_view(f64), tensor_view::flat(f16.data(), dtype::f16, 50000),
+                               tensor_view::flat(fp8.data(), dtype::f8_e4m3fn, 50000), strided};
+  const check_mode modes[] = {check_mode::stats, check_mode::full_health, check_mode::concise_health,
+                              check_mode::curt_health, check_mode::shape};
+  // warm-up: creates the pool threads and the fp8 tables once
+  for (const auto& v : views)
+    for (auto m : modes) (void)check(v, check_options{}.with_mode(m).with_threads(2).with_parallel_threshold(1));
+  const long before = g_allocs.load();
+  volatile double sink = 0;
+  for (int rep = 0; rep < 3; ++rep)
+    for (const auto& v : views)
+      for (auto m : modes)
+        for (unsigned th : {1u, 2u}) sink = check(v, check_options{}.with_mode(m).with_threads(th).with_parallel_threshold(1)).count;
+  CHECK(g_allocs.load() - before == 0);
+}
+#else
+TEST_CASE("check: no heap allocation per check (skipped under sanitizers, which own operator new)") {
+  MESSAGE("allocation counting is disabled in sanitizer builds");
+}
+#endif
