@@ -63,6 +63,7 @@ TEST_CASE("check: no heap allocation per check (any mode, dtype, layout, thread 
       for (auto m : modes)
         for (unsigned th : {1u, 2u}) sink = check(v, check_options{}.with_mode(m).with_threads(th).with_parallel_threshold(1)).count;
   CHECK(g_allocs.load() - before == 0);
+  CHECK(sink > 0);
 }
 #else
 TEST_CASE("check: no heap allocation per check (skipped under sanitizers, which own operator new)") {
