@@ -81,6 +81,7 @@ def parse(path, rel):
         lines = f.read().split("\n")
     snippets = []
     pending = set()  # markers seen since the last fence
+    last_cpp_skipped = False
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -112,13 +113,17 @@ def parse(path, rel):
         body = [l[len(indent):] if l.startswith(indent) else l.lstrip() for l in lines[start:j]]
         language = info.split()[0].lower() if info else ""
         if "output" in pending:
-            if not snippets:
-                fail(rel, i + 1, "'snippet: output' block with no C++ snippet before it")
+            if not snippets or last_cpp_skipped:
+                fail(rel, i + 1, "'snippet: output' block with no extracted C++ snippet right before it")
             if snippets[-1].expected is not None:
                 fail(rel, i + 1, "second 'snippet: output' block for the same snippet")
+            if not snippets[-1].run:
+                fail(rel, i + 1, "'snippet: output' block for a compile-only snippet")
             snippets[-1].expected = "\n".join(body)
-        elif language in ("cpp", "c++") and "skip" not in pending:
-            snippets.append(Snippet(rel, start + 1, body, set(pending)))
+        elif language in ("cpp", "c++"):
+            last_cpp_skipped = "skip" in pending
+            if not last_cpp_skipped:
+                snippets.append(Snippet(rel, start + 1, body, set(pending)))
         pending = set()
         i = j + 1
     return snippets
