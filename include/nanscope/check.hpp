@@ -46,7 +46,9 @@ inline const char* name(isa i) {
 struct check_options {
   check_mode mode = check_mode::stats;
   unsigned threads = 0;  ///< 0: default (NANSCOPE_THREADS or the hardware threads); 1: calling thread only
-  std::uint64_t parallel_threshold = NANSCOPE_CONFIG_PARALLEL_THRESHOLD;  ///< elements below which one thread runs
+  /// Elements below which one thread runs; the default is the process-wide default_parallel_threshold().
+  std::uint64_t parallel_threshold = use_default_threshold;
+  static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
   isa instruction_set = isa::automatic;
 
   check_options& with_mode(check_mode m) {
@@ -66,6 +68,29 @@ struct check_options {
     return *this;
   }
 };
+
+namespace detail {
+inline std::atomic<std::uint64_t>& parallel_threshold_setting() {
+  static std::atomic<std::uint64_t> v{[] {
+    if (const char* e = std::getenv("NANSCOPE_PARALLEL_THRESHOLD")) {
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(e, &end, 10);
+      if (end != e) return static_cast<std::uint64_t>(x);
+    }
+    return std::uint64_t{1} << 20;
+  }()};
+  return v;
+}
+}  // namespace detail
+
+/// Elements below which a check with the default options runs on the calling thread only: 2^20, or the
+/// NANSCOPE_PARALLEL_THRESHOLD environment variable, or what set_default_parallel_threshold() set.
+inline std::uint64_t default_parallel_threshold() {
+  return detail::parallel_threshold_setting().load(std::memory_order_relaxed);
+}
+inline void set_default_parallel_threshold(std::uint64_t n) {
+  detail::parallel_threshold_setting().store(n, std::memory_order_relaxed);
+}
 
 /// The best instruction set this CPU supports (ignores NANSCOPE_ISA).
 inline isa detected_isa() {
@@ -117,7 +142,10 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
     kp.huge64 = f64_huge_bits;
     std::uint64_t lo = 0, hi = f64_inf_bits - 1;
     if (lv >= level::counts) lo = kp.normal64;
-    if (lv == level::stats) hi = f64_huge_bits;
+    if (lv == level::stats) {
+      lo = f64_tiny_bits;
+      hi = f64_huge_bits;
+    }
     kp.tame_lo64 = lo;
     kp.tame_span64 = hi - lo;
     return;
@@ -216,39 +244,47 @@ inline void gather(const tensor_view& v, std::uint64_t begin, std::size_t n, uns
   }
 }
 
-/// Picks the shift for a chunk: the running mean of what came before in the segment, else the chunk's first
-/// finite value (so the shift is always a data value or a mean of data values).
-inline void choose_shift(const health_result& seg, const void* p, dtype t, std::size_t n, kernel_params& kp) {
-  double k64 = 0.0;
-  bool have = false;
-  if (seg.finite() != 0 && is_finite_bits(seg.mean)) {
-    k64 = seg.mean;
-    have = true;
+/// Median of up to 5 values (insertion sort; n >= 1).
+inline double median_of(double* v, int n) {
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && order_key(v[j]) < order_key(v[j - 1]); --j) {
+      const double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return v[n / 2];
+}
+
+/// Picks the shifts of a chunk from its own data: the median of five finite samples spread over the chunk
+/// (robust to an outlier such as a first element of 1e8 among ones), else its first finite value. A shift
+/// close to the data keeps the variance accurate when mean >> std; depending only on the chunk's data keeps
+/// results independent of the thread count and of the view's layout.
+inline void choose_shift(const void* p, dtype t, std::size_t n, kernel_params& kp) {
+  const std::size_t pos[5] = {0, n / 4, n / 2, (3 * n) / 4, n - 1};
+  double all[5], dbl[5], f32[5];
+  int na = 0, nd = 0, nf = 0;
+  for (std::size_t i : pos) {
+    const double x = load_as_double(p, t, i);
+    if (!is_finite_bits(x)) continue;
+    all[na++] = x;
+    const std::uint64_t a = double_to_bits(x) & f64_abs_mask;
+    if (a <= f64_huge_bits && (a == 0 || a >= f64_tiny_bits)) dbl[nd++] = x;
+    if (a <= f64_huge_bits && a <= double_to_bits(576460752303423488.0 /* 2^59 */)) f32[nf++] = x;
   }
-  double k32src = k64;
-  bool have32 = have;
-  if (!have || t != dtype::f64) {
+  if (na == 0) {
     for (std::size_t i = 0; i < n; ++i) {
       const double x = load_as_double(p, t, i);
       if (!is_finite_bits(x)) continue;
-      if (!have) {
-        k64 = x;
-        have = true;
-      }
+      all[na++] = x;
       const std::uint64_t a = double_to_bits(x) & f64_abs_mask;
-      if (!have32 && a <= double_to_bits(std::ldexp(1.0, 59))) {
-        k32src = x;
-        have32 = true;
-      }
-      if (have && have32) break;
+      if (a <= f64_huge_bits && (a == 0 || a >= f64_tiny_bits)) dbl[nd++] = x;
+      if (a <= double_to_bits(576460752303423488.0)) f32[nf++] = x;
+      break;
     }
   }
-  kp.k_ld = k64;
-  // the double-summed lanes hold |x| <= 2^500 (f64) or f32-range values: keep their shift in that range too
-  kp.k64 = (double_to_bits(k64) & f64_abs_mask) > f64_huge_bits ? 0.0 : k64;
-  float k32 = have32 ? static_cast<float>(k32src) : 0.0f;
-  if ((float_to_bits(k32) & f32_abs_mask) > f32_sum_hi_bits) k32 = 0.0f;
-  kp.k32 = k32;
+  kp.k_ld = na != 0 ? median_of(all, na) : 0.0;
+  kp.k64 = nd != 0 ? median_of(dbl, nd) : 0.0;
+  kp.k32 = nf != 0 ? static_cast<float>(median_of(f32, nf)) : 0.0f;
 }
 
 /// Converts one chunk's raw kernel output into a health_result fragment and merges it into `seg`.
@@ -286,14 +322,15 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
     const std::uint64_t fin = h.finite();
     const std::uint64_t n_fast = fin - o.n_slow - o.ld_n;
     std::uint64_t nn = 0;
-    double mean = 0.0, m2 = 0.0;
+    double mean = 0.0;
+    long double m2 = 0.0L;
     auto add_part = [&](std::uint64_t np, double k, double s1, double s2) {
       if (np == 0) return;
       const double dn = static_cast<double>(np);
       const double pm = k + s1 / dn;
       double pm2 = s2 - s1 * (s1 / dn);
       if (pm2 < 0.0) pm2 = 0.0;
-      merge_moments(nn, mean, m2, np, pm, pm2);
+      merge_moments(nn, mean, m2, np, pm, static_cast<long double>(pm2));
     };
     add_part(n_fast, static_cast<double>(kp.k32), o.fast_s1, o.fast_s2);
     add_part(o.n_slow, kp.k64, o.slow_s1, o.slow_s2);
@@ -302,10 +339,10 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
       const long double pm = static_cast<long double>(kp.k_ld) + o.ld_s1 / dn;
       long double pm2 = o.ld_s2 - o.ld_s1 * (o.ld_s1 / dn);
       if (pm2 < 0.0L) pm2 = 0.0L;
-      merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), static_cast<double>(pm2));
+      merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), pm2);
     }
     h.mean = nn != 0 ? mean : qnan;
-    h.m2 = nn != 0 ? m2 : 0.0;
+    h.m2 = nn != 0 ? m2 : 0.0L;
     h.std = std_from(nn, h.m2);
   }
   merge(seg, h);
@@ -338,7 +375,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       p = dbuf;
       kt = dtype::f32;
     }
-    if (plan.lv == level::stats) choose_shift(seg, p, kt, m, kp);
+    if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
     chunk_out o;
     run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
     fold_chunk(seg, o, m, cb, kp, plan.lv);
@@ -422,7 +459,7 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   const std::uint64_t n = v.numel();
   if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
     r.count = n;
-    if (mode == check_mode::stats) r.m2 = 0.0;
+    if (mode == check_mode::stats) r.m2 = 0.0L;
     return r;
   }
   detail::pass_plan plan{v,
@@ -440,7 +477,9 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   health_result acc = detail::empty_like(r);
   const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
   unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
-  if (n < opt.parallel_threshold || nseg < 2) threads = 1;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
   if (threads <= 1) {
     for (std::uint64_t s = 0; s < nseg; ++s) {
       health_result seg = detail::empty_like(r);

@@ -16,13 +16,18 @@
 #define NANSCOPE_VERSION_PATCH 0
 #define NANSCOPE_VERSION (NANSCOPE_VERSION_MAJOR * 10000 + NANSCOPE_VERSION_MINOR * 100 + NANSCOPE_VERSION_PATCH)
 
-// Everything lives in nanscope::v0 (inline), so a future ABI break can change the inline name.
+// Everything lives in an inline namespace (nanscope::v0...), so a future ABI break can change its name. The
+// configuration macros that change definitions are part of the name (nlohmann's ABI tags): translation units
+// built with different settings then never share an inline function by mistake (ODR).
 #define NANSCOPE_NAMESPACE_BEGIN \
   namespace nanscope {           \
-  inline namespace v0 {
+  inline namespace NANSCOPE_IMPL_ABI_NAME(v0, NANSCOPE_IMPL_ABI_SIMD, NANSCOPE_IMPL_ABI_EXCEPTIONS) {
 #define NANSCOPE_NAMESPACE_END \
   }                            \
   }
+
+#define NANSCOPE_IMPL_ABI_CAT(a, b, c) a##b##c
+#define NANSCOPE_IMPL_ABI_NAME(a, b, c) NANSCOPE_IMPL_ABI_CAT(a, b, c)
 
 // Feature tests are function-like so that a typo fails to compile.
 #if defined(__CUDACC__)
@@ -49,6 +54,11 @@
 #else
 #define NANSCOPE_HAS_X86_SIMD() 0
 #endif
+#if defined(NANSCOPE_CONFIG_NO_SIMD)
+#define NANSCOPE_IMPL_ABI_SIMD _nosimd
+#else
+#define NANSCOPE_IMPL_ABI_SIMD
+#endif
 
 // Exceptions: auto-detected, overridable with NANSCOPE_CONFIG_NO_EXCEPTIONS.
 #if !defined(NANSCOPE_CONFIG_NO_EXCEPTIONS)
@@ -61,6 +71,11 @@
 #define NANSCOPE_IMPL_EXCEPTIONS 0
 #endif
 #define NANSCOPE_EXCEPTIONS() NANSCOPE_IMPL_EXCEPTIONS
+#if NANSCOPE_IMPL_EXCEPTIONS
+#define NANSCOPE_IMPL_ABI_EXCEPTIONS
+#else
+#define NANSCOPE_IMPL_ABI_EXCEPTIONS _noexc
+#endif
 
 #if NANSCOPE_IMPL_EXCEPTIONS
 #define NANSCOPE_IMPL_THROW(ex) throw ex
@@ -74,10 +89,6 @@
   } while (false)
 #endif
 
-// Default number of elements below which a check runs on the calling thread only.
-#ifndef NANSCOPE_CONFIG_PARALLEL_THRESHOLD
-#define NANSCOPE_CONFIG_PARALLEL_THRESHOLD (std::uint64_t{1} << 20)
-#endif
 
 NANSCOPE_NAMESPACE_BEGIN
 

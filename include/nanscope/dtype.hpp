@@ -73,6 +73,14 @@ constexpr double pow2(int e) {
   }
   return r;
 }
+/// The spacing of doubles at x (x > 0, normal), constexpr.
+constexpr double double_ulp(double x) {
+  int e = 0;
+  while (pow2(e + 1) <= x) ++e;
+  while (pow2(e) > x) --e;
+  return pow2(e - 52);
+}
+
 constexpr dtype_info float_info(dtype id, const char* name, const char* torch_name, unsigned bits, int eb,
                                 int mb, bool has_inf, nan_encoding nan, int tf_enum) {
   const int bias = (1 << (eb - 1)) - 1;
@@ -91,7 +99,7 @@ constexpr dtype_info float_info(dtype id, const char* name, const char* torch_na
   // We express "overflows when |x| >= threshold" for IEEE formats and "> halfway" for e4m3fn by using
   // the smallest double above halfway.
   double threshold = halfway;
-  if (max_mantissa_even && bits != 64) threshold = halfway + halfway * pow2(-52);
+  if (max_mantissa_even && bits != 64) threshold = halfway + double_ulp(halfway);
   return dtype_info{id,
                     name,
                     torch_name,
@@ -176,6 +184,26 @@ inline std::uint64_t double_to_bits(double f) {
   return b;
 }
 
+/// Exact f32 -> f64 on bit patterns, with no floating-point instruction: subnormal f32 values survive the
+/// denormals-are-zero mode that -ffast-math turns on (a cvtss2sd would flush them to zero).
+inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
+  const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
+  const std::uint32_t e = (b >> 23) & 0xFFu;
+  std::uint32_t m = b & 0x7FFFFFu;
+  if (e == 0xFF) return sign | 0x7FF0000000000000ull | (static_cast<std::uint64_t>(m) << 29);
+  if (e != 0) return sign | (static_cast<std::uint64_t>(e - 127 + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+  if (m == 0) return sign;
+  int shift = 0;
+  while ((m & 0x800000u) == 0) {
+    m <<= 1;
+    ++shift;
+  }
+  m &= 0x7FFFFFu;
+  return sign | (static_cast<std::uint64_t>(1 - 127 - shift + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+}
+inline double f32_bits_to_double(std::uint32_t b) { return bits_to_double(f32_to_f64_bits(b)); }
+inline double exact_double(float f) { return f32_bits_to_double(float_to_bits(f)); }
+
 /// Exact decode of a small float format (sign, EB exponent bits, MB mantissa bits) to f32.
 /// Every f16/bf16/e4m3fn/e5m2 value is representable in f32, so this is exact.
 template <int EB, int MB, bool HasInf>
@@ -230,6 +258,9 @@ inline std::uint32_t encode_small_float(double v) {
   (void)std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1)
   int unbiased = e2 - 1;
   if (a == 0.0) return sign;
+  // Above the format's largest binade: overflow (also keeps q * quantum below from overflowing a double).
+  constexpr int max_unbiased = (HasInf ? static_cast<int>(exp_all) - 1 : static_cast<int>(exp_all)) - bias;
+  if (unbiased > max_unbiased) return sign | inf_bits;
   if (unbiased < 1 - bias) unbiased = 1 - bias;  // subnormal range shares the min-normal quantum
   const double quantum = pow2(unbiased - MB);
   const double scaled = a / quantum;  // exact: division by a power of two within range
@@ -303,11 +334,12 @@ struct float8_e5m2 {
 inline double decode(dtype t, std::uint64_t bits) {
   switch (t) {
     case dtype::f64: return detail::bits_to_double(bits);
-    case dtype::f32: return detail::bits_to_float(static_cast<std::uint32_t>(bits));
-    case dtype::f16: return half::from_bits(static_cast<std::uint16_t>(bits)).to_float();
-    case dtype::bf16: return bfloat16::from_bits(static_cast<std::uint16_t>(bits)).to_float();
-    case dtype::f8_e4m3fn: return float8_e4m3fn::from_bits(static_cast<std::uint8_t>(bits)).to_float();
-    case dtype::f8_e5m2: return float8_e5m2::from_bits(static_cast<std::uint8_t>(bits)).to_float();
+    case dtype::f32: return detail::f32_bits_to_double(static_cast<std::uint32_t>(bits));
+    case dtype::f16: return detail::exact_double(half::from_bits(static_cast<std::uint16_t>(bits)).to_float());
+    case dtype::bf16: return detail::f32_bits_to_double(static_cast<std::uint32_t>(bits & 0xFFFFu) << 16);
+    case dtype::f8_e4m3fn:
+      return detail::exact_double(float8_e4m3fn::from_bits(static_cast<std::uint8_t>(bits)).to_float());
+    case dtype::f8_e5m2: return detail::exact_double(float8_e5m2::from_bits(static_cast<std::uint8_t>(bits)).to_float());
     default: detail::fail("", std::string("decode: dtype ") + name(t) + " is not a floating type");
   }
 }

@@ -21,10 +21,12 @@ Out format_number(Out out, double x) {
   const std::uint64_t b = double_to_bits(x);
   const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
   if (a > 0x7FF0000000000000ull) return fmt::format_to(out, "nan");
-  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, (b >> 63) ? "-inf" : "inf");
+  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, "{}", (b >> 63) ? "-inf" : "inf");
   if (a == 0) return fmt::format_to(out, "0");
-  const double ax = bits_to_double(a);
-  if (ax >= 1e-3 && ax < 1e3) return fmt::format_to(out, "{:.4g}", x);
+  // Subnormal doubles are printed through long double: x87 arithmetic ignores the SSE flush-to-zero and
+  // denormals-are-zero modes that -ffast-math turns on (which would print them as 0).
+  if (a < 0x0010000000000000ull) return fmt::format_to(out, "{:.3e}", static_cast<long double>(x));
+  if (a >= 0x3F50624DD2F1A9FCull && a < 0x408F400000000000ull) return fmt::format_to(out, "{:.4g}", x);  // [1e-3, 1e3)
   return fmt::format_to(out, "{:.3e}", x);
 }
 }  // namespace detail
@@ -34,7 +36,10 @@ Out format_number(Out out, double x) {
 template <class Out>
 Out format_summary(Out out, const health_result& r) {
   out = fmt::format_to(out, "{}[", name(r.type));
-  for (int i = 0; i < r.rank; ++i) out = fmt::format_to(out, i == 0 ? "{}" : ",{}", r.shape[i]);
+  for (int i = 0; i < r.rank; ++i) {
+    if (i != 0) *out++ = ',';
+    out = fmt::format_to(out, "{}", r.shape[i]);
+  }
   out = fmt::format_to(out, "] n={}", r.count);
   if (!r.reads_data() || !r.is_float()) return out;
   if (r.mode == check_mode::stats) {
@@ -101,7 +106,7 @@ struct fmt::formatter<nanscope::health_result> {
       verbose = true;
       ++it;
     }
-    if (it != ctx.end() && *it != '}') throw fmt::format_error("nanscope: health_result takes {} or {:v}");
+    if (it != ctx.end() && *it != '}') FMT_THROW(fmt::format_error("nanscope: health_result takes {} or {:v}"));
     return it;
   }
   template <class FormatContext>

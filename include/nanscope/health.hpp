@@ -8,6 +8,7 @@
 #include "view.hpp"
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -80,7 +81,9 @@ struct health_result {
   double abs_min_nonzero = detail::qnan;
   double mean = detail::qnan;
   double std = detail::qnan;
-  double m2 = 0.0;  ///< sum of squared deviations from the mean over finite values (for merging)
+  /// Sum of squared deviations from the mean over finite values (for merging). long double: for f64 data the
+  /// squares can leave the double range (|x| ~ 1e200 or 1e-200) while std itself is an ordinary double.
+  long double m2 = 0.0L;
 
   std::int64_t first_nonfinite = -1;  ///< flat row-major index of the first NaN/Inf, −1 if none
   bool any_nonfinite = false;         ///< set in every mode that reads data (curt_health included)
@@ -112,12 +115,13 @@ inline double max_non_nan(double a, double b) {
   return order_key(b) > order_key(a) ? b : a;
 }
 /// Unbiased std from the finite count and m2.
-inline double std_from(std::uint64_t n, double m2) {
+inline double std_from(std::uint64_t n, long double m2) {
   if (n < 2) return qnan;
-  return __builtin_sqrt(m2 / static_cast<double>(n - 1));
+  return static_cast<double>(std::sqrt(m2 / static_cast<long double>(n - 1)));
 }
 /// Chan et al.'s parallel combination of (n, mean, m2) triples. Deterministic given the order of calls.
-inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint64_t nb, double mean_b, double m2_b) {
+inline void merge_moments(std::uint64_t& n, double& mean, long double& m2, std::uint64_t nb, double mean_b,
+                          long double m2_b) {
   if (nb == 0) return;
   if (n == 0) {
     n = nb;
@@ -125,11 +129,11 @@ inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint6
     m2 = m2_b;
     return;
   }
-  const double na = static_cast<double>(n);
-  const double nbd = static_cast<double>(nb);
-  const double nt = na + nbd;
-  const double delta = mean_b - mean;
-  mean = mean + delta * (nbd / nt);
+  const long double na = static_cast<long double>(n);
+  const long double nbd = static_cast<long double>(nb);
+  const long double nt = na + nbd;
+  const long double delta = static_cast<long double>(mean_b) - static_cast<long double>(mean);
+  mean = static_cast<double>(static_cast<long double>(mean) + delta * (nbd / nt));
   m2 = m2 + m2_b + delta * delta * (na * nbd / nt);
   n += nb;
 }
@@ -141,7 +145,7 @@ inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint6
 inline void merge(health_result& a, const health_result& b) {
   std::uint64_t n_fin = a.finite();
   double mean = a.mean;
-  double m2 = a.m2;
+  long double m2 = a.m2;
   const std::uint64_t nb_fin = b.finite();
   if (n_fin == 0) {
     mean = 0.0;
@@ -163,7 +167,7 @@ inline void merge(health_result& a, const health_result& b) {
   a.abs_min_nonzero = detail::min_non_nan(a.abs_min_nonzero, b.abs_min_nonzero);
   if (a.mode == check_mode::stats) {
     a.mean = n_fin != 0 ? mean : detail::qnan;
-    a.m2 = n_fin != 0 ? m2 : 0.0;
+    a.m2 = n_fin != 0 ? m2 : 0.0L;
     a.std = detail::std_from(n_fin, a.m2);
   }
   if (a.first_nonfinite < 0) a.first_nonfinite = b.first_nonfinite;

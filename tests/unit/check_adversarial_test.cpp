@@ -374,9 +374,24 @@ TEST_CASE("adversarial: the first non-finite value is found in every mode and th
   }
 }
 
-TEST_CASE("strided: permuted (transposed) views give bit-identical results to a contiguous copy") {
-  // The same logical data must give the same result whatever its memory layout (counts and extrema are checked
-  // for every layout above; this case holds mean, std and m2 of permuted layouts to bit identity as well).
+// A view that is a permutation of a dense layout (a transpose, Eigen's column-major storage) is read in memory
+// order at full speed. Counts, extrema and first_nonfinite (re-found in logical order) are then identical to a
+// contiguous copy of the logical data; mean, std and m2 are summed in a different order, so they agree to
+// rounding, not bit for bit: 1e-12 where values are summed in double (f64, the scalar kernel), 2e-6 where the
+// SIMD kernels sum f32 lanes in f32 over short runs. Documented in docs/concepts.md.
+namespace {
+void check_permuted_matches(const nanscope::health_result& a, const nanscope::health_result& b, double tol) {
+  nanscope::health_result a2 = a, b2 = b;
+  a2.mean = b2.mean = 0.0;
+  a2.std = b2.std = 0.0;
+  a2.m2 = b2.m2 = 0.0L;
+  CHECK(first_difference(a2, b2) == "");
+  CHECK(close_to(a.mean, b.mean, tol, std::fabs(b.std)));
+  CHECK(close_to(a.std, b.std, tol, b.std));
+}
+}  // namespace
+
+TEST_CASE("strided: permuted (transposed) views match a contiguous copy (moments to rounding)") {
   struct shape2 {
     std::int64_t rows, cols;
   };
@@ -394,10 +409,10 @@ TEST_CASE("strided: permuted (transposed) views give bit-identical results to a 
     for (isa i : all_isas)
       for (unsigned th : {1u, 2u}) {
         INFO("shape ", sh.rows, "x", sh.cols, " isa=", std::string(nanscope::name(i)), " threads=", th);
-        CHECK(first_difference(nanscope::check(sf.view, opts(check_mode::stats, i, th)),
-                               nanscope::check(tf, opts(check_mode::stats, i, th))) == "");
-        CHECK(first_difference(nanscope::check(sd.view, opts(check_mode::stats, i, th)),
-                               nanscope::check(td, opts(check_mode::stats, i, th))) == "");
+        check_permuted_matches(nanscope::check(sf.view, opts(check_mode::stats, i, th)),
+                               nanscope::check(tf, opts(check_mode::stats, i, th)), i == isa::scalar ? 1e-12 : 2e-6);
+        check_permuted_matches(nanscope::check(sd.view, opts(check_mode::stats, i, th)),
+                               nanscope::check(td, opts(check_mode::stats, i, th)), 1e-12);
       }
   }
 }

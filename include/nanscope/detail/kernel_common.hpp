@@ -45,25 +45,6 @@ inline std::int32_t key32(std::uint32_t bits) {
 }
 inline std::uint32_t unkey32(std::int32_t key) { return static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(key))); }
 
-/// Exact f32 -> f64 conversion on bit patterns, with no floating-point instruction: subnormal f32 values
-/// survive denormals-are-zero mode (which -ffast-math enables and which would flush them in cvtss2sd).
-inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
-  const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
-  const std::uint32_t e = (b >> 23) & 0xFFu;
-  std::uint32_t m = b & 0x7FFFFFu;
-  if (e == 0xFF) return sign | 0x7FF0000000000000ull | (static_cast<std::uint64_t>(m) << 29);
-  if (e != 0) return sign | (static_cast<std::uint64_t>(e - 127 + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
-  if (m == 0) return sign;
-  int shift = 0;
-  while ((m & 0x800000u) == 0) {
-    m <<= 1;
-    ++shift;
-  }
-  m &= 0x7FFFFFu;
-  return sign | (static_cast<std::uint64_t>(1 - 127 - shift + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
-}
-inline double f32_bits_to_double(std::uint32_t b) { return bits_to_double(f32_to_f64_bits(b)); }
-
 /// Raw per-chunk output of a kernel. Extrema are raw (+inf/-inf when nothing was seen); the driver turns
 /// them into NaN from the counts. `fast` holds the tame lanes (f32 kernels sum them in f32 over short runs),
 /// `slow` the rest in double; `ld_*` holds f64 values too large to square in double.
@@ -95,8 +76,8 @@ struct kernel_params {
   std::uint32_t tame_lo32 = 0, tame_span32 = 0, normal32 = 0;
   std::uint64_t tame_lo64 = 0, tame_span64 = 0, normal64 = 0, huge64 = 0;
   float k32 = 0.0f;    // shift for f32-summed lanes (|k32| <= 2^59)
-  double k64 = 0.0;    // shift for double-summed lanes (|k64| <= 2^500 so that squares stay finite)
-  double k_ld = 0.0;   // shift for the long-double lanes (f64 values above 2^500): any finite value
+  double k64 = 0.0;    // shift for double-summed lanes: 0 or 2^-500 <= |k64| <= 2^500 (squares stay normal)
+  double k_ld = 0.0;   // shift for the long-double lanes (f64 values beyond 2^+-500): any finite value
 };
 
 inline constexpr std::uint32_t f32_inf_bits = 0x7F800000u;
@@ -106,8 +87,10 @@ inline constexpr std::uint64_t f64_abs_mask = 0x7FFFFFFFFFFFFFFFull;
 // f32 lanes are summed in f32 only within [2^-40, 2^59]: squares of differences stay normal and finite.
 inline constexpr std::uint32_t f32_sum_lo_bits = (127u - 40u) << 23;
 inline constexpr std::uint32_t f32_sum_hi_bits = (127u + 59u) << 23;
-// f64 lanes above 2^500 are summed in long double: their squares could overflow double.
+// f64 lanes above 2^500 or below 2^-500 (but not zero) are summed in long double: their squares could
+// overflow or underflow double.
 inline constexpr std::uint64_t f64_huge_bits = static_cast<std::uint64_t>(1023 + 500) << 52;
+inline constexpr std::uint64_t f64_tiny_bits = static_cast<std::uint64_t>(1023 - 500) << 52;
 
 /// Exact fp8 -> f32 tables (256 entries each), built once.
 inline const float* fp8_table(dtype t) {
@@ -242,7 +225,7 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
         kmax = kh > kmax ? kh : kmax;
         const std::uint64_t am = (is_nan | z) ? f64_inf_bits : a;
         amin = am < amin ? am : amin;
-        if (__builtin_expect(a > f64_huge_bits, 0)) {
+        if (__builtin_expect(a > f64_huge_bits || (a != 0 && a < f64_tiny_bits), 0)) {
           if (fin) {
             const long double d = static_cast<long double>(x) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += d;
