@@ -241,7 +241,9 @@ inline margin_bounds make_margin_bounds(dtype s) {
     double mmax = 1.0;
     split_binary(double_to_bits(ti.max_finite), emax, mmax);
     const double halfway = ti.max_finite + bits_to_double(static_cast<std::uint64_t>(emax - ti.mantissa_bits - 1 + 1023) << 52);
-    const bool tie_overflows = ti.nan != nan_encoding::all_ones_only;
+    const std::uint64_t max_significand =
+        (std::uint64_t{1} << ti.mantissa_bits) | ((double_to_bits(mmax) & 0x000FFFFFFFFFFFFFull) >> (52 - ti.mantissa_bits));
+    const bool tie_overflows = (max_significand & 1u) != 0;  // odd max: the tie rounds up, out of range
     mb.b[mb_target0 + 3 * i + 2] = margin_first_at_least(s, double_to_bits(halfway) + (tie_overflows ? 0 : 1));
   }
   return mb;

@@ -426,7 +426,7 @@ TEST_CASE("margins: f32 specials and random bit patterns across the flush blocks
   for (std::size_t k = 0; k < n; ++k) {
     std::uint64_t b = g.next() & 0xFFFFFFFFu;
     if (k % 3 == 0) {  // concentrate exponents near the targets' ranges
-      const std::uint64_t e = 127 - 140 + g.below(160);  // 2^-140 .. 2^19
+      const std::uint64_t e = g.below(160) + 127u - 140u;  // 2^-140 .. 2^19
       b = (b & 0x807FFFFFu) | (e << 23);
     }
     raws.push_back(b);
@@ -466,7 +466,7 @@ TEST_CASE("margins: f64 sources at and around every limit, f64 subnormals and hu
   std::vector<std::uint64_t> rnd;
   for (std::size_t k = 0; k < scaled(50000, 20000); ++k) {
     std::uint64_t b = g.next();
-    if (k % 2 == 0) b = (b & 0x800FFFFFFFFFFFFFull) | ((1023 - 140 + g.below(160)) << 52);
+    if (k % 2 == 0) b = (b & 0x800FFFFFFFFFFFFFull) | ((g.below(160) + 1023u - 140u) << 52);
     rnd.push_back(b);
   }
   check_raw(dtype::f64, rnd, "random");

@@ -1,0 +1,446 @@
+// nanscope — npy.hpp: write a tensor as a numpy .npy file (atomically), and read one back.
+//
+//   nanscope::write_npy("dump/activations.npy", view);       // any layout; logical row-major order on disk
+//   nanscope::npy_array a = nanscope::read_npy("dump/activations.npy");
+//   nanscope::check(a.view());
+//
+// Files are .npy format version 1.0 (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html):
+// the magic "\x93NUMPY", version 1.0, a little-endian uint16 header length, then a Python dict literal such as
+// {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and ended by '\n' so that the
+// data starts at a multiple of 64 bytes; then the elements, little-endian, in row-major (C) order.
+//
+// dtypes: f64 '<f8', f32 '<f4', f16 '<f2', i8 '|i1', i16 '<i2', i32 '<i4', i64 '<i8', u8 '|u1', u16 '<u2',
+// u32 '<u4', u64 '<u8', bool '|b1' (each byte written as 0 or 1). bf16, fp8 e4m3fn and fp8 e5m2 have no numpy
+// dtype: they are written as '<f4', converted exactly (every value of those formats, NaN and inf included, is
+// an f32 value), so the file reads back as f32. Single-byte types use '|' as numpy writes them; '<i1'/'<u1'
+// are accepted on reading.
+//
+// Writes go through detail::atomic_file: the target path holds either its previous content or the complete
+// new file, never a partial one (POSIX only).
+#ifndef NANSCOPE_NPY_HPP
+#define NANSCOPE_NPY_HPP
+
+#include "check.hpp"
+#include "config.hpp"
+#include "dtype.hpp"
+#include "traits.hpp"
+#include "view.hpp"
+
+#include "detail/atomic_file.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// An array read from a .npy file: dtype, shape and the elements in row-major order (host byte order).
+struct npy_array {
+  dtype type = dtype::f32;
+  std::vector<std::int64_t> shape;   ///< empty for a 0-d array (one element)
+  std::vector<unsigned char> bytes;  ///< numel() * size_of(type) bytes
+
+  std::uint64_t numel() const {
+    std::uint64_t n = 1;
+    for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+  }
+  /// A contiguous view of the data (valid while this array lives and is not modified).
+  tensor_view view(const char* name = nullptr) const {
+    tensor_view v;
+    v.data = bytes.empty() ? nullptr : bytes.data();
+    v.type = type;
+    v.name = name;
+    v.rank = static_cast<int>(shape.size());
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
+    v.set_contiguous_strides();
+    return v;
+  }
+};
+
+/// The numpy descr that write_npy() writes for a dtype ('<f4' for bf16 and fp8).
+inline const char* npy_descr(dtype t) {
+  switch (t) {
+    case dtype::f64: return "<f8";
+    case dtype::f32:
+    case dtype::bf16:
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2: return "<f4";
+    case dtype::f16: return "<f2";
+    case dtype::i8: return "|i1";
+    case dtype::i16: return "<i2";
+    case dtype::i32: return "<i4";
+    case dtype::i64: return "<i8";
+    case dtype::u8: return "|u1";
+    case dtype::u16: return "<u2";
+    case dtype::u32: return "<u4";
+    case dtype::u64: return "<u8";
+    case dtype::boolean: return "|b1";
+  }
+  detail::fail("", "npy_descr: unsupported dtype value " + std::to_string(static_cast<unsigned>(t)));
+}
+
+namespace detail {
+
+/// The dtype a file of `t` holds (bf16 and fp8 are stored as f32).
+inline dtype npy_file_dtype(dtype t) {
+  return t == dtype::bf16 || t == dtype::f8_e4m3fn || t == dtype::f8_e5m2 ? dtype::f32 : t;
+}
+
+inline bool npy_host_is_big_endian() {
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return true;
+#else
+  return false;
+#endif
+}
+/// Reverses the bytes of each `es`-byte element in place (between host order and little-endian).
+inline void npy_swap_elements(unsigned char* p, std::size_t n, std::size_t es) {
+  if (es < 2) return;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t a = 0, b = es - 1; a < b; ++a, --b) {
+      const unsigned char t = p[i * es + a];
+      p[i * es + a] = p[i * es + b];
+      p[i * es + b] = t;
+    }
+}
+
+/// The complete preamble (magic, version, header length, header dict) for a tensor of file dtype `ft`.
+inline std::string npy_preamble(dtype ft, int rank, const std::int64_t* shape) {
+  std::string dict = "{'descr': '";
+  dict += npy_descr(ft);
+  dict += "', 'fortran_order': False, 'shape': (";
+  for (int i = 0; i < rank; ++i) {
+    if (i > 0) dict += ", ";
+    dict += std::to_string(shape[i]);
+  }
+  if (rank == 1) dict += ",";
+  dict += "), }";
+  const std::size_t fixed = 10;  // magic (6) + version (2) + header length (2)
+  std::size_t total = fixed + dict.size() + 1;  // + '\n'
+  total = (total + 63) / 64 * 64;
+  const std::size_t header_len = total - fixed;  // at most a few hundred bytes: fits uint16
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header_len & 0xFFu);
+  out += static_cast<char>((header_len >> 8) & 0xFFu);
+  out += dict;
+  out.append(total - out.size() - 1, ' ');
+  out += '\n';
+  return out;
+}
+
+/// Converts n elements of source dtype t (raw, host order) to the file's representation, little-endian, in out.
+inline void npy_encode(const unsigned char* src, dtype t, std::size_t n, unsigned char* out) {
+  const std::size_t es = size_of(t);
+  switch (t) {
+    case dtype::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        const std::uint32_t f = static_cast<std::uint32_t>(h) << 16;
+        std::memcpy(out + 4 * i, &f, 4);
+      }
+      break;
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2: {
+      const float* table = fp8_table(t);  // exact decode, built from bit fields
+      for (std::size_t i = 0; i < n; ++i) std::memcpy(out + 4 * i, &table[src[i]], 4);
+      break;
+    }
+    case dtype::boolean:
+      for (std::size_t i = 0; i < n; ++i) out[i] = src[i] != 0 ? 1 : 0;
+      break;
+    default: std::memcpy(out, src, n * es); break;
+  }
+  if (npy_host_is_big_endian()) npy_swap_elements(out, n, size_of(npy_file_dtype(t)));
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Strict parser of the header dict.
+// ------------------------------------------------------------------------------------------------------------
+class npy_header_parser {
+ public:
+  npy_header_parser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+
+  void parse(std::string& descr, bool& fortran, std::vector<std::int64_t>& shape) {
+    bool have_descr = false, have_fortran = false, have_shape = false;
+    skip_ws();
+    expect('{');
+    skip_ws();
+    while (peek() != '}') {
+      const std::string key = string_literal("a dict key");
+      skip_ws();
+      expect(':');
+      skip_ws();
+      if (key == "descr") {
+        if (have_descr) bad("the key 'descr' appears twice");
+        if (peek() != '\'' && peek() != '"')
+          bad("'descr' is not a simple type string (structured and subarray dtypes are not supported)");
+        descr = string_literal("the 'descr' value");
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (have_fortran) bad("the key 'fortran_order' appears twice");
+        if (s_.compare(i_, 4, "True") == 0) {
+          fortran = true;
+          i_ += 4;
+        } else if (s_.compare(i_, 5, "False") == 0) {
+          fortran = false;
+          i_ += 5;
+        } else {
+          bad("'fortran_order' must be True or False");
+        }
+        have_fortran = true;
+      } else if (key == "shape") {
+        if (have_shape) bad("the key 'shape' appears twice");
+        parse_shape(shape);
+        have_shape = true;
+      } else {
+        bad("unexpected key '" + key + "' in the header");
+      }
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        skip_ws();
+      } else if (peek() != '}') {
+        bad("expected ',' or '}' in the header dict");
+      }
+    }
+    ++i_;  // '}'
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+    if (i_ + 1 != s_.size() || s_[i_] != '\n')
+      bad("the header dict must be followed only by spaces and a final newline");
+    if (!have_descr) bad("the header has no 'descr'");
+    if (!have_fortran) bad("the header has no 'fortran_order'");
+    if (!have_shape) bad("the header has no 'shape'");
+  }
+
+ private:
+  const std::string& path_;
+  const std::string& s_;
+  std::size_t i_ = 0;
+
+  [[noreturn]] void bad(const std::string& what) const { file_fail(path_, "malformed .npy header: " + what); }
+  char peek() const {
+    if (i_ >= s_.size()) bad("the header ends early");
+    return s_[i_];
+  }
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  std::string string_literal(const char* what) {
+    const char q = peek();
+    if (q != '\'' && q != '"') bad(std::string("expected a quoted string for ") + what);
+    const std::size_t end = s_.find(q, i_ + 1);
+    if (end == std::string::npos) bad(std::string("unterminated string for ") + what);
+    std::string out = s_.substr(i_ + 1, end - i_ - 1);
+    if (out.find('\\') != std::string::npos) bad(std::string("escape sequences are not supported in ") + what);
+    i_ = end + 1;
+    return out;
+  }
+  void parse_shape(std::vector<std::int64_t>& shape) {
+    shape.clear();
+    expect('(');
+    skip_ws();
+    bool trailing_comma = false;
+    while (peek() != ')') {
+      if (peek() < '0' || peek() > '9') bad("'shape' must be a tuple of non-negative integers");
+      std::uint64_t v = 0;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+        const auto d = static_cast<std::uint64_t>(s_[i_] - '0');
+        if (v > (static_cast<std::uint64_t>(INT64_MAX) - d) / 10) bad("a 'shape' extent does not fit in int64");
+        v = v * 10 + d;
+        ++i_;
+      }
+      if (i_ < s_.size() && s_[i_] == 'L') ++i_;  // Python 2 long suffix, written by old numpy
+      shape.push_back(static_cast<std::int64_t>(v));
+      skip_ws();
+      trailing_comma = false;
+      if (peek() == ',') {
+        ++i_;
+        trailing_comma = true;
+        skip_ws();
+      } else if (peek() != ')') {
+        bad("expected ',' or ')' in 'shape'");
+      }
+    }
+    ++i_;  // ')'
+    if (shape.size() == 1 && !trailing_comma) bad("'shape' (n) is not a tuple: a 1-d shape is written (n,)");
+  }
+};
+
+inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+  static const struct {
+    const char* descr;
+    dtype type;
+  } known[] = {{"<f8", dtype::f64}, {"<f4", dtype::f32}, {"<f2", dtype::f16},  {"|i1", dtype::i8},
+               {"<i1", dtype::i8},  {"<i2", dtype::i16}, {"<i4", dtype::i32},  {"<i8", dtype::i64},
+               {"|u1", dtype::u8},  {"<u1", dtype::u8},  {"<u2", dtype::u16},  {"<u4", dtype::u32},
+               {"<u8", dtype::u64}, {"|b1", dtype::boolean}};
+  for (const auto& k : known)
+    if (d == k.descr) {
+      t = k.type;
+      return true;
+    }
+  return false;
+}
+
+/// Reads a whole file.
+inline std::vector<unsigned char> npy_read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) file_fail(path, errno_text("cannot open", errno));
+  std::vector<unsigned char> data;
+  unsigned char buf[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(buf, 1, sizeof buf, f);
+    data.insert(data.end(), buf, buf + got);
+    if (got < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) file_fail(path, errno_text("read failed", err));
+  return data;
+}
+
+}  // namespace detail
+
+/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
+/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
+/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
+inline void write_npy(const std::string& path, const tensor_view& v) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
+  const dtype ft = detail::npy_file_dtype(v.type);
+  const std::string pre = detail::npy_preamble(ft, v.rank, v.shape);
+  detail::atomic_file file(path);
+  file.write(pre.data(), pre.size());
+  const std::uint64_t n = v.numel();
+  const std::size_t es = size_of(v.type), fes = size_of(ft);
+  const bool raw = ft == v.type && v.type != dtype::boolean && !detail::npy_host_is_big_endian();
+  if (n != 0 && raw && v.is_contiguous()) {
+    file.write(v.data, static_cast<std::size_t>(n) * es);
+  } else if (n != 0) {
+    constexpr std::size_t chunk = std::size_t{1} << 16;
+    std::vector<unsigned char> in(chunk * es), out(chunk * fes);
+    for (std::uint64_t b = 0; b < n; b += chunk) {
+      const std::size_t m = static_cast<std::size_t>((n - b) < chunk ? (n - b) : chunk);
+      detail::gather(v, b, m, in.data());
+      detail::npy_encode(in.data(), v.type, m, out.data());
+      file.write(out.data(), m * fes);
+    }
+  }
+  file.commit();
+}
+
+/// Writes any supported tensor (see traits.hpp) as a .npy file.
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+void write_npy(const std::string& path, const T& tensor) {
+  write_npy(path, to_view(tensor));
+}
+
+/// Reads a .npy file (format 1.0 or 2.0) with a strict header parser: the magic, the version, a header length
+/// within the file, a dict with exactly 'descr', 'fortran_order' and 'shape', a supported little-endian descr
+/// (see npy_descr; '<i1'/'<u1' accepted too), and data of exactly the size the shape says (a shorter file and
+/// trailing bytes are both errors). Fortran-ordered data is transposed into row-major order. Throws
+/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
+inline npy_array read_npy(const std::string& path) {
+  const std::vector<unsigned char> f = detail::npy_read_file(path);
+  if (f.size() < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(f.size()) + " bytes");
+  if (std::memcmp(f.data(), "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
+  const unsigned ver_major = f[6], ver_minor = f[7];
+  std::size_t header_start, header_len;
+  if (ver_major == 1 && ver_minor == 0) {
+    header_start = 10;
+    header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8;
+  } else if (ver_major == 2 && ver_minor == 0) {
+    if (f.size() < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
+    header_start = 12;
+    header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8 |
+                 static_cast<std::size_t>(f[10]) << 16 | static_cast<std::size_t>(f[11]) << 24;
+  } else {
+    detail::file_fail(path, "unsupported .npy format version " + std::to_string(ver_major) + "." +
+                                std::to_string(ver_minor) + " (1.0 and 2.0 are supported)");
+  }
+  if (header_len > f.size() - header_start)
+    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                                std::to_string(f.size()) + " bytes)");
+  const std::string header(reinterpret_cast<const char*>(f.data()) + header_start, header_len);
+  for (char c : header)
+    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t'))
+      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte");
+  std::string descr;
+  bool fortran = false;
+  npy_array a;
+  detail::npy_header_parser(path, header).parse(descr, fortran, a.shape);
+  if (!detail::npy_descr_dtype(descr, a.type)) {
+    std::string why = "unsupported dtype descr '" + descr + "'";
+    if (!descr.empty() && descr[0] == '>') why += " (big-endian data is not supported)";
+    why += "; supported: <f8 <f4 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1";
+    detail::file_fail(path, why);
+  }
+  if (a.shape.size() > static_cast<std::size_t>(max_rank))
+    detail::file_fail(path, "rank " + std::to_string(a.shape.size()) + " exceeds nanscope's max_rank " + std::to_string(max_rank));
+  const std::size_t es = size_of(a.type);
+  const std::size_t data_start = header_start + header_len;
+  const std::size_t avail = f.size() - data_start;
+  // element count, stopping as soon as the data could not fit in the file (no overflow)
+  std::uint64_t n = 1;
+  bool too_big = false;
+  bool has_zero = false;
+  for (std::int64_t d : a.shape) has_zero = has_zero || d == 0;
+  if (has_zero) {
+    n = 0;
+  } else {
+    for (std::int64_t d : a.shape) {
+      const auto u = static_cast<std::uint64_t>(d);
+      if (n > (avail / es) / u) too_big = true;
+      if (too_big) break;
+      n *= u;
+    }
+  }
+  if (too_big || n * es > avail)
+    detail::file_fail(path, "truncated: the data is shorter than the shape says (" +
+                                (too_big ? std::string("far more") : std::to_string(n * es)) + " bytes needed, " +
+                                std::to_string(avail) + " after the header)");
+  if (n * es < avail)
+    detail::file_fail(path, std::to_string(avail - n * es) + " unexpected trailing bytes after the data");
+  const unsigned char* src = f.data() + data_start;
+  a.bytes.resize(static_cast<std::size_t>(n) * es);
+  const std::size_t rank = a.shape.size();
+  if (!fortran || rank < 2 || n == 0) {
+    if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
+  } else {
+    // column-major source: stride of dimension i is the product of the extents before it
+    std::int64_t fstride[max_rank];
+    std::int64_t s = 1;
+    for (std::size_t i = 0; i < rank; ++i) {
+      fstride[i] = s;
+      s *= a.shape[i];
+    }
+    std::int64_t idx[max_rank] = {};
+    for (std::uint64_t k = 0; k < n; ++k) {
+      std::int64_t off = 0;
+      for (std::size_t i = 0; i < rank; ++i) off += idx[i] * fstride[i];
+      std::memcpy(a.bytes.data() + k * es, src + static_cast<std::size_t>(off) * es, es);
+      for (std::size_t i = rank; i-- > 0;) {
+        if (++idx[i] < a.shape[i]) break;
+        idx[i] = 0;
+      }
+    }
+  }
+  if (detail::npy_host_is_big_endian()) detail::npy_swap_elements(a.bytes.data(), static_cast<std::size_t>(n), es);
+  return a;
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_NPY_HPP
