@@ -234,9 +234,8 @@ inline margin_bounds make_margin_bounds(dtype s) {
     mb.b[mb_target0 + 3 * i + 1] = margin_first_at_least(s, double_to_bits(mid_normal));
     // Overflow: halfway between max_finite and the next step up (max + half an ulp at max). The tie rounds to
     // the even significand: IEEE formats' max significand is all ones (odd), so the tie overflows; e4m3fn's
-    // max 1.110b * 2^8 is even, so 464 rounds to 448 and only values above it overflow. (Derived here from
-    // max_finite and the fraction width rather than read from dtype_info::overflow_threshold, whose e4m3fn
-    // entry is meant as "the first double above 464".)
+    // max 1.110b * 2^8 is even, so 464 rounds to 448 and only values above it overflow. Derived here from
+    // max_finite and the fraction width; margins_test checks that it agrees with dtype_info::overflow_threshold.
     int emax = 0;
     double mmax = 1.0;
     split_binary(double_to_bits(ti.max_finite), emax, mmax);

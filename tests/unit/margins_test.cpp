@@ -654,3 +654,15 @@ TEST_CASE("margins: the boundaries hold under this build's floating-point enviro
     CHECK(r[dtype::f16].underflow_to_zero == 10);
   }
 }
+
+TEST_CASE("margins: consistent with dtype_info::overflow_threshold (|x| >= threshold overflows, the double below does not)") {
+  for (int i = 0; i < 4; ++i) {
+    const double thr = nanscope::info(targets[i].id).overflow_threshold;
+    const std::vector<std::uint64_t> raws = {bits64(thr), bits64(thr) - 1, bits64(thr) | 0x8000000000000000ull};
+    for (isa a : margin_isas) {
+      const nanscope::margins_result r = run_raw(dtype::f64, raws, a);
+      INFO(label(dtype::f64, a, std::string("threshold of ") + nanscope::name(targets[i].id)));
+      CHECK(r.formats[static_cast<std::size_t>(i)].overflow == 2);
+    }
+  }
+}
