@@ -22,8 +22,14 @@
 #define NANSCOPE_IMPL_CAT2(a, b) a##b
 #define NANSCOPE_IMPL_CAT(a, b) NANSCOPE_IMPL_CAT2(a, b)
 #define NANSCOPE_IMPL_HERE() (::nanscope::source_location{__FILE__, __LINE__, static_cast<const char*>(__func__)})
-// Parsed, never evaluated: sizeof's operand is unevaluated; the void casts defeat overloaded commas.
-#define NANSCOPE_IMPL_UNUSED(...) static_cast<void>(sizeof((NANSCOPE_IMPL_VOIDS(__VA_ARGS__), 0)))
+// Parsed, never evaluated: the arguments sit in an `if (false)` block (which compilers drop even at -O0;
+// unlike sizeof it accepts lambdas in C++17); the void casts defeat overloaded commas.
+#define NANSCOPE_IMPL_UNUSED(...)             \
+  do {                                        \
+    if (false) {                              \
+      NANSCOPE_IMPL_VOIDS(__VA_ARGS__);       \
+    }                                         \
+  } while (false)
 #define NANSCOPE_IMPL_VOIDS(...) NANSCOPE_IMPL_VOIDS_N(__VA_ARGS__, 4, 3, 2, 1, 0)(__VA_ARGS__)
 #define NANSCOPE_IMPL_VOIDS_N(a, b, c, d, N, ...) NANSCOPE_IMPL_VOIDS_##N
 #define NANSCOPE_IMPL_VOIDS_1(a) static_cast<void>(a)
@@ -91,7 +97,7 @@ void macro_output(recorder& r, const T& x, int i, source_location where) {
   }
 }
 template <class T>
-void macro_param(recorder& r, const T& x, const char* name, source_location where) {
+void macro_param(recorder& r, const T& x, std::string_view name, source_location where) {
   if (scope* s = current_scope(r)) {
     s->parameter(x, name, where);
   } else {

@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,6 +92,7 @@ struct frame {
   std::string class_name;      ///< "Linear"; "" for a checkpoint outside any class
   bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
   bool complete = false;
+  source_location where;       ///< where the scope (or checkpoint) was opened
   std::vector<tensor_record> tensors;
 
   bool inputs_finite() const {
@@ -172,7 +175,9 @@ struct recorder_options {
   report_style style = report_style::hf;
   std::function<void(const detection&)> callback;      ///< for on_detect::callback
   std::function<void(std::string_view)> sink;          ///< output; default: stderr
-  bool skip_integer_tensors = true;                    ///< integer/bool tensors are counted, never checked
+  /// Integer and bool tensors cannot hold NaN/Inf: they are never classified, but by default they are recorded
+  /// with their abs min/max (HuggingFace's report shows input_ids too). true: leave them out of the frames.
+  bool skip_integer_tensors = false;
   check_mode mode = check_mode::stats;                 ///< mode of each check (stats keeps abs min/max)
   bool report_once_per_step = true;                    ///< later detections in the same step are not re-reported
   /// Warn when abs_max reaches these thresholds (per lp_format; <= 0 disables). Default: fp16 at 1e4, the
@@ -205,6 +210,38 @@ inline bool glob_match(std::string_view pat, std::string_view s) {
   }
   while (p < pat.size() && pat[p] == '*') ++p;
   return p == pat.size();
+}
+
+/// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too). O(n), scalar.
+inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) {
+  const std::uint64_t n = v.numel();
+  if (n == 0 || v.data == nullptr) return;
+  const std::size_t es = size_of(v.type);
+  double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
+  unsigned char buf[8 * 512];
+  for (std::uint64_t b = 0; b < n; b += 512) {
+    const std::size_t m = static_cast<std::size_t>((n - b) < 512 ? (n - b) : 512);
+    gather(v, b, m, buf);
+    for (std::size_t i = 0; i < m; ++i) {
+      const unsigned char* p = buf + i * es;
+      double a = 0.0;
+      switch (v.type) {
+        case dtype::i8: { std::int8_t x; std::memcpy(&x, p, 1); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i16: { std::int16_t x; std::memcpy(&x, p, 2); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i32: { std::int32_t x; std::memcpy(&x, p, 4); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i64: { std::int64_t x; std::memcpy(&x, p, 8); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::u8: case dtype::boolean: a = double(*p); break;
+        case dtype::u16: { std::uint16_t x; std::memcpy(&x, p, 2); a = double(x); break; }
+        case dtype::u32: { std::uint32_t x; std::memcpy(&x, p, 4); a = double(x); break; }
+        case dtype::u64: { std::uint64_t x; std::memcpy(&x, p, 8); a = double(x); break; }
+        default: break;
+      }
+      lo = a < lo ? a : lo;
+      hi = a > hi ? a : hi;
+    }
+  }
+  amin = lo;
+  amax = hi;
 }
 
 /// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
@@ -293,16 +330,22 @@ class recorder {
   /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
   /// the scope that completes a step cannot throw from its destructor).
   void raise_pending_stop() {
-    if (stop_pending_.exchange(false, std::memory_order_relaxed)) {
-      NANSCOPE_IMPL_THROW(stop_requested(stop_message_));
+    if (!stop_pending_.load(std::memory_order_acquire)) return;
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!stop_pending_.exchange(false, std::memory_order_relaxed)) return;
+      msg = stop_message_;
     }
+    NANSCOPE_IMPL_THROW(stop_requested(msg));
   }
 
   // --- used by scope ---
   void complete(frame&& f, bool outermost);
-  /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health.
-  const health_result& record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                              source_location where, allow allowed);
+  /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
+  /// storage moves as more tensors are recorded).
+  health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
+                       allow allowed);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none);
 
  private:
@@ -334,6 +377,10 @@ class recorder {
     }
   }
   void complete_step();
+  std::string stop_text(std::uint64_t batches_done) const {
+    return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
+           " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
+  }
   void detect(frame& current, const tensor_record& rec);
   void maybe_warn(const frame& f, tensor_record& rec);
   allow rule_allow(const std::string& path, bool& skip) const {
@@ -383,9 +430,12 @@ class scope {
       frame_.module_path = p->frame_.module_path;
       frame_.module_path += '.';
       frame_.module_path.append(name.data(), name.size());
+    } else if (p != nullptr && name.empty()) {
+      frame_.module_path = p->frame_.module_path;  // an unnamed sub-scope stays at its parent's path
     } else {
       frame_.module_path.assign(name.data(), name.size());
     }
+    frame_.where = where;
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
@@ -402,28 +452,28 @@ class scope {
 
   /// Records the module's next positional input (`input[k]`).
   template <class T>
-  const health_result& input(const T& x, source_location where = {}) {
+  health_result input(const T& x, source_location where = {}) {
     return rec_.record(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", to_view(x), where,
                        allow::none);
   }
   /// Records a named input (a keyword argument): the context is its name.
   template <class T>
-  const health_result& input(const T& x, std::string_view name, source_location where = {}) {
+  health_result input(const T& x, std::string_view name, source_location where = {}) {
     return rec_.record(frame_, tensor_role::input, std::string(name), to_view(x), where, allow::none);
   }
   /// Records the output (`output`), or output `i` of several (`output[i]`).
   template <class T>
-  const health_result& output(const T& x, source_location where = {}) {
+  health_result output(const T& x, source_location where = {}) {
     return rec_.record(frame_, tensor_role::output, "output", to_view(x), where, allow::none);
   }
   template <class T>
-  const health_result& output(const T& x, int i, source_location where = {}) {
+  health_result output(const T& x, int i, source_location where = {}) {
     return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
                        allow::none);
   }
   /// Records a parameter (`weight`, `bias`).
   template <class T>
-  const health_result& parameter(const T& x, std::string_view name, source_location where = {}) {
+  health_result parameter(const T& x, std::string_view name, source_location where = {}) {
     return rec_.record(frame_, tensor_role::parameter, std::string(name), to_view(x), where, allow::none);
   }
   /// Records a non-tensor argument ("not a tensor") or an absent one ("None"), as the HF report shows them.
@@ -468,8 +518,8 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
   f.tensors.push_back(std::move(rec));
 }
 
-inline const health_result& recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                             source_location where, allow allowed) {
+inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                                      source_location where, allow allowed) {
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
@@ -486,7 +536,14 @@ inline const health_result& recorder::record(frame& f, tensor_role role, std::st
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
   }
-  if (skip || (skip_int && !is_float(v.type))) {
+  if (!is_float(v.type)) {
+    if (skip_int) return check(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    f.tensors.push_back(std::move(rec));
+    return f.tensors.back().health;
+  }
+  if (skip) {
     rec.health = check(v, check_options{}.with_mode(check_mode::shape));
   } else {
     rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
@@ -499,13 +556,15 @@ inline const health_result& recorder::record(frame& f, tensor_role role, std::st
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
   maybe_warn(f, stored);
+  const health_result result = stored.health;
   if (bad) detect(f, stored);
-  return stored.health;
+  return result;
 }
 
 inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
   // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
   if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (rec.health.has_nonfinite() && !rec.allowed) return;
   std::string text;
   {
     std::lock_guard<std::mutex> lk(m_);
@@ -580,9 +639,9 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
 
 inline void recorder::complete(frame&& f, bool outermost) {
   std::string trace;
-  bool stop = false;
-  std::uint64_t finished_step = 0;
   {
+    bool stop = false;
+    std::uint64_t finished_step = 0;
     std::lock_guard<std::mutex> lk(m_);
     f.sequence = sequence_++;
     const std::uint64_t s = f.step;
@@ -600,56 +659,58 @@ inline void recorder::complete(frame&& f, bool outermost) {
     if (!trace.empty()) emit(trace);
     if (outermost && opts_.auto_step) {
       finished_step = step_.load(std::memory_order_relaxed);
-      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step);
+      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
+             !stop_pending_.load(std::memory_order_relaxed);
       begin_step_locked(finished_step + 1);
+      if (stop) {
+        stop_message_ = stop_text(finished_step + 1);
+        emit(stop_message_ + "\n");
+        if (opts_.policy == on_detect::abort) std::abort();
+        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
+        stop_pending_.store(true, std::memory_order_release);
+      }
     }
-  }
-  if (stop) {
-    std::lock_guard<std::mutex> lk(m_);
-    stop_message_ = "DebugUnderflowOverflow: aborting after " + std::to_string(finished_step + 1) +
-                    " batches due to `abort_after_batch_num=" + std::to_string(finished_step) + "` arg";
-    emit(stop_message_ + "\n");
-    if (opts_.policy == on_detect::abort) std::abort();
-    // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
-    stop_pending_.store(true, std::memory_order_relaxed);
   }
 }
 
 inline void recorder::complete_step() {
-  bool stop = false;
-  std::uint64_t finished = 0;
+  std::string msg;
   {
     std::lock_guard<std::mutex> lk(m_);
-    finished = step_.load(std::memory_order_relaxed);
-    stop = opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step);
-    begin_step_locked(finished + 1);
-  }
-  if (stop) {
-    const std::string msg = "DebugUnderflowOverflow: aborting after " + std::to_string(finished + 1) +
-                            " batches due to `abort_after_batch_num=" + std::to_string(finished) + "` arg";
-    {
-      std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    const bool already = stop_pending_.exchange(false, std::memory_order_relaxed);
+    if (already) {
+      msg = stop_message_;  // auto_step armed the stop and printed it already
+    } else if (opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step)) {
+      msg = stop_text(finished + 1);
       emit(msg + "\n");
       if (opts_.policy == on_detect::abort) std::abort();
     }
-    NANSCOPE_IMPL_THROW(stop_requested(msg));
+    begin_step_locked(finished + 1);
   }
+  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
 }
 
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
   scope* s = detail::current_scope(*this);
-  frame f;
-  f.checkpoint = true;
-  f.step = step();
+  // The frame is completed into the ring even when the check throws (throw_exception policy).
+  struct pending {
+    recorder& r;
+    frame f;
+    ~pending() {
+      f.complete = true;
+      r.complete(std::move(f), false);
+    }
+  } p{*this, frame{}};
+  p.f.checkpoint = true;
+  p.f.step = step();
+  p.f.where = where;
   if (s != nullptr) {
-    f.module_path = s->module_path();
-    f.class_name = s->current().class_name;
+    p.f.module_path = s->module_path();
+    p.f.class_name = s->current().class_name;
   }
-  const health_result h = record(f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
-  f.complete = true;
-  complete(std::move(f), false);
-  return h;
+  return record(p.f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
 }
 
 NANSCOPE_NAMESPACE_END

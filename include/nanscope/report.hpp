@@ -158,10 +158,10 @@ Out format_hf_v1_report(Out out, const detection& d) {
       if (!t.is_tensor || t.role == tensor_role::parameter) return;
       const char c = t.role == tensor_role::input ? '>' : t.role == tensor_role::output ? '<' : '@';
       if (f.checkpoint)
-        out = fmt::format_to(out, "abs_max={:>8.2e} {} [{}] {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
                              f.module_path, t.context);
       else
-        out = fmt::format_to(out, "abs_max={:>8.2e} {} [{}] {}: {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
                              f.module_path, f.class_name, t.context);
     });
   }
@@ -196,6 +196,7 @@ Out format_extended_report(Out out, const detection& d) {
     const bool carrier = !producer && (f.outputs_nonfinite() || !f.inputs_finite());
     out = fmt::format_to(out, "\n  [{}] {}{}{}", f.step, f.module_path.empty() ? "<root>" : f.module_path,
                          f.class_name.empty() ? "" : ": ", f.class_name);
+    if (f.where.line != 0) out = fmt::format_to(out, "  ({}:{})", detail::short_file(f.where.file), f.where.line);
     if (producer && !first_producer_seen) out = fmt::format_to(out, "   <== PRODUCED the first inf/nan");
     else if (producer) out = fmt::format_to(out, "   <== produced inf/nan from finite inputs");
     else if (carrier) out = fmt::format_to(out, "   <-- carries inf/nan");
@@ -208,6 +209,10 @@ Out format_extended_report(Out out, const detection& d) {
       }
       const health_result& h = t.health;
       out = fmt::format_to(out, " abs_min={:>8.2e} abs_max={:>8.2e}", h.abs_min, h.abs_max);
+      if (!h.is_float()) {
+        out = fmt::format_to(out, " n={} ({})", h.count, name(h.type));
+        return;
+      }
       out = fmt::format_to(out, " n={} neg={} zero={} pos={}", h.count, h.negative, h.zero, h.positive);
       if (h.nonfinite() != 0) out = fmt::format_to(out, " -inf={} +inf={} nan={}", h.neg_inf, h.pos_inf, h.nan);
       out = fmt::format_to(out, " |");

@@ -314,15 +314,20 @@ TEST_CASE("recorder: a scope left by an exception restores the enclosing scope")
 }
 
 TEST_CASE("recorder: the health returned by a scope stays valid while the scope records more tensors") {
-  // `const health_result& h = s.input(x);` is the natural way to use the result; it must not dangle when the
-  // same scope records its next tensor.
+  // The result is returned by value (the frame's storage moves as more tensors are recorded), so
+  // `const health_result& h = s.input(x);` binds to a temporary whose lifetime is extended: it cannot dangle.
   nsrec::capture out;
   recorder rec(opts(out, on_detect::print_and_continue));
   const vec x{1.0, 2.0};
+  const vec y{-3.0, 4.0, 5.0};
   scope s(rec, "m", "M");
-  const nanscope::health_result* first = &s.input(x);
-  for (int i = 0; i < 64; ++i) s.input(x);
-  CHECK(first == &s.current().tensors.front().health);
+  const nanscope::health_result& first = s.input(x);
+  for (int i = 0; i < 64; ++i) s.input(y);
+  CHECK(first.count == 2);
+  CHECK(first.abs_max == 2.0);
+  CHECK(s.current().tensors.size() == 65);
+  CHECK(s.current().tensors.front().health.abs_max == 2.0);
+  CHECK(s.current().tensors.back().health.abs_max == 5.0);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -740,22 +745,25 @@ TEST_CASE("recorder: site_rule skip=true does not check the site's tensors") {
   CHECK_THROWS_AS(other.output(nan), nanscope::detection_error);
 }
 
-TEST_CASE("recorder: integer tensors are counted, not checked, by default") {
+TEST_CASE("recorder: integer tensors are recorded with abs min/max, never classified; skip leaves them out") {
   nsrec::capture out;
   recorder rec(opts(out, on_detect::throw_exception));
-  const std::vector<std::int64_t> ids{1, 2, 3, 4};
+  const std::vector<std::int64_t> ids{-1, 2, -7, 4};
   scope s(rec, "embed", "Embedding");
-  const nanscope::health_result& h = s.input(ids);
+  const nanscope::health_result h = s.input(ids);
   CHECK(h.count == 4);
   CHECK(h.type == nanscope::dtype::i64);
-  CHECK_FALSE(h.reads_data());
+  CHECK_FALSE(h.reads_data());  // no NaN classification: shape/count only ...
+  CHECK(h.abs_min == 1.0);      // ... plus the abs range the HF report prints
+  CHECK(h.abs_max == 7.0);
+  CHECK(s.current().tensors.size() == 1);
 
   nanscope::recorder_options o = rec.options();
-  o.skip_integer_tensors = false;
+  o.skip_integer_tensors = true;
   rec.set_options(o);
   const nanscope::health_result h2 = s.input(ids);
   CHECK(h2.count == 4);
-  CHECK(h2.mode == nanscope::check_mode::stats);  // checked in the recorder's mode (check() itself only counts)
+  CHECK(s.current().tensors.size() == 1);  // left out of the frame
   CHECK(rec.detections() == 0);
 }
 
