@@ -1,4 +1,5 @@
-// nanscope — umbrella header (host side): views, dtypes, the fused health pass and its text output.
+// nanscope — umbrella header (host side): views, dtypes, the fused health pass, its text output, the
+// low-precision margins, the frame recorder with its report printers and macros, and .npy files.
 // Adapters (adapters/eigen.hpp, ...) and the CUDA backend (*.cuh) are included separately.
 #ifndef NANSCOPE_NANSCOPE_HPP
 #define NANSCOPE_NANSCOPE_HPP
@@ -10,5 +11,10 @@
 #include "health.hpp"
 #include "check.hpp"
 #include "format.hpp"
+#include "margins.hpp"
+#include "npy.hpp"
+#include "recorder.hpp"
+#include "report.hpp"
+#include "macros.hpp"
 
 #endif  // NANSCOPE_NANSCOPE_HPP
