@@ -20,7 +20,9 @@
 #include "check.hpp"
 #include "config.hpp"
 #include "health.hpp"
+#include "npy.hpp"
 #include "view.hpp"
+#include "detail/atomic_file.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -36,6 +38,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <sys/stat.h>
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -267,10 +271,63 @@ inline std::atomic<warn_fn>& warning_formatter() {
   static std::atomic<warn_fn> fn{nullptr};
   return fn;
 }
-using snapshot_fn = void (*)(const std::string& dir, const detection&, const frame& current);
-inline std::atomic<snapshot_fn>& snapshot_writer() {
-  static std::atomic<snapshot_fn> fn{nullptr};
-  return fn;
+/// A file-name-safe version of s: letters, digits, '.', '-' kept; everything else '_'.
+inline std::string file_safe(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += ok ? c : '_';
+  }
+  if (out.size() > 80) out.resize(80);
+  return out.empty() ? std::string("root") : out;
+}
+/// A JSON string literal: quotes, backslashes and control characters escaped; valid UTF-8 kept; every byte of
+/// an invalid UTF-8 sequence replaced by U+FFFD, so the result is always valid JSON.
+inline std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7F) {
+        static const char hex[] = "0123456789abcdef";
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // multi-byte: lead byte decides the length; reject overlongs, surrogates and > U+10FFFF
+    std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
+    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\\ufffd";
+      ++i;
+    }
+  }
+  return out + "\"";
+}
+inline const char* role_word(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return "parameter";
+    case tensor_role::input: return "input";
+    case tensor_role::output: return "output";
+    case tensor_role::checkpoint: return "checkpoint";
+  }
+  return "?";
 }
 }  // namespace detail
 
@@ -377,6 +434,7 @@ class recorder {
     }
   }
   void complete_step();
+  void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -624,9 +682,7 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
     snapshot_dir = opts_.snapshot_dir;
     if (policy != on_detect::callback) emit(d->report);
   }
-  if (!snapshot_dir.empty()) {
-    if (auto fn = detail::snapshot_writer().load()) fn(snapshot_dir, *d, current);
-  }
+  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
   switch (policy) {
     case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
     case on_detect::abort: std::abort();
@@ -635,6 +691,60 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
       if (cb) cb(*d);
       return;
   }
+}
+
+/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
+/// files into `dir`, plus an index (JSON) naming them. Every file is written atomically. Failures are reported
+/// to the sink and do not replace the detection.
+inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
+  const std::string prefix = dir + "/nanscope_step" + std::to_string(d.step) + "_" +
+                             std::to_string(detections_.load(std::memory_order_relaxed));
+  std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
+                      detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
+                      ",\n  \"context\": " + detail::json_quote(d.context) +
+                      ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
+  bool first = true;
+  auto write_one = [&](const tensor_record& t, int k) {
+    if (!t.is_tensor || t.view.data == nullptr) return;
+    const std::string file = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
+                             detail::file_safe(t.context) + ".npy";
+    write_npy(file, t.view);
+    const std::string base = file.substr(file.find_last_of('/') + 1);
+    index += first ? "\n" : ",\n";
+    first = false;
+    index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
+             "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
+             "\", \"shape\": [";
+    for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
+    index += "], \"offending\": ";
+    index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
+  };
+  auto run = [&] {
+    ::mkdir(dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the files are written
+    int k = 0;
+    for (const auto& t : current.tensors)
+      if (t.context == d.context && t.role == d.role) write_one(t, k++);
+    if (d.produced_here)
+      for (const auto& t : current.tensors)
+        if (t.role == tensor_role::input || t.role == tensor_role::parameter) write_one(t, k++);
+    index += first ? "]" : "\n  ]";
+    if (!d.produced_here)
+      index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
+               "progress any more, so only the offending tensor was saved\"";
+    index += "\n}\n";
+    const std::string index_path = prefix + "_index.json";
+    detail::write_file_atomically(index_path, index.data(), index.size());
+  };
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
+  }
+#else
+  run();
+#endif
 }
 
 inline void recorder::complete(frame&& f, bool outermost) {
