@@ -99,6 +99,7 @@ int main() {
   constexpr Eigen::Index seq = 8, d_model = 64, d_ff = 256;
   nanscope::recorder_options opts;
   opts.max_frames = 12;
+  opts.count_margins = true;  // also count the values that would overflow / flush if cast to each format
   opts.policy = nanscope::on_detect::callback;
   opts.callback = [](const nanscope::detection& d) {
     std::fputs("----- HuggingFace DebugUnderflowOverflow format -----", stdout);

@@ -20,6 +20,7 @@
 #include "check.hpp"
 #include "config.hpp"
 #include "health.hpp"
+#include "margins.hpp"
 #include "npy.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
@@ -84,6 +85,8 @@ struct tensor_record {
   bool is_none = false;    ///< an absent optional argument ("None" line)
   bool allowed = false;    ///< non-finite values here were allowed by a rule
   unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
+  bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
+  margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
 };
@@ -190,6 +193,9 @@ struct recorder_options {
   std::vector<site_rule> rules;
   std::string snapshot_dir;  ///< non-empty: write the offending tensor and the producer's inputs as .npy
   unsigned check_threads = 1;  ///< threads per check (1: the recording thread only)
+  /// Also count, for every float tensor, the values that would overflow, become subnormal or flush to zero if
+  /// cast to fp16/bf16/e4m3fn/e5m2 (a second pass, nanscope::margins); shown by the extended report.
+  bool count_margins = false;
 };
 
 class recorder;
@@ -587,12 +593,14 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   check_mode mode;
   unsigned threads;
   bool skip_int;
+  bool want_margins;
   {
     std::lock_guard<std::mutex> lk(m_);
     allowed = allowed | rule_allow(f.module_path, skip);
     mode = opts_.mode;
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
+    want_margins = opts_.count_margins;
   }
   if (!is_float(v.type)) {
     if (skip_int) return check(v, check_options{}.with_mode(check_mode::shape));
@@ -605,6 +613,10 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     rec.health = check(v, check_options{}.with_mode(check_mode::shape));
   } else {
     rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
+    if (want_margins) {
+      rec.margins = margins(v);
+      rec.has_margins = true;
+    }
   }
   const health_result& h = rec.health;
   const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||

@@ -61,11 +61,6 @@ Out format_hf_frame(Out out, const frame& f) {
   return out;
 }
 
-inline double headroom_of(double abs_max, dtype target) {
-  if (is_nan_bits(abs_max)) return qnan;
-  if (abs_max == 0.0) return std::numeric_limits<double>::infinity();
-  return std::log2(info(target).max_finite / abs_max);
-}
 
 inline const char* lp_name(lp_format f) {
   switch (f) {
@@ -78,11 +73,12 @@ inline const char* lp_name(lp_format f) {
 }
 
 template <class Out>
-Out format_headroom(Out out, const health_result& h, unsigned warned) {
+Out format_headroom(Out out, const tensor_record& rec) {
+  const health_result& h = rec.health;
   for (int i = 0; i < lp_format_count; ++i) {
     const auto f = static_cast<lp_format>(i);
     const dtype t = lp_dtype(f);
-    const double hr = headroom_of(h.abs_max, t);
+    const double hr = headroom_bits(h.abs_max, t);
     const bool over = !is_nan_bits(h.abs_max) && h.abs_max >= info(t).overflow_threshold;
     out = fmt::format_to(out, " {}", lp_name(f));
     if (is_nan_bits(hr)) {
@@ -94,7 +90,12 @@ Out format_headroom(Out out, const health_result& h, unsigned warned) {
     } else {
       out = fmt::format_to(out, "={:+.1f}", hr);
     }
-    if ((warned >> i) & 1u) out = fmt::format_to(out, "!");
+    if ((rec.warned >> i) & 1u) out = fmt::format_to(out, "!");
+    if (rec.has_margins) {
+      const format_margin& m = rec.margins[t];
+      if (m.overflow + m.subnormal + m.underflow_to_zero != 0)
+        out = fmt::format_to(out, "(over={} sub={} zero={})", m.overflow, m.subnormal, m.underflow_to_zero);
+    }
   }
   return out;
 }
@@ -216,7 +217,7 @@ Out format_extended_report(Out out, const detection& d) {
       out = fmt::format_to(out, " n={} neg={} zero={} pos={}", h.count, h.negative, h.zero, h.positive);
       if (h.nonfinite() != 0) out = fmt::format_to(out, " -inf={} +inf={} nan={}", h.neg_inf, h.pos_inf, h.nan);
       out = fmt::format_to(out, " |");
-      out = detail::format_headroom(out, h, t.warned);
+      out = detail::format_headroom(out, t);
       if (t.where.line != 0) out = fmt::format_to(out, " | {}:{}", detail::short_file(t.where.file), t.where.line);
     });
   }
@@ -240,7 +241,7 @@ inline std::string format_warning(const frame& f, const tensor_record& t, lp_for
   const dtype target = lp_dtype(fmt_id);
   return fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e} >= {:.3e} ({} headroom {:.2f} bits){}{}\n",
                      f.step, f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
-                     t.health.abs_max, threshold, detail::lp_name(fmt_id), detail::headroom_of(t.health.abs_max, target),
+                     t.health.abs_max, threshold, detail::lp_name(fmt_id), headroom_bits(t.health.abs_max, target),
                      t.where.line != 0 ? " at " : "",
                      t.where.line != 0 ? detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "");
 }

@@ -861,3 +861,28 @@ TEST_CASE("recorder: NANSCOPE_CONFIG_NO_SHORT_MACROS removes DETECT_OVERFLOW, ke
   REQUIRE(rec.frames().size() == 1);
   CHECK(rec.frames()[0].tensors.at(0).context == "long name still works");
 }
+
+TEST_CASE("recorder: count_margins stores exact would-overflow counts per format and the extended report shows them") {
+  nsrec::capture out;
+  nanscope::recorder_options o = opts(out, on_detect::callback);
+  o.count_margins = true;
+  o.style = nanscope::report_style::extended;
+  std::string report;
+  o.callback = [&](const nanscope::detection& d) { report = nanscope::format_report(nanscope::report_style::extended, d); };
+  recorder rec(o);
+  // 65519 stays finite in fp16 (rounds to 65504), 65520 overflows (FORMATS.md §7); 1e-8 flushes to zero in
+  // fp16 (<= 2^-25) and 1e-6 becomes an fp16 subnormal; 500 overflows e4m3fn (> 464), 448 does not.
+  const std::vector<float> x{65519.0f, 65520.0f, 1e-8f, 1e-6f, 500.0f, 448.0f};
+  const std::vector<float> bad{std::nanf("")};
+  scope s(rec, "proj", "Linear");
+  s.input(x);
+  const nanscope::tensor_record& r = s.current().tensors.back();
+  REQUIRE(r.has_margins);
+  CHECK(r.margins[nanscope::dtype::f16].overflow == 1);
+  CHECK(r.margins[nanscope::dtype::f16].underflow_to_zero == 1);
+  CHECK(r.margins[nanscope::dtype::f16].subnormal == 1);
+  CHECK(r.margins[nanscope::dtype::f8_e4m3fn].overflow == 3);  // 65519, 65520, 500
+  CHECK(r.margins[nanscope::dtype::bf16].overflow == 0);
+  s.output(bad);
+  CHECK(report.find("f16=OVERFLOW(over=1 sub=1 zero=1)") != std::string::npos);
+}
