@@ -100,10 +100,9 @@
 #undef BYTE_ORDER
 #define BYTE_ORDER @hostile_BYTE_ORDER_from_endian_h@
 
+// Every public header (generated list), the Eigen adapters too when Eigen is there.
+#include "hostile_nanscope_headers.hpp"
 #include <nanscope/nanscope.hpp>
-#if defined(NANSCOPE_TEST_HAVE_EIGEN)
-#include <nanscope/adapters/eigen.hpp>
-#endif
 
 // Use the API (the formatter, the check templates) so that the test is not only about declarations.
 int nanscope_hostile_macros_use() {

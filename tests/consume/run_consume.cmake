@@ -2,6 +2,7 @@
 # would.
 #   MODE=find_package      cmake --install <NANSCOPE_BINARY_DIR> into a fresh prefix, then find_package(nanscope)
 #   MODE=add_subdirectory  add_subdirectory(<NANSCOPE_SOURCE_DIR>) from the consumer project
+#   MODE=fetchcontent      FetchContent_Declare(nanscope SOURCE_DIR <NANSCOPE_SOURCE_DIR>) + MakeAvailable
 # Other variables: NANSCOPE_SOURCE_DIR, NANSCOPE_BINARY_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, BUILD_TYPE.
 cmake_minimum_required(VERSION 3.25)
 
@@ -30,13 +31,22 @@ if(MODE STREQUAL "find_package")
   file(REMOVE_RECURSE "${prefix}")  # a fresh prefix every time: a file missing from the install must show
   run("${CMAKE_COMMAND}" --install "${NANSCOPE_BINARY_DIR}" --prefix "${prefix}" --config "${BUILD_TYPE}")
   list(APPEND configure_args "-DCMAKE_PREFIX_PATH=${prefix}")
-elseif(MODE STREQUAL "add_subdirectory")
+elseif(MODE STREQUAL "add_subdirectory" OR MODE STREQUAL "fetchcontent")
   list(APPEND configure_args "-DNANSCOPE_SOURCE_DIR=${NANSCOPE_SOURCE_DIR}")
+  if(MODE STREQUAL "fetchcontent")
+    list(APPEND configure_args -DUSE_FETCHCONTENT=ON)
+  else()
+    list(APPEND configure_args -DUSE_FETCHCONTENT=OFF)
+  endif()
 else()
   message(FATAL_ERROR "run_consume.cmake: unknown MODE '${MODE}'")
 endif()
 
-set(src "${NANSCOPE_SOURCE_DIR}/tests/consume/${MODE}")
+if(MODE STREQUAL "fetchcontent")
+  set(src "${NANSCOPE_SOURCE_DIR}/tests/consume/add_subdirectory")
+else()
+  set(src "${NANSCOPE_SOURCE_DIR}/tests/consume/${MODE}")
+endif()
 set(bin "${WORK_DIR}/build")
 run("${CMAKE_COMMAND}" -S "${src}" -B "${bin}" ${configure_args})
 run("${CMAKE_COMMAND}" --build "${bin}" --config "${BUILD_TYPE}")
