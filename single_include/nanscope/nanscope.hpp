@@ -7,7 +7,8 @@
 // backend are not part of it: take them from include/ and include them after this file.
 
 // ---- begin nanscope/nanscope.hpp ----
-// nanscope — umbrella header (host side): views, dtypes, the fused health pass and its text output.
+// nanscope — umbrella header (host side): views, dtypes, the fused health pass, its text output, the
+// low-precision margins, the frame recorder with its report printers and macros, and .npy files.
 // Adapters (adapters/eigen.hpp, ...) and the CUDA backend (*.cuh) are included separately.
 #ifndef NANSCOPE_NANSCOPE_HPP
 #define NANSCOPE_NANSCOPE_HPP
@@ -31,13 +32,18 @@
 #define NANSCOPE_VERSION_PATCH 0
 #define NANSCOPE_VERSION (NANSCOPE_VERSION_MAJOR * 10000 + NANSCOPE_VERSION_MINOR * 100 + NANSCOPE_VERSION_PATCH)
 
-// Everything lives in nanscope::v0 (inline), so a future ABI break can change the inline name.
+// Everything lives in an inline namespace (nanscope::v0...), so a future ABI break can change its name. The
+// configuration macros that change definitions are part of the name (nlohmann's ABI tags): translation units
+// built with different settings then never share an inline function by mistake (ODR).
 #define NANSCOPE_NAMESPACE_BEGIN \
   namespace nanscope {           \
-  inline namespace v0 {
+  inline namespace NANSCOPE_IMPL_ABI_NAME(v0, NANSCOPE_IMPL_ABI_SIMD, NANSCOPE_IMPL_ABI_EXCEPTIONS) {
 #define NANSCOPE_NAMESPACE_END \
   }                            \
   }
+
+#define NANSCOPE_IMPL_ABI_CAT(a, b, c) a##b##c
+#define NANSCOPE_IMPL_ABI_NAME(a, b, c) NANSCOPE_IMPL_ABI_CAT(a, b, c)
 
 // Feature tests are function-like so that a typo fails to compile.
 #if defined(__CUDACC__)
@@ -64,6 +70,11 @@
 #else
 #define NANSCOPE_HAS_X86_SIMD() 0
 #endif
+#if defined(NANSCOPE_CONFIG_NO_SIMD)
+#define NANSCOPE_IMPL_ABI_SIMD _nosimd
+#else
+#define NANSCOPE_IMPL_ABI_SIMD
+#endif
 
 // Exceptions: auto-detected, overridable with NANSCOPE_CONFIG_NO_EXCEPTIONS.
 #if !defined(NANSCOPE_CONFIG_NO_EXCEPTIONS)
@@ -76,6 +87,11 @@
 #define NANSCOPE_IMPL_EXCEPTIONS 0
 #endif
 #define NANSCOPE_EXCEPTIONS() NANSCOPE_IMPL_EXCEPTIONS
+#if NANSCOPE_IMPL_EXCEPTIONS
+#define NANSCOPE_IMPL_ABI_EXCEPTIONS
+#else
+#define NANSCOPE_IMPL_ABI_EXCEPTIONS _noexc
+#endif
 
 #if NANSCOPE_IMPL_EXCEPTIONS
 #define NANSCOPE_IMPL_THROW(ex) throw ex
@@ -89,10 +105,6 @@
   } while (false)
 #endif
 
-// Default number of elements below which a check runs on the calling thread only.
-#ifndef NANSCOPE_CONFIG_PARALLEL_THRESHOLD
-#define NANSCOPE_CONFIG_PARALLEL_THRESHOLD (std::uint64_t{1} << 20)
-#endif
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -195,6 +207,14 @@ constexpr double pow2(int e) {
   }
   return r;
 }
+/// The spacing of doubles at x (x > 0, normal), constexpr.
+constexpr double double_ulp(double x) {
+  int e = 0;
+  while (pow2(e + 1) <= x) ++e;
+  while (pow2(e) > x) --e;
+  return pow2(e - 52);
+}
+
 constexpr dtype_info float_info(dtype id, const char* name, const char* torch_name, unsigned bits, int eb,
                                 int mb, bool has_inf, nan_encoding nan, int tf_enum) {
   const int bias = (1 << (eb - 1)) - 1;
@@ -213,7 +233,7 @@ constexpr dtype_info float_info(dtype id, const char* name, const char* torch_na
   // We express "overflows when |x| >= threshold" for IEEE formats and "> halfway" for e4m3fn by using
   // the smallest double above halfway.
   double threshold = halfway;
-  if (max_mantissa_even && bits != 64) threshold = halfway + halfway * pow2(-52);
+  if (max_mantissa_even && bits != 64) threshold = halfway + double_ulp(halfway);
   return dtype_info{id,
                     name,
                     torch_name,
@@ -298,6 +318,26 @@ inline std::uint64_t double_to_bits(double f) {
   return b;
 }
 
+/// Exact f32 -> f64 on bit patterns, with no floating-point instruction: subnormal f32 values survive the
+/// denormals-are-zero mode that -ffast-math turns on (a cvtss2sd would flush them to zero).
+inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
+  const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
+  const std::uint32_t e = (b >> 23) & 0xFFu;
+  std::uint32_t m = b & 0x7FFFFFu;
+  if (e == 0xFF) return sign | 0x7FF0000000000000ull | (static_cast<std::uint64_t>(m) << 29);
+  if (e != 0) return sign | (static_cast<std::uint64_t>(e - 127 + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+  if (m == 0) return sign;
+  int shift = 0;
+  while ((m & 0x800000u) == 0) {
+    m <<= 1;
+    ++shift;
+  }
+  m &= 0x7FFFFFu;
+  return sign | (static_cast<std::uint64_t>(1 - 127 - shift + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
+}
+inline double f32_bits_to_double(std::uint32_t b) { return bits_to_double(f32_to_f64_bits(b)); }
+inline double exact_double(float f) { return f32_bits_to_double(float_to_bits(f)); }
+
 /// Exact decode of a small float format (sign, EB exponent bits, MB mantissa bits) to f32.
 /// Every f16/bf16/e4m3fn/e5m2 value is representable in f32, so this is exact.
 template <int EB, int MB, bool HasInf>
@@ -352,6 +392,9 @@ inline std::uint32_t encode_small_float(double v) {
   (void)std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1)
   int unbiased = e2 - 1;
   if (a == 0.0) return sign;
+  // Above the format's largest binade: overflow (also keeps q * quantum below from overflowing a double).
+  constexpr int max_unbiased = (HasInf ? static_cast<int>(exp_all) - 1 : static_cast<int>(exp_all)) - bias;
+  if (unbiased > max_unbiased) return sign | inf_bits;
   if (unbiased < 1 - bias) unbiased = 1 - bias;  // subnormal range shares the min-normal quantum
   const double quantum = pow2(unbiased - MB);
   const double scaled = a / quantum;  // exact: division by a power of two within range
@@ -425,11 +468,12 @@ struct float8_e5m2 {
 inline double decode(dtype t, std::uint64_t bits) {
   switch (t) {
     case dtype::f64: return detail::bits_to_double(bits);
-    case dtype::f32: return detail::bits_to_float(static_cast<std::uint32_t>(bits));
-    case dtype::f16: return half::from_bits(static_cast<std::uint16_t>(bits)).to_float();
-    case dtype::bf16: return bfloat16::from_bits(static_cast<std::uint16_t>(bits)).to_float();
-    case dtype::f8_e4m3fn: return float8_e4m3fn::from_bits(static_cast<std::uint8_t>(bits)).to_float();
-    case dtype::f8_e5m2: return float8_e5m2::from_bits(static_cast<std::uint8_t>(bits)).to_float();
+    case dtype::f32: return detail::f32_bits_to_double(static_cast<std::uint32_t>(bits));
+    case dtype::f16: return detail::exact_double(half::from_bits(static_cast<std::uint16_t>(bits)).to_float());
+    case dtype::bf16: return detail::f32_bits_to_double(static_cast<std::uint32_t>(bits & 0xFFFFu) << 16);
+    case dtype::f8_e4m3fn:
+      return detail::exact_double(float8_e4m3fn::from_bits(static_cast<std::uint8_t>(bits)).to_float());
+    case dtype::f8_e5m2: return detail::exact_double(float8_e5m2::from_bits(static_cast<std::uint8_t>(bits)).to_float());
     default: detail::fail("", std::string("decode: dtype ") + name(t) + " is not a floating type");
   }
 }
@@ -774,6 +818,7 @@ NANSCOPE_NAMESPACE_END
 // #include "view.hpp": inlined above
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -846,7 +891,9 @@ struct health_result {
   double abs_min_nonzero = detail::qnan;
   double mean = detail::qnan;
   double std = detail::qnan;
-  double m2 = 0.0;  ///< sum of squared deviations from the mean over finite values (for merging)
+  /// Sum of squared deviations from the mean over finite values (for merging). long double: for f64 data the
+  /// squares can leave the double range (|x| ~ 1e200 or 1e-200) while std itself is an ordinary double.
+  long double m2 = 0.0L;
 
   std::int64_t first_nonfinite = -1;  ///< flat row-major index of the first NaN/Inf, −1 if none
   bool any_nonfinite = false;         ///< set in every mode that reads data (curt_health included)
@@ -878,12 +925,13 @@ inline double max_non_nan(double a, double b) {
   return order_key(b) > order_key(a) ? b : a;
 }
 /// Unbiased std from the finite count and m2.
-inline double std_from(std::uint64_t n, double m2) {
+inline double std_from(std::uint64_t n, long double m2) {
   if (n < 2) return qnan;
-  return __builtin_sqrt(m2 / static_cast<double>(n - 1));
+  return static_cast<double>(std::sqrt(m2 / static_cast<long double>(n - 1)));
 }
 /// Chan et al.'s parallel combination of (n, mean, m2) triples. Deterministic given the order of calls.
-inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint64_t nb, double mean_b, double m2_b) {
+inline void merge_moments(std::uint64_t& n, double& mean, long double& m2, std::uint64_t nb, double mean_b,
+                          long double m2_b) {
   if (nb == 0) return;
   if (n == 0) {
     n = nb;
@@ -891,11 +939,11 @@ inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint6
     m2 = m2_b;
     return;
   }
-  const double na = static_cast<double>(n);
-  const double nbd = static_cast<double>(nb);
-  const double nt = na + nbd;
-  const double delta = mean_b - mean;
-  mean = mean + delta * (nbd / nt);
+  const long double na = static_cast<long double>(n);
+  const long double nbd = static_cast<long double>(nb);
+  const long double nt = na + nbd;
+  const long double delta = static_cast<long double>(mean_b) - static_cast<long double>(mean);
+  mean = static_cast<double>(static_cast<long double>(mean) + delta * (nbd / nt));
   m2 = m2 + m2_b + delta * delta * (na * nbd / nt);
   n += nb;
 }
@@ -907,7 +955,7 @@ inline void merge_moments(std::uint64_t& n, double& mean, double& m2, std::uint6
 inline void merge(health_result& a, const health_result& b) {
   std::uint64_t n_fin = a.finite();
   double mean = a.mean;
-  double m2 = a.m2;
+  long double m2 = a.m2;
   const std::uint64_t nb_fin = b.finite();
   if (n_fin == 0) {
     mean = 0.0;
@@ -929,7 +977,7 @@ inline void merge(health_result& a, const health_result& b) {
   a.abs_min_nonzero = detail::min_non_nan(a.abs_min_nonzero, b.abs_min_nonzero);
   if (a.mode == check_mode::stats) {
     a.mean = n_fin != 0 ? mean : detail::qnan;
-    a.m2 = n_fin != 0 ? m2 : 0.0;
+    a.m2 = n_fin != 0 ? m2 : 0.0L;
     a.std = detail::std_from(n_fin, a.m2);
   }
   if (a.first_nonfinite < 0) a.first_nonfinite = b.first_nonfinite;
@@ -1046,25 +1094,6 @@ inline std::int32_t key32(std::uint32_t bits) {
 }
 inline std::uint32_t unkey32(std::int32_t key) { return static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(key))); }
 
-/// Exact f32 -> f64 conversion on bit patterns, with no floating-point instruction: subnormal f32 values
-/// survive denormals-are-zero mode (which -ffast-math enables and which would flush them in cvtss2sd).
-inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
-  const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
-  const std::uint32_t e = (b >> 23) & 0xFFu;
-  std::uint32_t m = b & 0x7FFFFFu;
-  if (e == 0xFF) return sign | 0x7FF0000000000000ull | (static_cast<std::uint64_t>(m) << 29);
-  if (e != 0) return sign | (static_cast<std::uint64_t>(e - 127 + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
-  if (m == 0) return sign;
-  int shift = 0;
-  while ((m & 0x800000u) == 0) {
-    m <<= 1;
-    ++shift;
-  }
-  m &= 0x7FFFFFu;
-  return sign | (static_cast<std::uint64_t>(1 - 127 - shift + 1023) << 52) | (static_cast<std::uint64_t>(m) << 29);
-}
-inline double f32_bits_to_double(std::uint32_t b) { return bits_to_double(f32_to_f64_bits(b)); }
-
 /// Raw per-chunk output of a kernel. Extrema are raw (+inf/-inf when nothing was seen); the driver turns
 /// them into NaN from the counts. `fast` holds the tame lanes (f32 kernels sum them in f32 over short runs),
 /// `slow` the rest in double; `ld_*` holds f64 values too large to square in double.
@@ -1096,8 +1125,8 @@ struct kernel_params {
   std::uint32_t tame_lo32 = 0, tame_span32 = 0, normal32 = 0;
   std::uint64_t tame_lo64 = 0, tame_span64 = 0, normal64 = 0, huge64 = 0;
   float k32 = 0.0f;    // shift for f32-summed lanes (|k32| <= 2^59)
-  double k64 = 0.0;    // shift for double-summed lanes (|k64| <= 2^500 so that squares stay finite)
-  double k_ld = 0.0;   // shift for the long-double lanes (f64 values above 2^500): any finite value
+  double k64 = 0.0;    // shift for double-summed lanes: 0 or 2^-500 <= |k64| <= 2^500 (squares stay normal)
+  double k_ld = 0.0;   // shift for the long-double lanes (f64 values beyond 2^+-500): any finite value
 };
 
 inline constexpr std::uint32_t f32_inf_bits = 0x7F800000u;
@@ -1107,8 +1136,10 @@ inline constexpr std::uint64_t f64_abs_mask = 0x7FFFFFFFFFFFFFFFull;
 // f32 lanes are summed in f32 only within [2^-40, 2^59]: squares of differences stay normal and finite.
 inline constexpr std::uint32_t f32_sum_lo_bits = (127u - 40u) << 23;
 inline constexpr std::uint32_t f32_sum_hi_bits = (127u + 59u) << 23;
-// f64 lanes above 2^500 are summed in long double: their squares could overflow double.
+// f64 lanes above 2^500 or below 2^-500 (but not zero) are summed in long double: their squares could
+// overflow or underflow double.
 inline constexpr std::uint64_t f64_huge_bits = static_cast<std::uint64_t>(1023 + 500) << 52;
+inline constexpr std::uint64_t f64_tiny_bits = static_cast<std::uint64_t>(1023 - 500) << 52;
 
 /// Exact fp8 -> f32 tables (256 entries each), built once.
 inline const float* fp8_table(dtype t) {
@@ -1243,7 +1274,7 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
         kmax = kh > kmax ? kh : kmax;
         const std::uint64_t am = (is_nan | z) ? f64_inf_bits : a;
         amin = am < amin ? am : amin;
-        if (__builtin_expect(a > f64_huge_bits, 0)) {
+        if (__builtin_expect(a > f64_huge_bits || (a != 0 && a < f64_tiny_bits), 0)) {
           if (fin) {
             const long double d = static_cast<long double>(x) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += d;
@@ -1318,18 +1349,25 @@ NANSCOPE_NAMESPACE_END
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define NANSCOPE_IMPL_POP_DIAGNOSTICS 1
 #endif
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define NANSCOPE_IMPL_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,popcnt,bmi,bmi2")))
-#ifndef NANSCOPE_IMPL_PREFETCH_BYTES
+// Software prefetch distance: with the core busy classifying, the hardware prefetcher alone left the fused
+// pass at ~65% of a plain read on one core; 2 KiB ahead brought it to ~95% (measured, AVX-512, f32).
 #define NANSCOPE_IMPL_PREFETCH_BYTES 2048
-#endif
 #define NANSCOPE_IMPL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,popcnt,bmi,bmi2")))
 
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
+/// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
+inline bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  return ((c >> 29) & 1u) != 0;
+}
 inline bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -1337,7 +1375,7 @@ inline bool cpu_has_avx512() {
 }
 inline bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
          __builtin_cpu_supports("popcnt");
 }
 
@@ -1576,7 +1614,7 @@ struct state512_f64 {
   __m512i kmin, kmax, kamin, kamax;
   std::uint64_t neg, zero, nan, pinf, ninf, sub, nacc;
   std::int64_t first_nf;
-  __m512i lo, span, absm, inf, huge, normal;
+  __m512i lo, span, absm, inf, huge, tiny, normal;
   __m512d k;
 };
 
@@ -1627,8 +1665,10 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
       s.kmin = _mm512_mask_min_epi64(s.kmin, notnan, s.kmin, key);
       s.kmax = _mm512_mask_max_epi64(s.kmax, notnan, s.kmax, key);
       s.kamin = _mm512_mask_min_epu64(s.kamin, static_cast<__mmask8>(notnan & ~zerom), s.kamin, a);
-      // finite values up to 2^500 are summed in double; larger ones in long double (scalar, rare)
-      const __mmask8 hugem = static_cast<__mmask8>(finm & _mm512_cmpgt_epu64_mask(a, s.huge));
+      // finite values within 2^+-500 (and zeros) are summed in double; the rest in long double (scalar, rare)
+      const __mmask8 hugem = static_cast<__mmask8>(
+          finm & (_mm512_cmpgt_epu64_mask(a, s.huge) |
+                  (_mm512_cmplt_epu64_mask(a, s.tiny) & _mm512_test_epi64_mask(a, a))));
       const __mmask8 accm = static_cast<__mmask8>(finm & ~hugem);
       const __m512d d = _mm512_maskz_sub_pd(accm, x, s.k);
       s.s1 = _mm512_add_pd(s.s1, d);
@@ -1672,6 +1712,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   s.absm = _mm512_set1_epi64(static_cast<long long>(f64_abs_mask));
   s.inf = _mm512_set1_epi64(static_cast<long long>(f64_inf_bits));
   s.huge = _mm512_set1_epi64(static_cast<long long>(kp.huge64));
+  s.tiny = _mm512_set1_epi64(static_cast<long long>(f64_tiny_bits));
   s.normal = _mm512_set1_epi64(static_cast<long long>(kp.normal64));
   s.k = _mm512_set1_pd(kp.k64);
 
@@ -1752,7 +1793,7 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
   const unsigned tame = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(tame_v)));
   const __m256 ax = _mm256_castsi256_ps(a);
   if (__builtin_expect((tame & valid) == 0xFFu, 1)) {
-    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm256_movemask_ps(x)));
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(x))));
     if constexpr (L == level::counts) s.vamax = _mm256_max_ps(s.vamax, ax);
     if constexpr (L == level::stats) {
       s.vmin = _mm256_min_ps(s.vmin, x);
@@ -2085,7 +2126,9 @@ inline const char* name(isa i) {
 struct check_options {
   check_mode mode = check_mode::stats;
   unsigned threads = 0;  ///< 0: default (NANSCOPE_THREADS or the hardware threads); 1: calling thread only
-  std::uint64_t parallel_threshold = NANSCOPE_CONFIG_PARALLEL_THRESHOLD;  ///< elements below which one thread runs
+  /// Elements below which one thread runs; the default is the process-wide default_parallel_threshold().
+  std::uint64_t parallel_threshold = use_default_threshold;
+  static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
   isa instruction_set = isa::automatic;
 
   check_options& with_mode(check_mode m) {
@@ -2105,6 +2148,29 @@ struct check_options {
     return *this;
   }
 };
+
+namespace detail {
+inline std::atomic<std::uint64_t>& parallel_threshold_setting() {
+  static std::atomic<std::uint64_t> v{[] {
+    if (const char* e = std::getenv("NANSCOPE_PARALLEL_THRESHOLD")) {
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(e, &end, 10);
+      if (end != e) return static_cast<std::uint64_t>(x);
+    }
+    return std::uint64_t{1} << 20;
+  }()};
+  return v;
+}
+}  // namespace detail
+
+/// Elements below which a check with the default options runs on the calling thread only: 2^20, or the
+/// NANSCOPE_PARALLEL_THRESHOLD environment variable, or what set_default_parallel_threshold() set.
+inline std::uint64_t default_parallel_threshold() {
+  return detail::parallel_threshold_setting().load(std::memory_order_relaxed);
+}
+inline void set_default_parallel_threshold(std::uint64_t n) {
+  detail::parallel_threshold_setting().store(n, std::memory_order_relaxed);
+}
 
 /// The best instruction set this CPU supports (ignores NANSCOPE_ISA).
 inline isa detected_isa() {
@@ -2156,7 +2222,10 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
     kp.huge64 = f64_huge_bits;
     std::uint64_t lo = 0, hi = f64_inf_bits - 1;
     if (lv >= level::counts) lo = kp.normal64;
-    if (lv == level::stats) hi = f64_huge_bits;
+    if (lv == level::stats) {
+      lo = f64_tiny_bits;
+      hi = f64_huge_bits;
+    }
     kp.tame_lo64 = lo;
     kp.tame_span64 = hi - lo;
     return;
@@ -2255,39 +2324,47 @@ inline void gather(const tensor_view& v, std::uint64_t begin, std::size_t n, uns
   }
 }
 
-/// Picks the shift for a chunk: the running mean of what came before in the segment, else the chunk's first
-/// finite value (so the shift is always a data value or a mean of data values).
-inline void choose_shift(const health_result& seg, const void* p, dtype t, std::size_t n, kernel_params& kp) {
-  double k64 = 0.0;
-  bool have = false;
-  if (seg.finite() != 0 && is_finite_bits(seg.mean)) {
-    k64 = seg.mean;
-    have = true;
+/// Median of up to 5 values (insertion sort; n >= 1).
+inline double median_of(double* v, int n) {
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && order_key(v[j]) < order_key(v[j - 1]); --j) {
+      const double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return v[n / 2];
+}
+
+/// Picks the shifts of a chunk from its own data: the median of five finite samples spread over the chunk
+/// (robust to an outlier such as a first element of 1e8 among ones), else its first finite value. A shift
+/// close to the data keeps the variance accurate when mean >> std; depending only on the chunk's data keeps
+/// results independent of the thread count and of the view's layout.
+inline void choose_shift(const void* p, dtype t, std::size_t n, kernel_params& kp) {
+  const std::size_t pos[5] = {0, n / 4, n / 2, (3 * n) / 4, n - 1};
+  double all[5], dbl[5], f32[5];
+  int na = 0, nd = 0, nf = 0;
+  for (std::size_t i : pos) {
+    const double x = load_as_double(p, t, i);
+    if (!is_finite_bits(x)) continue;
+    all[na++] = x;
+    const std::uint64_t a = double_to_bits(x) & f64_abs_mask;
+    if (a <= f64_huge_bits && (a == 0 || a >= f64_tiny_bits)) dbl[nd++] = x;
+    if (a <= f64_huge_bits && a <= double_to_bits(576460752303423488.0 /* 2^59 */)) f32[nf++] = x;
   }
-  double k32src = k64;
-  bool have32 = have;
-  if (!have || t != dtype::f64) {
+  if (na == 0) {
     for (std::size_t i = 0; i < n; ++i) {
       const double x = load_as_double(p, t, i);
       if (!is_finite_bits(x)) continue;
-      if (!have) {
-        k64 = x;
-        have = true;
-      }
+      all[na++] = x;
       const std::uint64_t a = double_to_bits(x) & f64_abs_mask;
-      if (!have32 && a <= double_to_bits(std::ldexp(1.0, 59))) {
-        k32src = x;
-        have32 = true;
-      }
-      if (have && have32) break;
+      if (a <= f64_huge_bits && (a == 0 || a >= f64_tiny_bits)) dbl[nd++] = x;
+      if (a <= double_to_bits(576460752303423488.0)) f32[nf++] = x;
+      break;
     }
   }
-  kp.k_ld = k64;
-  // the double-summed lanes hold |x| <= 2^500 (f64) or f32-range values: keep their shift in that range too
-  kp.k64 = (double_to_bits(k64) & f64_abs_mask) > f64_huge_bits ? 0.0 : k64;
-  float k32 = have32 ? static_cast<float>(k32src) : 0.0f;
-  if ((float_to_bits(k32) & f32_abs_mask) > f32_sum_hi_bits) k32 = 0.0f;
-  kp.k32 = k32;
+  kp.k_ld = na != 0 ? median_of(all, na) : 0.0;
+  kp.k64 = nd != 0 ? median_of(dbl, nd) : 0.0;
+  kp.k32 = nf != 0 ? static_cast<float>(median_of(f32, nf)) : 0.0f;
 }
 
 /// Converts one chunk's raw kernel output into a health_result fragment and merges it into `seg`.
@@ -2325,14 +2402,15 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
     const std::uint64_t fin = h.finite();
     const std::uint64_t n_fast = fin - o.n_slow - o.ld_n;
     std::uint64_t nn = 0;
-    double mean = 0.0, m2 = 0.0;
+    double mean = 0.0;
+    long double m2 = 0.0L;
     auto add_part = [&](std::uint64_t np, double k, double s1, double s2) {
       if (np == 0) return;
       const double dn = static_cast<double>(np);
       const double pm = k + s1 / dn;
       double pm2 = s2 - s1 * (s1 / dn);
       if (pm2 < 0.0) pm2 = 0.0;
-      merge_moments(nn, mean, m2, np, pm, pm2);
+      merge_moments(nn, mean, m2, np, pm, static_cast<long double>(pm2));
     };
     add_part(n_fast, static_cast<double>(kp.k32), o.fast_s1, o.fast_s2);
     add_part(o.n_slow, kp.k64, o.slow_s1, o.slow_s2);
@@ -2341,10 +2419,10 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
       const long double pm = static_cast<long double>(kp.k_ld) + o.ld_s1 / dn;
       long double pm2 = o.ld_s2 - o.ld_s1 * (o.ld_s1 / dn);
       if (pm2 < 0.0L) pm2 = 0.0L;
-      merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), static_cast<double>(pm2));
+      merge_moments(nn, mean, m2, o.ld_n, static_cast<double>(pm), pm2);
     }
     h.mean = nn != 0 ? mean : qnan;
-    h.m2 = nn != 0 ? m2 : 0.0;
+    h.m2 = nn != 0 ? m2 : 0.0L;
     h.std = std_from(nn, h.m2);
   }
   merge(seg, h);
@@ -2377,7 +2455,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       p = dbuf;
       kt = dtype::f32;
     }
-    if (plan.lv == level::stats) choose_shift(seg, p, kt, m, kp);
+    if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
     chunk_out o;
     run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
     fold_chunk(seg, o, m, cb, kp, plan.lv);
@@ -2461,7 +2539,7 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   const std::uint64_t n = v.numel();
   if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
     r.count = n;
-    if (mode == check_mode::stats) r.m2 = 0.0;
+    if (mode == check_mode::stats) r.m2 = 0.0L;
     return r;
   }
   detail::pass_plan plan{v,
@@ -2479,7 +2557,9 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   health_result acc = detail::empty_like(r);
   const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
   unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
-  if (n < opt.parallel_threshold || nseg < 2) threads = 1;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
   if (threads <= 1) {
     for (std::uint64_t s = 0; s < nseg; ++s) {
       health_result seg = detail::empty_like(r);
@@ -2577,10 +2657,12 @@ Out format_number(Out out, double x) {
   const std::uint64_t b = double_to_bits(x);
   const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
   if (a > 0x7FF0000000000000ull) return fmt::format_to(out, "nan");
-  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, (b >> 63) ? "-inf" : "inf");
+  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, "{}", (b >> 63) ? "-inf" : "inf");
   if (a == 0) return fmt::format_to(out, "0");
-  const double ax = bits_to_double(a);
-  if (ax >= 1e-3 && ax < 1e3) return fmt::format_to(out, "{:.4g}", x);
+  // Subnormal doubles are printed through long double: x87 arithmetic ignores the SSE flush-to-zero and
+  // denormals-are-zero modes that -ffast-math turns on (which would print them as 0).
+  if (a < 0x0010000000000000ull) return fmt::format_to(out, "{:.3e}", static_cast<long double>(x));
+  if (a >= 0x3F50624DD2F1A9FCull && a < 0x408F400000000000ull) return fmt::format_to(out, "{:.4g}", x);  // [1e-3, 1e3)
   return fmt::format_to(out, "{:.3e}", x);
 }
 }  // namespace detail
@@ -2590,7 +2672,10 @@ Out format_number(Out out, double x) {
 template <class Out>
 Out format_summary(Out out, const health_result& r) {
   out = fmt::format_to(out, "{}[", name(r.type));
-  for (int i = 0; i < r.rank; ++i) out = fmt::format_to(out, i == 0 ? "{}" : ",{}", r.shape[i]);
+  for (int i = 0; i < r.rank; ++i) {
+    if (i != 0) *out++ = ',';
+    out = fmt::format_to(out, "{}", r.shape[i]);
+  }
   out = fmt::format_to(out, "] n={}", r.count);
   if (!r.reads_data() || !r.is_float()) return out;
   if (r.mode == check_mode::stats) {
@@ -2657,7 +2742,7 @@ struct fmt::formatter<nanscope::health_result> {
       verbose = true;
       ++it;
     }
-    if (it != ctx.end() && *it != '}') throw fmt::format_error("nanscope: health_result takes {} or {:v}");
+    if (it != ctx.end() && *it != '}') FMT_THROW(fmt::format_error("nanscope: health_result takes {} or {:v}"));
     return it;
   }
   template <class FormatContext>
@@ -2668,6 +2753,2507 @@ struct fmt::formatter<nanscope::health_result> {
 
 #endif  // NANSCOPE_FORMAT_HPP
 // ---- end nanscope/format.hpp ----
+// ---- begin nanscope/margins.hpp ----
+// nanscope — margins.hpp: how close a tensor is to the limits of the low-precision formats it may be cast to.
+//
+//   nanscope::margins_result m = nanscope::margins(tensor);
+//   if (m[nanscope::dtype::f16].would_overflow()) ...;          // some value would become inf in fp16
+//   double bits = m[nanscope::dtype::f8_e4m3fn].headroom_bits;  // log2(448 / abs_max)
+//
+// For each target format (fp16, bf16, fp8 e4m3fn, fp8 e5m2) one pass over the data counts, exactly, the
+// finite values that a round-to-nearest-even cast would turn into inf/NaN (overflow), into a non-zero
+// subnormal, and into zero (underflow of a non-zero value); it also finds abs_max and the headroom in bits.
+// This is a separate pass from check(): the plain health pass keeps its full speed.
+//
+// How it works: every count is a range of |x| bit patterns of the *source* dtype. Bit patterns of |x| are
+// ordered like the values, so each boundary of shared/FORMATS.md §7 becomes "the first source pattern at or
+// above it", found once per source dtype by a binary search over exact decodes. The kernels then only compare
+// integers (AVX-512, AVX2 or portable scalar, picked like check(): nanscope::resolve_isa), which keeps them
+// exact for subnormals under -ffast-math (flush-to-zero / denormals-are-zero never touch integer compares).
+#ifndef NANSCOPE_MARGINS_HPP
+#define NANSCOPE_MARGINS_HPP
+
+// #include "check.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The low-precision formats margins() reports on, in the order of margins_result::formats.
+inline constexpr std::array<dtype, 4> margin_targets = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
+
+/// How one tensor would fare when cast to one target format with round-to-nearest-even.
+/// Non-finite inputs (NaN, ±inf) are in none of the three counts: they are NaN/inf already.
+struct format_margin {
+  dtype target = dtype::f16;
+  double max_finite = 0.0;  ///< the target's largest finite value (e4m3fn: 448)
+  /// log2(max_finite / abs_max): how many doublings the largest value can take before it exceeds max_finite.
+  /// Negative when abs_max is already beyond max_finite. See headroom_bits() for the special values.
+  double headroom_bits = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t overflow = 0;           ///< finite values that become inf (e4m3fn: NaN): fp16 |x| >= 65520, e4m3fn |x| > 464
+  std::uint64_t subnormal = 0;          ///< values that become non-zero subnormals of the target
+  std::uint64_t underflow_to_zero = 0;  ///< non-zero values that become ±0: 0 < |x| <= min_subnormal / 2
+
+  bool would_overflow() const { return overflow != 0; }
+  bool would_underflow() const { return underflow_to_zero != 0; }
+};
+
+/// The result of margins(): counts and abs_max of the source tensor, and one format_margin per target.
+struct margins_result {
+  dtype type = dtype::f32;  ///< source dtype
+  int rank = 0;
+  std::int64_t shape[max_rank] = {};
+  std::uint64_t count = 0;  ///< elements
+  std::uint64_t zero = 0;   ///< ±0 elements
+  std::uint64_t inf = 0;    ///< ±inf elements
+  std::uint64_t nan = 0;    ///< NaN elements
+  /// max |x| over non-NaN values (an inf shows as inf), as health_result::abs_max; NaN when there is no
+  /// non-NaN value (empty or all-NaN tensor).
+  double abs_max = std::numeric_limits<double>::quiet_NaN();
+  /// In the order of margin_targets: f16, bf16, e4m3fn, e5m2.
+  std::array<format_margin, 4> formats{};
+
+  /// The margin for one target; throws nanscope::error for a dtype that is not in margin_targets.
+  const format_margin& operator[](dtype target) const {
+    for (const format_margin& f : formats)
+      if (f.target == target) return f;
+    detail::fail("", std::string("margins: ") + name(target) +
+                         " is not a margins target format (f16, bf16, e4m3fn, e5m2)");
+  }
+  /// True when a cast to any target format would overflow.
+  bool any_overflow() const {
+    for (const format_margin& f : formats)
+      if (f.overflow != 0) return true;
+    return false;
+  }
+};
+
+/// Options of one margins() pass.
+struct margins_options {
+  isa instruction_set = isa::automatic;  ///< as check_options::instruction_set (NANSCOPE_ISA applies too)
+
+  margins_options& with_isa(isa i) {
+    instruction_set = i;
+    return *this;
+  }
+};
+
+namespace detail {
+inline double margin_pos_inf() { return bits_to_double(0x7FF0000000000000ull); }
+inline double margin_neg_inf() { return bits_to_double(0xFFF0000000000000ull); }
+inline double margin_qnan() { return bits_to_double(0x7FF8000000000000ull); }
+
+/// Splits a positive finite double (normal or subnormal) into e and m with x = m * 2^e, m in [1, 2), using
+/// integer operations only: subnormal inputs keep their value under denormals-are-zero.
+inline void split_binary(std::uint64_t abs_bits, int& e, double& m) {
+  std::uint64_t frac = abs_bits & 0x000FFFFFFFFFFFFFull;
+  int field = static_cast<int>(abs_bits >> 52);
+  if (field == 0) {  // subnormal: normalise the fraction
+    int shift = 0;
+    while ((frac & 0x0010000000000000ull) == 0) {
+      frac <<= 1;
+      ++shift;
+    }
+    frac &= 0x000FFFFFFFFFFFFFull;
+    field = 1 - shift;
+  }
+  e = field - 1023;
+  m = bits_to_double((std::uint64_t{1023} << 52) | frac);
+}
+}  // namespace detail
+
+/// Headroom in bits of a tensor whose largest magnitude is `abs_max`, in format `target` (any floating
+/// dtype): log2(max_finite(target) / |abs_max|). Works on health_result::abs_max (STATS / FULL_HEALTH) too.
+///   abs_max == 0   -> +inf (no value can overflow, however much it is scaled)
+///   abs_max is inf -> -inf (the tensor already holds an infinity)
+///   abs_max is NaN -> NaN  (no non-NaN value: empty or all-NaN tensor, or a mode that did not compute it)
+/// The sign of abs_max is ignored. Computed from the exponents and significands separately, so the result is
+/// accurate to about 1 ulp and the same under -ffast-math (subnormal abs_max included).
+inline double headroom_bits(double abs_max, dtype target) {
+  const dtype_info& ti = info(target);
+  if (!ti.is_float)
+    detail::fail("", std::string("headroom_bits: target dtype ") + ti.name + " is not a floating type");
+  const std::uint64_t a = detail::double_to_bits(abs_max) & 0x7FFFFFFFFFFFFFFFull;
+  if (a > 0x7FF0000000000000ull) return detail::margin_qnan();
+  if (a == 0x7FF0000000000000ull) return detail::margin_neg_inf();
+  if (a == 0) return detail::margin_pos_inf();
+  int ea = 0, em = 0;
+  double ma = 1.0, mm = 1.0;
+  detail::split_binary(a, ea, ma);
+  detail::split_binary(detail::double_to_bits(ti.max_finite), em, mm);
+  return static_cast<double>(em - ea) + std::log2(mm / ma);  // mm / ma is in (0.5, 2): normal
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------------------
+// Boundaries. A slot k of the table holds a source |x| bit pattern b[k]; kernels count ge[k] = #{|x| bits >=
+// b[k]} for every slot, and every reported count is a difference of two slots:
+//   zero = n - ge[nonzero]            nan = ge[nan]            inf = ge[inf] - ge[nan]
+//   per target: underflow_to_zero = ge[nonzero] - ge[Z]   subnormal = ge[Z] - ge[M]   overflow = ge[O] - ge[inf]
+// Round to nearest even, for a target with min_subnormal s (the spacing of its subnormals) and min_normal
+// N = 2^mb * s (mb the fraction bits):
+//  - Below N every representable magnitude is a multiple k*s, 0 <= k <= 2^mb. |x| rounds to 0 iff
+//    |x| < s/2, or |x| == s/2 (a tie between 0 and s; 0 has the even significand). So "underflows to zero"
+//    is 0 < |x| <= s/2, and Z is the first pattern with value > s/2.
+//  - The largest subnormal is (2^mb - 1)*s: an odd multiple. The midpoint between it and N is N - s/2, and a
+//    tie there goes to the even neighbour, N (significand 2^mb). So |x| becomes a non-zero subnormal iff
+//    s/2 < |x| < N - s/2, and M is the first pattern with value >= N - s/2.
+//  - O is the first pattern at or above the overflow boundary h = max_finite + ulp(max_finite)/2 (fp16 65520,
+//    bf16 (2 - 2^-8) * 2^127, e5m2 61440): IEEE formats' max significand is odd, so the tie h overflows.
+//    e4m3fn's max 448 = 1.110b * 2^8 is even, so h = 464 rounds to 448 and O is the first pattern above 464
+//    (as dtype_info::overflow_threshold means it).
+// Every one of these values is a small power-of-two combination, exact in double; and for f32/f16/bf16/fp8
+// sources each boundary is also an f32 bit pattern. Boundaries that no finite source value reaches are the
+// source's inf pattern (the count is then 0).
+// ---------------------------------------------------------------------------------------------------------
+inline constexpr int mb_nonzero = 0;
+inline constexpr int mb_inf = 1;
+inline constexpr int mb_nan = 2;
+inline constexpr int mb_target0 = 3;  // target i: Z at 3 + 3i, M at 4 + 3i, O at 5 + 3i
+inline constexpr int mb_count = 15;
+
+struct margin_bounds {
+  std::uint64_t b[mb_count] = {};
+  std::uint64_t abs_mask = 0;
+};
+
+/// Per-kernel-call output: the ge[] counts and the largest non-NaN |x| bit pattern (source dtype).
+struct margin_counts {
+  std::uint64_t ge[mb_count] = {};
+  std::uint64_t amax = 0;
+};
+
+/// The exact value of a source |x| bit pattern, as f64 bits (integer operations only).
+inline std::uint64_t margin_value_bits(dtype s, std::uint64_t p) {
+  switch (s) {
+    case dtype::f64: return p;
+    case dtype::f32: return f32_to_f64_bits(static_cast<std::uint32_t>(p));
+    case dtype::bf16: return f32_to_f64_bits(static_cast<std::uint32_t>(p) << 16);
+    case dtype::f16: return f32_to_f64_bits(float_to_bits(decode_small_float<5, 10, true>(static_cast<std::uint32_t>(p))));
+    case dtype::f8_e4m3fn:
+      return f32_to_f64_bits(float_to_bits(decode_small_float<4, 3, false>(static_cast<std::uint32_t>(p))));
+    case dtype::f8_e5m2:
+      return f32_to_f64_bits(float_to_bits(decode_small_float<5, 2, true>(static_cast<std::uint32_t>(p))));
+    default: return 0;
+  }
+}
+
+/// First non-finite |x| pattern of a floating source dtype (inf, or e4m3fn's NaN).
+inline std::uint64_t margin_inf_pattern(dtype s) {
+  switch (s) {
+    case dtype::f64: return 0x7FF0000000000000ull;
+    case dtype::f32: return 0x7F800000u;
+    case dtype::f16: return 0x7C00u;
+    case dtype::bf16: return 0x7F80u;
+    case dtype::f8_e4m3fn: return 0x7Fu;
+    default: return 0x7Cu;  // e5m2
+  }
+}
+
+/// Smallest |x| pattern p of the source with value(p) >= the double whose bits are t_bits (positive); the
+/// inf pattern when no finite value is that large.
+inline std::uint64_t margin_first_at_least(dtype s, std::uint64_t t_bits) {
+  std::uint64_t lo = 0, hi = margin_inf_pattern(s);
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (margin_value_bits(s, mid) >= t_bits)  // positive doubles order like their bit patterns
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+inline margin_bounds make_margin_bounds(dtype s) {
+  margin_bounds mb;
+  const std::uint64_t inf = margin_inf_pattern(s);
+  mb.b[mb_nonzero] = 1;
+  mb.b[mb_inf] = inf;
+  mb.b[mb_nan] = s == dtype::f8_e4m3fn ? inf : inf + 1;
+  mb.abs_mask = s == dtype::f64 ? 0x7FFFFFFFFFFFFFFFull : (std::uint64_t{1} << (size_of(s) * 8 - 1)) - 1;
+  for (int i = 0; i < 4; ++i) {
+    const dtype_info& ti = info(margin_targets[static_cast<std::size_t>(i)]);
+    // s/2 and N - s/2 as doubles: normal, exact (a few significant bits each).
+    const std::uint64_t half_sub = double_to_bits(ti.min_subnormal) - (std::uint64_t{1} << 52);
+    const double mid_normal = ti.min_normal - bits_to_double(half_sub);
+    mb.b[mb_target0 + 3 * i] = margin_first_at_least(s, half_sub + 1);
+    mb.b[mb_target0 + 3 * i + 1] = margin_first_at_least(s, double_to_bits(mid_normal));
+    // Overflow: halfway between max_finite and the next step up (max + half an ulp at max). The tie rounds to
+    // the even significand: IEEE formats' max significand is all ones (odd), so the tie overflows; e4m3fn's
+    // max 1.110b * 2^8 is even, so 464 rounds to 448 and only values above it overflow. Derived here from
+    // max_finite and the fraction width; margins_test checks that it agrees with dtype_info::overflow_threshold.
+    int emax = 0;
+    double mmax = 1.0;
+    split_binary(double_to_bits(ti.max_finite), emax, mmax);
+    const double halfway = ti.max_finite + bits_to_double(static_cast<std::uint64_t>(emax - ti.mantissa_bits - 1 + 1023) << 52);
+    const std::uint64_t max_significand =
+        (std::uint64_t{1} << ti.mantissa_bits) | ((double_to_bits(mmax) & 0x000FFFFFFFFFFFFFull) >> (52 - ti.mantissa_bits));
+    const bool tie_overflows = (max_significand & 1u) != 0;  // odd max: the tie rounds up, out of range
+    mb.b[mb_target0 + 3 * i + 2] = margin_first_at_least(s, double_to_bits(halfway) + (tie_overflows ? 0 : 1));
+  }
+  return mb;
+}
+
+/// Boundaries for a floating source dtype, built once per dtype.
+inline const margin_bounds& margin_bounds_for(dtype s) {
+  static const std::array<margin_bounds, 6> table = [] {
+    std::array<margin_bounds, 6> t{};
+    for (int i = 0; i < 6; ++i) t[static_cast<std::size_t>(i)] = make_margin_bounds(static_cast<dtype>(i));
+    return t;
+  }();
+  return table[static_cast<std::size_t>(s)];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Kernels. Comparing every |x| with all 15 boundaries would cost 15 compares per element; instead the slots
+// are split in three tiers (the split is the same for every source dtype, only the patterns differ):
+//   always:   nonzero, and e4m3fn's Z and M (the highest of the small boundaries: 2^-10 and 2^-6 - 2^-10);
+//   small:    Z and M of fp16, bf16 and e5m2, all <= small_hi (the largest of those M). Counted as
+//             lt[k] = #{1 <= |x| < b[k]} (then ge[k] = nonzero - lt[k]) and only for groups of lanes with some
+//             1 <= |x| < small_hi: for other groups every lane is 0 or >= small_hi, so lt[k] is 0 there;
+//   large:    inf, NaN and the four O, all >= large_lo (the smallest O): counted only for groups with some
+//             |x| >= large_lo; elsewhere their ge is 0. abs_max needs the NaN mask only in such groups too.
+// Typical data (no overflow, few values below 2^-14) costs 5 compares per group of lanes.
+// ---------------------------------------------------------------------------------------------------------
+inline constexpr int mb_always[3] = {mb_nonzero, mb_target0 + 6, mb_target0 + 7};  // e4m3fn Z, M
+inline constexpr int mb_small[6] = {mb_target0 + 0, mb_target0 + 1, mb_target0 + 3,
+                                    mb_target0 + 4, mb_target0 + 9, mb_target0 + 10};  // fp16, bf16, e5m2 Z, M
+inline constexpr int mb_large[6] = {mb_inf, mb_nan, mb_target0 + 2, mb_target0 + 5, mb_target0 + 8, mb_target0 + 11};
+
+inline std::uint64_t margin_small_hi(const margin_bounds& mb) {
+  std::uint64_t hi = 1;
+  for (int k : mb_small) hi = mb.b[k] > hi ? mb.b[k] : hi;
+  return hi;
+}
+inline std::uint64_t margin_large_lo(const margin_bounds& mb) {
+  std::uint64_t lo = mb.b[mb_inf];
+  for (int k : mb_large) lo = mb.b[k] < lo ? mb.b[k] : lo;
+  return lo;
+}
+/// Adds one flush block's lane counts (small-tier slots hold lt counts) to out.ge.
+inline void margin_add_block(margin_counts& out, const std::uint64_t (&block)[mb_count]) {
+  for (int k = 0; k < mb_count; ++k) out.ge[k] += block[k];
+  for (int k : mb_small) out.ge[k] += block[mb_nonzero] - 2 * block[k];  // += nonzero - lt (block[k] added above)
+}
+
+/// Portable kernel (also the reference for the SIMD ones: same tiers, one lane at a time).
+template <class U>
+inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {
+  U b[mb_count];
+  for (int k = 0; k < mb_count; ++k) b[k] = static_cast<U>(mb.b[k]);
+  const U mask = static_cast<U>(mb.abs_mask);
+  const U small_hi = static_cast<U>(margin_small_hi(mb));
+  const U large_lo = static_cast<U>(margin_large_lo(mb));
+  const U nan_lo = b[mb_nan];
+  std::uint64_t c[mb_count] = {};
+  U amax = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const U a = static_cast<U>(p[i] & mask);
+    for (int k : mb_always) c[k] += a >= b[k] ? 1u : 0u;
+    if (a != 0 && a < small_hi) {
+      for (int k : mb_small) c[k] += a < b[k] ? 1u : 0u;
+    }
+    if (a >= large_lo) {
+      for (int k : mb_large) c[k] += a >= b[k] ? 1u : 0u;
+      if (a < nan_lo && a > amax) amax = a;
+    } else if (a > amax) {
+      amax = a;
+    }
+  }
+  margin_add_block(out, c);
+  if (amax > out.amax) out.amax = amax;
+}
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// SIMD lane traits: 8/16/32/64-bit lanes for AVX-512 (unsigned compares into mask registers, masked
+// counting) and AVX2 (signed compares against b - 1 into vector masks: valid because |x| patterns and the
+// boundaries never have their top bit set). Lane counters are flushed to 64 bits before they can wrap.
+// ---------------------------------------------------------------------------------------------------------
+#define NANSCOPE_IMPL_M512 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) static inline
+#define NANSCOPE_IMPL_M256 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) static inline
+
+template <class Mask>
+struct m512_common {
+  using vec = __m512i;
+  using mask = Mask;
+  NANSCOPE_IMPL_M512 vec zero() { return _mm512_setzero_si512(); }
+  NANSCOPE_IMPL_M512 vec load(const void* p) { return _mm512_loadu_si512(p); }
+  NANSCOPE_IMPL_M512 void store(void* p, vec v) { _mm512_storeu_si512(p, v); }
+  NANSCOPE_IMPL_M512 vec band(vec a, vec b) { return _mm512_and_si512(a, b); }
+  NANSCOPE_IMPL_M512 mask andnot(mask a, mask b) { return static_cast<mask>(~a & b); }
+  NANSCOPE_IMPL_M512 bool any(mask m) { return m != 0; }
+};
+struct m512_u8 : m512_common<__mmask64> {
+  using U = std::uint8_t;
+  static constexpr std::size_t lanes = 64, flush_vectors = 255;
+  NANSCOPE_IMPL_M512 vec set1(std::uint64_t v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+  NANSCOPE_IMPL_M512 vec bound(std::uint64_t b) { return set1(b); }
+  NANSCOPE_IMPL_M512 mask ge(vec a, vec b) { return _mm512_cmpge_epu8_mask(a, b); }
+  NANSCOPE_IMPL_M512 vec count(vec acc, mask m) { return _mm512_mask_sub_epi8(acc, m, acc, _mm512_set1_epi8(-1)); }
+  NANSCOPE_IMPL_M512 vec vmax(vec mx, vec a) { return _mm512_max_epu8(mx, a); }
+  NANSCOPE_IMPL_M512 vec vmax_not(vec mx, vec a, mask nan) { return _mm512_mask_max_epu8(mx, static_cast<mask>(~nan), mx, a); }
+  NANSCOPE_IMPL_M512 std::uint64_t sum(vec acc) {
+    return static_cast<std::uint64_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc, _mm512_setzero_si512())));
+  }
+};
+struct m512_u16 : m512_common<__mmask32> {
+  using U = std::uint16_t;
+  static constexpr std::size_t lanes = 32, flush_vectors = 4096;
+  NANSCOPE_IMPL_M512 vec set1(std::uint64_t v) { return _mm512_set1_epi16(static_cast<short>(v)); }
+  NANSCOPE_IMPL_M512 vec bound(std::uint64_t b) { return set1(b); }
+  NANSCOPE_IMPL_M512 mask ge(vec a, vec b) { return _mm512_cmpge_epu16_mask(a, b); }
+  NANSCOPE_IMPL_M512 vec count(vec acc, mask m) { return _mm512_mask_sub_epi16(acc, m, acc, _mm512_set1_epi16(-1)); }
+  NANSCOPE_IMPL_M512 vec vmax(vec mx, vec a) { return _mm512_max_epu16(mx, a); }
+  NANSCOPE_IMPL_M512 vec vmax_not(vec mx, vec a, mask nan) { return _mm512_mask_max_epu16(mx, static_cast<mask>(~nan), mx, a); }
+  NANSCOPE_IMPL_M512 std::uint64_t sum(vec acc) {  // lanes <= 4096: the signed pair sums cannot wrap
+    return static_cast<std::uint64_t>(_mm512_reduce_add_epi32(_mm512_madd_epi16(acc, _mm512_set1_epi16(1))));
+  }
+};
+struct m512_u32 : m512_common<__mmask16> {
+  using U = std::uint32_t;
+  static constexpr std::size_t lanes = 16, flush_vectors = 4096;
+  NANSCOPE_IMPL_M512 vec set1(std::uint64_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+  NANSCOPE_IMPL_M512 vec bound(std::uint64_t b) { return set1(b); }
+  NANSCOPE_IMPL_M512 mask ge(vec a, vec b) { return _mm512_cmpge_epu32_mask(a, b); }
+  NANSCOPE_IMPL_M512 vec count(vec acc, mask m) { return _mm512_mask_sub_epi32(acc, m, acc, _mm512_set1_epi32(-1)); }
+  NANSCOPE_IMPL_M512 vec vmax(vec mx, vec a) { return _mm512_max_epu32(mx, a); }
+  NANSCOPE_IMPL_M512 vec vmax_not(vec mx, vec a, mask nan) { return _mm512_mask_max_epu32(mx, static_cast<mask>(~nan), mx, a); }
+  NANSCOPE_IMPL_M512 std::uint64_t sum(vec acc) { return static_cast<std::uint64_t>(_mm512_reduce_add_epi32(acc)); }
+};
+struct m512_u64 : m512_common<__mmask8> {
+  using U = std::uint64_t;
+  static constexpr std::size_t lanes = 8, flush_vectors = 4096;
+  NANSCOPE_IMPL_M512 vec set1(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
+  NANSCOPE_IMPL_M512 vec bound(std::uint64_t b) { return set1(b); }
+  NANSCOPE_IMPL_M512 mask ge(vec a, vec b) { return _mm512_cmpge_epu64_mask(a, b); }
+  NANSCOPE_IMPL_M512 vec count(vec acc, mask m) { return _mm512_mask_sub_epi64(acc, m, acc, _mm512_set1_epi64(-1)); }
+  NANSCOPE_IMPL_M512 vec vmax(vec mx, vec a) { return _mm512_max_epu64(mx, a); }
+  NANSCOPE_IMPL_M512 vec vmax_not(vec mx, vec a, mask nan) { return _mm512_mask_max_epu64(mx, static_cast<mask>(~nan), mx, a); }
+  NANSCOPE_IMPL_M512 std::uint64_t sum(vec acc) { return static_cast<std::uint64_t>(_mm512_reduce_add_epi64(acc)); }
+};
+
+struct m256_common {
+  using vec = __m256i;
+  using mask = __m256i;
+  NANSCOPE_IMPL_M256 vec zero() { return _mm256_setzero_si256(); }
+  NANSCOPE_IMPL_M256 vec load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  NANSCOPE_IMPL_M256 void store(void* p, vec v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+  NANSCOPE_IMPL_M256 vec band(vec a, vec b) { return _mm256_and_si256(a, b); }
+  NANSCOPE_IMPL_M256 mask andnot(mask a, mask b) { return _mm256_andnot_si256(a, b); }
+  NANSCOPE_IMPL_M256 bool any(mask m) { return _mm256_testz_si256(m, m) == 0; }
+  NANSCOPE_IMPL_M256 std::uint64_t sum_i32(vec v) {
+    alignas(32) std::int32_t x[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(x), v);
+    std::uint64_t s = 0;
+    for (std::int32_t e : x) s += static_cast<std::uint64_t>(e);
+    return s;
+  }
+  NANSCOPE_IMPL_M256 std::uint64_t sum_i64(vec v) {
+    alignas(32) std::int64_t x[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(x), v);
+    return static_cast<std::uint64_t>(x[0] + x[1] + x[2] + x[3]);
+  }
+};
+struct m256_u8 : m256_common {
+  using U = std::uint8_t;
+  static constexpr std::size_t lanes = 32, flush_vectors = 255;
+  NANSCOPE_IMPL_M256 vec set1(std::uint64_t v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+  NANSCOPE_IMPL_M256 vec bound(std::uint64_t b) { return set1(b - 1); }
+  NANSCOPE_IMPL_M256 mask ge(vec a, vec bm1) { return _mm256_cmpgt_epi8(a, bm1); }
+  NANSCOPE_IMPL_M256 vec count(vec acc, mask m) { return _mm256_sub_epi8(acc, m); }
+  NANSCOPE_IMPL_M256 vec vmax(vec mx, vec a) { return _mm256_max_epu8(mx, a); }
+  NANSCOPE_IMPL_M256 vec vmax_not(vec mx, vec a, mask nan) { return _mm256_max_epu8(mx, _mm256_andnot_si256(nan, a)); }
+  NANSCOPE_IMPL_M256 std::uint64_t sum(vec acc) { return sum_i64(_mm256_sad_epu8(acc, _mm256_setzero_si256())); }
+};
+struct m256_u16 : m256_common {
+  using U = std::uint16_t;
+  static constexpr std::size_t lanes = 16, flush_vectors = 4096;
+  NANSCOPE_IMPL_M256 vec set1(std::uint64_t v) { return _mm256_set1_epi16(static_cast<short>(v)); }
+  NANSCOPE_IMPL_M256 vec bound(std::uint64_t b) { return set1(b - 1); }
+  NANSCOPE_IMPL_M256 mask ge(vec a, vec bm1) { return _mm256_cmpgt_epi16(a, bm1); }
+  NANSCOPE_IMPL_M256 vec count(vec acc, mask m) { return _mm256_sub_epi16(acc, m); }
+  NANSCOPE_IMPL_M256 vec vmax(vec mx, vec a) { return _mm256_max_epu16(mx, a); }
+  NANSCOPE_IMPL_M256 vec vmax_not(vec mx, vec a, mask nan) { return _mm256_max_epu16(mx, _mm256_andnot_si256(nan, a)); }
+  NANSCOPE_IMPL_M256 std::uint64_t sum(vec acc) { return sum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1))); }
+};
+struct m256_u32 : m256_common {
+  using U = std::uint32_t;
+  static constexpr std::size_t lanes = 8, flush_vectors = 4096;
+  NANSCOPE_IMPL_M256 vec set1(std::uint64_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+  NANSCOPE_IMPL_M256 vec bound(std::uint64_t b) { return set1(b - 1); }
+  NANSCOPE_IMPL_M256 mask ge(vec a, vec bm1) { return _mm256_cmpgt_epi32(a, bm1); }
+  NANSCOPE_IMPL_M256 vec count(vec acc, mask m) { return _mm256_sub_epi32(acc, m); }
+  NANSCOPE_IMPL_M256 vec vmax(vec mx, vec a) { return _mm256_max_epu32(mx, a); }
+  NANSCOPE_IMPL_M256 vec vmax_not(vec mx, vec a, mask nan) { return _mm256_max_epu32(mx, _mm256_andnot_si256(nan, a)); }
+  NANSCOPE_IMPL_M256 std::uint64_t sum(vec acc) { return sum_i32(acc); }
+};
+struct m256_u64 : m256_common {
+  using U = std::uint64_t;
+  static constexpr std::size_t lanes = 4, flush_vectors = 4096;
+  NANSCOPE_IMPL_M256 vec set1(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
+  NANSCOPE_IMPL_M256 vec bound(std::uint64_t b) { return set1(b - 1); }
+  NANSCOPE_IMPL_M256 mask ge(vec a, vec bm1) { return _mm256_cmpgt_epi64(a, bm1); }
+  NANSCOPE_IMPL_M256 vec count(vec acc, mask m) { return _mm256_sub_epi64(acc, m); }
+  NANSCOPE_IMPL_M256 vec vmax(vec mx, vec a) {  // both < 2^63: the signed compare is exact
+    return _mm256_blendv_epi8(mx, a, _mm256_cmpgt_epi64(a, mx));
+  }
+  NANSCOPE_IMPL_M256 vec vmax_not(vec mx, vec a, mask nan) { return vmax(mx, _mm256_andnot_si256(nan, a)); }
+  NANSCOPE_IMPL_M256 std::uint64_t sum(vec acc) { return sum_i64(acc); }
+};
+
+// The SIMD kernel, one body for both instruction sets (only the target attribute differs). Lanes past the
+// end of the data are zero-padded: zero counts in no slot and leaves the maximum alone. Blocks of at most
+// flush_vectors groups keep the lane counters from wrapping.
+#define NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(NAME, TARGET)                                                          \
+  template <class L>                                                                                             \
+  TARGET inline void NAME(const typename L::U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {  \
+    using U = typename L::U;                                                                                     \
+    using V = typename L::vec;                                                                                   \
+    using M = typename L::mask;                                                                                  \
+    constexpr std::size_t W = L::lanes;                                                                          \
+    V bnd[mb_count];                                                                                             \
+    _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) bnd[k] = L::bound(mb.b[k]);                      \
+    const V small_hi = L::bound(margin_small_hi(mb));                                                            \
+    const V large_lo = L::bound(margin_large_lo(mb));                                                            \
+    const V absm = L::set1(mb.abs_mask);                                                                         \
+    U tail[W];                                                                                                   \
+    std::size_t i = 0;                                                                                           \
+    while (i < n) {                                                                                              \
+      const std::size_t end = (n - i) / W > L::flush_vectors ? i + L::flush_vectors * W : n;                     \
+      V acc[mb_count];                                                                                           \
+      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
+      V vmax = L::zero();                                                                                        \
+      for (; i < end; i += W) {                                                                                  \
+        const U* src = p + i;                                                                                    \
+        if (end - i < W) {                                                                                       \
+          for (std::size_t j = 0; j < W; ++j) tail[j] = j < end - i ? p[i + j] : U{0};                           \
+          src = tail;                                                                                            \
+        }                                                                                                        \
+        if ((i * sizeof(U)) % 64 == 0)                                                                           \
+          _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);        \
+        const V a = L::band(L::load(src), absm);                                                                 \
+        const M nz = L::ge(a, bnd[mb_nonzero]);                                                                  \
+        _Pragma("GCC unroll 3") for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
+        if (L::any(L::andnot(L::ge(a, small_hi), nz))) {                                                         \
+          _Pragma("GCC unroll 6") for (int k : mb_small) acc[k] = L::count(acc[k], L::andnot(L::ge(a, bnd[k]), nz)); \
+        }                                                                                                        \
+        if (L::any(L::ge(a, large_lo))) {                                                                        \
+          _Pragma("GCC unroll 6") for (int k : mb_large) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));            \
+          vmax = L::vmax_not(vmax, a, L::ge(a, bnd[mb_nan]));                                                    \
+        } else {                                                                                                 \
+          vmax = L::vmax(vmax, a);                                                                               \
+        }                                                                                                        \
+      }                                                                                                          \
+      if (end < i) i = end;                                                                                      \
+      std::uint64_t block[mb_count];                                                                             \
+      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) block[k] = L::sum(acc[k]);                     \
+      margin_add_block(out, block);                                                                              \
+      U lane_max[W];                                                                                             \
+      L::store(lane_max, vmax);                                                                                  \
+      for (std::size_t j = 0; j < W; ++j)                                                                        \
+        if (lane_max[j] > out.amax) out.amax = lane_max[j];                                                      \
+    }                                                                                                            \
+  }
+
+NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx512, NANSCOPE_IMPL_TARGET_AVX512)
+NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
+
+#undef NANSCOPE_IMPL_MARGINS_SIMD_KERNEL
+#undef NANSCOPE_IMPL_M512
+#undef NANSCOPE_IMPL_M256
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+/// Runs the kernel for `use` on n contiguous elements of floating dtype t.
+template <class U>
+inline void margins_run_typed(const void* vp, std::size_t n, isa use, const margin_bounds& mb, margin_counts& out) {
+  const U* p = static_cast<const U*>(vp);
+#if NANSCOPE_HAS_X86_SIMD()
+  if (use == isa::avx512) {
+    using L = std::conditional_t<sizeof(U) == 1, m512_u8,
+                                 std::conditional_t<sizeof(U) == 2, m512_u16,
+                                                    std::conditional_t<sizeof(U) == 4, m512_u32, m512_u64>>>;
+    margins_avx512<L>(p, n, mb, out);
+    return;
+  }
+  if (use == isa::avx2) {
+    using L = std::conditional_t<sizeof(U) == 1, m256_u8,
+                                 std::conditional_t<sizeof(U) == 2, m256_u16,
+                                                    std::conditional_t<sizeof(U) == 4, m256_u32, m256_u64>>>;
+    margins_avx2<L>(p, n, mb, out);
+    return;
+  }
+#else
+  (void)use;
+#endif
+  margins_scalar<U>(p, n, mb, out);
+}
+
+inline void margins_run(const void* p, dtype t, std::size_t n, isa use, const margin_bounds& mb, margin_counts& out) {
+  switch (size_of(t)) {
+    case 1: margins_run_typed<std::uint8_t>(p, n, use, mb, out); break;
+    case 2: margins_run_typed<std::uint16_t>(p, n, use, mb, out); break;
+    case 4: margins_run_typed<std::uint32_t>(p, n, use, mb, out); break;
+    default: margins_run_typed<std::uint64_t>(p, n, use, mb, out); break;
+  }
+}
+
+}  // namespace detail
+
+/// Low-precision margins of one tensor view on the host, in one pass: per target format the exact counts of
+/// values that would overflow, become subnormal, or flush to zero when cast with round-to-nearest-even, and
+/// abs_max with the headroom in bits. Sources: f64, f32, f16, bf16, e4m3fn, e5m2 (any layout; strided views
+/// are gathered, permuted dense ones read in memory order). Throws nanscope::error for an invalid view, an
+/// integer or bool dtype, or device memory. Single-threaded.
+inline margins_result margins(const tensor_view& v, const margins_options& opt = {}) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "margins: data is in CUDA device memory; copy it to the host first");
+  if (!is_float(v.type))
+    detail::fail(v.name, std::string("margins: dtype ") + name(v.type) +
+                             " is not a floating type (margins take f64, f32, f16, bf16, e4m3fn or e5m2)");
+  margins_result r;
+  r.type = v.type;
+  r.rank = v.rank;
+  for (int i = 0; i < v.rank; ++i) r.shape[i] = v.shape[i];
+  const std::uint64_t n = v.numel();
+  r.count = n;
+  detail::margin_counts c;
+  if (n != 0) {
+    const detail::margin_bounds& mb = detail::margin_bounds_for(v.type);
+    const isa use = resolve_isa(opt.instruction_set);
+    tensor_view w = v;
+    bool dense = v.is_contiguous();
+    if (!dense) dense = detail::dense_permutation(v, w);  // counts and abs_max do not depend on the order
+    if (dense) {
+      const std::size_t es = size_of(v.type);
+      constexpr std::uint64_t step = std::uint64_t{1} << 30;
+      for (std::uint64_t b = 0; b < n; b += step) {
+        const std::uint64_t m = (n - b) < step ? (n - b) : step;
+        detail::margins_run(static_cast<const unsigned char*>(w.data) + static_cast<std::size_t>(b) * es, v.type,
+                            static_cast<std::size_t>(m), use, mb, c);
+      }
+    } else {
+      alignas(64) unsigned char buf[detail::chunk_elems * 8];
+      for (std::uint64_t b = 0; b < n; b += detail::chunk_elems) {
+        const std::size_t m = static_cast<std::size_t>((n - b) < detail::chunk_elems ? (n - b) : detail::chunk_elems);
+        detail::gather(v, b, m, buf);
+        detail::margins_run(buf, v.type, m, use, mb, c);
+      }
+    }
+  }
+  using detail::mb_inf;
+  using detail::mb_nan;
+  using detail::mb_nonzero;
+  r.zero = n - c.ge[mb_nonzero];
+  r.nan = c.ge[mb_nan];
+  r.inf = c.ge[mb_inf] - c.ge[mb_nan];
+  r.abs_max = n - r.nan != 0 ? detail::bits_to_double(detail::margin_value_bits(v.type, c.amax)) : detail::margin_qnan();
+  for (std::size_t i = 0; i < 4; ++i) {
+    format_margin& f = r.formats[i];
+    f.target = margin_targets[i];
+    f.max_finite = info(f.target).max_finite;
+    f.headroom_bits = headroom_bits(r.abs_max, f.target);
+    const int z = detail::mb_target0 + 3 * static_cast<int>(i);
+    f.underflow_to_zero = c.ge[mb_nonzero] - c.ge[z];
+    f.subnormal = c.ge[z] - c.ge[z + 1];
+    f.overflow = c.ge[z + 2] - c.ge[mb_inf];
+  }
+  return r;
+}
+
+/// Margins of any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+margins_result margins(const T& tensor, const margins_options& opt = {}) {
+  return margins(to_view(tensor), opt);
+}
+/// Margins of any supported tensor, naming it in error messages.
+template <class T>
+margins_result margins(const T& tensor, const char* name, const margins_options& opt = {}) {
+  return margins(to_view(tensor, name), opt);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_MARGINS_HPP
+// ---- end nanscope/margins.hpp ----
+// ---- begin nanscope/npy.hpp ----
+// nanscope — npy.hpp: write a tensor as a numpy .npy file (atomically), and read one back.
+//
+//   nanscope::write_npy("dump/activations.npy", view);       // any layout; logical row-major order on disk
+//   nanscope::npy_array a = nanscope::read_npy("dump/activations.npy");
+//   nanscope::check(a.view());
+//
+// Files are .npy format version 1.0 (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html):
+// the magic "\x93NUMPY", version 1.0, a little-endian uint16 header length, then a Python dict literal such as
+// {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and ended by '\n' so that the
+// data starts at a multiple of 64 bytes; then the elements, little-endian, in row-major (C) order.
+//
+// dtypes: f64 '<f8', f32 '<f4', f16 '<f2', i8 '|i1', i16 '<i2', i32 '<i4', i64 '<i8', u8 '|u1', u16 '<u2',
+// u32 '<u4', u64 '<u8', bool '|b1' (each byte written as 0 or 1). bf16, fp8 e4m3fn and fp8 e5m2 have no numpy
+// dtype: they are written as '<f4', converted exactly (every value of those formats, NaN and inf included, is
+// an f32 value), so the file reads back as f32. Single-byte types use '|' as numpy writes them; '<i1'/'<u1'
+// are accepted on reading.
+//
+// Writes go through detail::atomic_file: the target path holds either its previous content or the complete
+// new file, never a partial one (POSIX only).
+#ifndef NANSCOPE_NPY_HPP
+#define NANSCOPE_NPY_HPP
+
+// #include "check.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+// ---- begin nanscope/detail/atomic_file.hpp ----
+// nanscope — detail/atomic_file.hpp: write a file so that readers see the old content or the new one, never
+// a partial file, even if the writer is killed or the machine loses power midway.
+//
+//   nanscope::detail::atomic_file f("out/x.npy");  // creates out/.x.npy.tmp.<pid>.<n> (O_EXCL)
+//   f.write(p, n); ...
+//   f.commit();  // fsync the data, rename over out/x.npy, fsync the directory
+//
+// If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
+// process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
+// the target's name, ".tmp.", the writer's pid and a counter): the target itself is untouched until the rename.
+// Every failure throws nanscope::error naming the path and the system's reason (strerror). POSIX only; on
+// other platforms the constructor throws "not supported".
+#ifndef NANSCOPE_DETAIL_ATOMIC_FILE_HPP
+#define NANSCOPE_DETAIL_ATOMIC_FILE_HPP
+
+// #include "../config.hpp": inlined above
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
+#define NANSCOPE_IMPL_POSIX_FILES 1
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#else
+#define NANSCOPE_IMPL_POSIX_FILES 0
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Throws nanscope::error("nanscope: file '<path>': <problem>").
+[[noreturn]] inline void file_fail(const std::string& path, const std::string& problem) {
+  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: file '" + path + "': " + problem));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+
+/// "<what>: <strerror(err)>".
+inline std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+/// A file written under a temporary name in the target's directory and renamed over the target by commit().
+class atomic_file {
+ public:
+  explicit atomic_file(const std::string& path) : path_(path) {
+#if NANSCOPE_IMPL_POSIX_FILES
+    const std::size_t slash = path.rfind('/');
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (base.empty() || base == "." || base == "..") file_fail(path, "the path names a directory, not a file");
+    dir_ = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+    const std::string prefix = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." + base +
+                               ".tmp." + std::to_string(static_cast<long long>(::getpid())) + ".";
+    // Keep the permissions of a file being replaced; a new file gets 0666 & ~umask like any other.
+    mode_t mode = 0666;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) file_fail(path, "the path names a directory, not a file");
+      mode = st.st_mode & 07777;
+    }
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      temp_ = prefix + std::to_string(next_serial());
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+      if (fd_ >= 0) break;
+      if (errno != EEXIST) file_fail(path, errno_text(("cannot create the temporary file '" + temp_ + "'").c_str(), errno));
+    }
+    if (fd_ < 0) file_fail(path, "cannot find a free temporary file name next to it");
+    if (mode != 0666 && ::fchmod(fd_, mode) != 0) fail_and_clean(errno_text("cannot copy the permissions", errno));
+#else
+    file_fail(path, "atomic file writes are not supported on this platform");
+#endif
+  }
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+  ~atomic_file() { discard(); }
+
+  /// Appends n bytes. Throws (after removing the temporary file) on any error.
+  void write(const void* data, std::size_t n) {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (fd_ < 0) file_fail(path_, "write after commit or failure");
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (n > 0) {
+      const std::size_t piece = n < (std::size_t{1} << 30) ? n : (std::size_t{1} << 30);
+      const ::ssize_t w = ::write(fd_, p, piece);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail_and_clean(errno_text("write failed", errno));
+      }
+      if (w == 0) fail_and_clean("write failed: no progress");
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+#else
+    (void)data;
+    (void)n;
+#endif
+  }
+
+  /// Makes the written bytes the content of the target path: fsync, close, rename, fsync of the directory.
+  void commit() {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (fd_ < 0) file_fail(path_, "commit after commit or failure");
+    while (::fsync(fd_) != 0) {
+      if (errno != EINTR) fail_and_clean(errno_text("fsync failed", errno));
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_and_clean(errno_text("close failed", errno));
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename over the target failed", errno));
+    committed_ = true;
+    temp_.clear();
+    // The rename is durable only once the directory entry is on disk. Filesystems that cannot fsync a
+    // directory (EINVAL, ENOTSUP) are accepted as they are.
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_CLOEXEC
+#ifdef O_DIRECTORY
+                                              | O_DIRECTORY
+#endif
+    );
+    if (dfd < 0) file_fail(path_, errno_text(("written, but cannot open its directory '" + dir_ + "' to fsync it").c_str(), errno));
+    int rc;
+    while ((rc = ::fsync(dfd)) != 0 && errno == EINTR) {
+    }
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0 && err != EINVAL
+#ifdef ENOTSUP
+        && err != ENOTSUP
+#endif
+    )
+      file_fail(path_, errno_text(("written, but fsync of its directory '" + dir_ + "' failed").c_str(), err));
+#endif
+  }
+
+  /// Closes and removes the temporary file unless committed (the destructor does this too).
+  void discard() noexcept {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (!committed_ && !temp_.empty()) {
+      ::unlink(temp_.c_str());
+      temp_.clear();
+    }
+#endif
+  }
+
+  const std::string& path() const { return path_; }
+  /// The temporary file's path (empty once committed or discarded).
+  const std::string& temp_path() const { return temp_; }
+
+ private:
+  std::string path_;
+  std::string dir_;
+  std::string temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+
+  static unsigned long long next_serial() {
+    static std::atomic<unsigned long long> serial{0};
+    return serial.fetch_add(1, std::memory_order_relaxed);
+  }
+  [[noreturn]] void fail_and_clean(const std::string& problem) {
+    const std::string temp = temp_;
+    discard();
+    file_fail(path_, problem + (temp.empty() ? std::string() : " (temporary file '" + temp + "' removed)"));
+  }
+};
+
+/// Writes `n` bytes as the whole new content of `path`, atomically (see atomic_file).
+inline void write_file_atomically(const std::string& path, const void* data, std::size_t n) {
+  atomic_file f(path);
+  f.write(data, n);
+  f.commit();
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_ATOMIC_FILE_HPP
+// ---- end nanscope/detail/atomic_file.hpp ----
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// An array read from a .npy file: dtype, shape and the elements in row-major order (host byte order).
+struct npy_array {
+  dtype type = dtype::f32;
+  std::vector<std::int64_t> shape;   ///< empty for a 0-d array (one element)
+  std::vector<unsigned char> bytes;  ///< numel() * size_of(type) bytes
+
+  std::uint64_t numel() const {
+    std::uint64_t n = 1;
+    for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+  }
+  /// A contiguous view of the data (valid while this array lives and is not modified).
+  tensor_view view(const char* name = nullptr) const {
+    tensor_view v;
+    v.data = bytes.empty() ? nullptr : bytes.data();
+    v.type = type;
+    v.name = name;
+    v.rank = static_cast<int>(shape.size());
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
+    v.set_contiguous_strides();
+    return v;
+  }
+};
+
+/// The numpy descr that write_npy() writes for a dtype ('<f4' for bf16 and fp8).
+inline const char* npy_descr(dtype t) {
+  switch (t) {
+    case dtype::f64: return "<f8";
+    case dtype::f32:
+    case dtype::bf16:
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2: return "<f4";
+    case dtype::f16: return "<f2";
+    case dtype::i8: return "|i1";
+    case dtype::i16: return "<i2";
+    case dtype::i32: return "<i4";
+    case dtype::i64: return "<i8";
+    case dtype::u8: return "|u1";
+    case dtype::u16: return "<u2";
+    case dtype::u32: return "<u4";
+    case dtype::u64: return "<u8";
+    case dtype::boolean: return "|b1";
+  }
+  detail::fail("", "npy_descr: unsupported dtype value " + std::to_string(static_cast<unsigned>(t)));
+}
+
+namespace detail {
+
+/// The dtype a file of `t` holds (bf16 and fp8 are stored as f32).
+inline dtype npy_file_dtype(dtype t) {
+  return t == dtype::bf16 || t == dtype::f8_e4m3fn || t == dtype::f8_e5m2 ? dtype::f32 : t;
+}
+
+inline bool npy_host_is_big_endian() {
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return true;
+#else
+  return false;
+#endif
+}
+/// Reverses the bytes of each `es`-byte element in place (between host order and little-endian).
+inline void npy_swap_elements(unsigned char* p, std::size_t n, std::size_t es) {
+  if (es < 2) return;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t a = 0, b = es - 1; a < b; ++a, --b) {
+      const unsigned char t = p[i * es + a];
+      p[i * es + a] = p[i * es + b];
+      p[i * es + b] = t;
+    }
+}
+
+/// The complete preamble (magic, version, header length, header dict) for a tensor of file dtype `ft`.
+inline std::string npy_preamble(dtype ft, int rank, const std::int64_t* shape) {
+  std::string dict = "{'descr': '";
+  dict += npy_descr(ft);
+  dict += "', 'fortran_order': False, 'shape': (";
+  for (int i = 0; i < rank; ++i) {
+    if (i > 0) dict += ", ";
+    dict += std::to_string(shape[i]);
+  }
+  if (rank == 1) dict += ",";
+  dict += "), }";
+  const std::size_t fixed = 10;  // magic (6) + version (2) + header length (2)
+  std::size_t total = fixed + dict.size() + 1;  // + '\n'
+  total = (total + 63) / 64 * 64;
+  const std::size_t header_len = total - fixed;  // at most a few hundred bytes: fits uint16
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header_len & 0xFFu);
+  out += static_cast<char>((header_len >> 8) & 0xFFu);
+  out += dict;
+  out.append(total - out.size() - 1, ' ');
+  out += '\n';
+  return out;
+}
+
+/// Converts n elements of source dtype t (raw, host order) to the file's representation, little-endian, in out.
+inline void npy_encode(const unsigned char* src, dtype t, std::size_t n, unsigned char* out) {
+  const std::size_t es = size_of(t);
+  switch (t) {
+    case dtype::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        const std::uint32_t f = static_cast<std::uint32_t>(h) << 16;
+        std::memcpy(out + 4 * i, &f, 4);
+      }
+      break;
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2: {
+      const float* table = fp8_table(t);  // exact decode, built from bit fields
+      for (std::size_t i = 0; i < n; ++i) std::memcpy(out + 4 * i, &table[src[i]], 4);
+      break;
+    }
+    case dtype::boolean:
+      for (std::size_t i = 0; i < n; ++i) out[i] = src[i] != 0 ? 1 : 0;
+      break;
+    default: std::memcpy(out, src, n * es); break;
+  }
+  if (npy_host_is_big_endian()) npy_swap_elements(out, n, size_of(npy_file_dtype(t)));
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Strict parser of the header dict.
+// ------------------------------------------------------------------------------------------------------------
+class npy_header_parser {
+ public:
+  npy_header_parser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+
+  void parse(std::string& descr, bool& fortran, std::vector<std::int64_t>& shape) {
+    bool have_descr = false, have_fortran = false, have_shape = false;
+    skip_ws();
+    expect('{');
+    skip_ws();
+    while (peek() != '}') {
+      const std::string key = string_literal("a dict key");
+      skip_ws();
+      expect(':');
+      skip_ws();
+      if (key == "descr") {
+        if (have_descr) bad("the key 'descr' appears twice");
+        if (peek() != '\'' && peek() != '"')
+          bad("'descr' is not a simple type string (structured and subarray dtypes are not supported)");
+        descr = string_literal("the 'descr' value");
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (have_fortran) bad("the key 'fortran_order' appears twice");
+        if (s_.compare(i_, 4, "True") == 0) {
+          fortran = true;
+          i_ += 4;
+        } else if (s_.compare(i_, 5, "False") == 0) {
+          fortran = false;
+          i_ += 5;
+        } else {
+          bad("'fortran_order' must be True or False");
+        }
+        have_fortran = true;
+      } else if (key == "shape") {
+        if (have_shape) bad("the key 'shape' appears twice");
+        parse_shape(shape);
+        have_shape = true;
+      } else {
+        bad("unexpected key '" + key + "' in the header");
+      }
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        skip_ws();
+      } else if (peek() != '}') {
+        bad("expected ',' or '}' in the header dict");
+      }
+    }
+    ++i_;  // '}'
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+    if (i_ + 1 != s_.size() || s_[i_] != '\n')
+      bad("the header dict must be followed only by spaces and a final newline");
+    if (!have_descr) bad("the header has no 'descr'");
+    if (!have_fortran) bad("the header has no 'fortran_order'");
+    if (!have_shape) bad("the header has no 'shape'");
+  }
+
+ private:
+  const std::string& path_;
+  const std::string& s_;
+  std::size_t i_ = 0;
+
+  [[noreturn]] void bad(const std::string& what) const { file_fail(path_, "malformed .npy header: " + what); }
+  char peek() const {
+    if (i_ >= s_.size()) bad("the header ends early");
+    return s_[i_];
+  }
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  std::string string_literal(const char* what) {
+    const char q = peek();
+    if (q != '\'' && q != '"') bad(std::string("expected a quoted string for ") + what);
+    const std::size_t end = s_.find(q, i_ + 1);
+    if (end == std::string::npos) bad(std::string("unterminated string for ") + what);
+    std::string out = s_.substr(i_ + 1, end - i_ - 1);
+    if (out.find('\\') != std::string::npos) bad(std::string("escape sequences are not supported in ") + what);
+    i_ = end + 1;
+    return out;
+  }
+  void parse_shape(std::vector<std::int64_t>& shape) {
+    shape.clear();
+    expect('(');
+    skip_ws();
+    bool trailing_comma = false;
+    while (peek() != ')') {
+      if (peek() < '0' || peek() > '9') bad("'shape' must be a tuple of non-negative integers");
+      std::uint64_t v = 0;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+        const auto d = static_cast<std::uint64_t>(s_[i_] - '0');
+        if (v > (static_cast<std::uint64_t>(INT64_MAX) - d) / 10) bad("a 'shape' extent does not fit in int64");
+        v = v * 10 + d;
+        ++i_;
+      }
+      if (i_ < s_.size() && s_[i_] == 'L') ++i_;  // Python 2 long suffix, written by old numpy
+      shape.push_back(static_cast<std::int64_t>(v));
+      skip_ws();
+      trailing_comma = false;
+      if (peek() == ',') {
+        ++i_;
+        trailing_comma = true;
+        skip_ws();
+      } else if (peek() != ')') {
+        bad("expected ',' or ')' in 'shape'");
+      }
+    }
+    ++i_;  // ')'
+    if (shape.size() == 1 && !trailing_comma) bad("'shape' (n) is not a tuple: a 1-d shape is written (n,)");
+  }
+};
+
+inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+  static const struct {
+    const char* descr;
+    dtype type;
+  } known[] = {{"<f8", dtype::f64}, {"<f4", dtype::f32}, {"<f2", dtype::f16},  {"|i1", dtype::i8},
+               {"<i1", dtype::i8},  {"<i2", dtype::i16}, {"<i4", dtype::i32},  {"<i8", dtype::i64},
+               {"|u1", dtype::u8},  {"<u1", dtype::u8},  {"<u2", dtype::u16},  {"<u4", dtype::u32},
+               {"<u8", dtype::u64}, {"|b1", dtype::boolean}};
+  for (const auto& k : known)
+    if (d == k.descr) {
+      t = k.type;
+      return true;
+    }
+  return false;
+}
+
+/// Reads a whole file.
+inline std::vector<unsigned char> npy_read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) file_fail(path, errno_text("cannot open", errno));
+  std::vector<unsigned char> data;
+  unsigned char buf[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(buf, 1, sizeof buf, f);
+    data.insert(data.end(), buf, buf + got);
+    if (got < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) file_fail(path, errno_text("read failed", err));
+  return data;
+}
+
+}  // namespace detail
+
+/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
+/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
+/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
+inline void write_npy(const std::string& path, const tensor_view& v) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
+  const dtype ft = detail::npy_file_dtype(v.type);
+  const std::string pre = detail::npy_preamble(ft, v.rank, v.shape);
+  detail::atomic_file file(path);
+  file.write(pre.data(), pre.size());
+  const std::uint64_t n = v.numel();
+  const std::size_t es = size_of(v.type), fes = size_of(ft);
+  const bool raw = ft == v.type && v.type != dtype::boolean && !detail::npy_host_is_big_endian();
+  if (n != 0 && raw && v.is_contiguous()) {
+    file.write(v.data, static_cast<std::size_t>(n) * es);
+  } else if (n != 0) {
+    constexpr std::size_t chunk = std::size_t{1} << 16;
+    std::vector<unsigned char> in(chunk * es), out(chunk * fes);
+    for (std::uint64_t b = 0; b < n; b += chunk) {
+      const std::size_t m = static_cast<std::size_t>((n - b) < chunk ? (n - b) : chunk);
+      detail::gather(v, b, m, in.data());
+      detail::npy_encode(in.data(), v.type, m, out.data());
+      file.write(out.data(), m * fes);
+    }
+  }
+  file.commit();
+}
+
+/// Writes any supported tensor (see traits.hpp) as a .npy file.
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+void write_npy(const std::string& path, const T& tensor) {
+  write_npy(path, to_view(tensor));
+}
+
+/// Reads a .npy file (format 1.0 or 2.0) with a strict header parser: the magic, the version, a header length
+/// within the file, a dict with exactly 'descr', 'fortran_order' and 'shape', a supported little-endian descr
+/// (see npy_descr; '<i1'/'<u1' accepted too), and data of exactly the size the shape says (a shorter file and
+/// trailing bytes are both errors). Fortran-ordered data is transposed into row-major order. Throws
+/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
+inline npy_array read_npy(const std::string& path) {
+  const std::vector<unsigned char> f = detail::npy_read_file(path);
+  if (f.size() < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(f.size()) + " bytes");
+  if (std::memcmp(f.data(), "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
+  const unsigned ver_major = f[6], ver_minor = f[7];
+  std::size_t header_start, header_len;
+  if (ver_major == 1 && ver_minor == 0) {
+    header_start = 10;
+    header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8;
+  } else if (ver_major == 2 && ver_minor == 0) {
+    if (f.size() < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
+    header_start = 12;
+    header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8 |
+                 static_cast<std::size_t>(f[10]) << 16 | static_cast<std::size_t>(f[11]) << 24;
+  } else {
+    detail::file_fail(path, "unsupported .npy format version " + std::to_string(ver_major) + "." +
+                                std::to_string(ver_minor) + " (1.0 and 2.0 are supported)");
+  }
+  if (header_len > f.size() - header_start)
+    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                                std::to_string(f.size()) + " bytes)");
+  const std::string header(reinterpret_cast<const char*>(f.data()) + header_start, header_len);
+  for (char c : header)
+    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t'))
+      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte");
+  std::string descr;
+  bool fortran = false;
+  npy_array a;
+  detail::npy_header_parser(path, header).parse(descr, fortran, a.shape);
+  if (!detail::npy_descr_dtype(descr, a.type)) {
+    std::string why = "unsupported dtype descr '" + descr + "'";
+    if (!descr.empty() && descr[0] == '>') why += " (big-endian data is not supported)";
+    why += "; supported: <f8 <f4 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1";
+    detail::file_fail(path, why);
+  }
+  if (a.shape.size() > static_cast<std::size_t>(max_rank))
+    detail::file_fail(path, "rank " + std::to_string(a.shape.size()) + " exceeds nanscope's max_rank " + std::to_string(max_rank));
+  const std::size_t es = size_of(a.type);
+  const std::size_t data_start = header_start + header_len;
+  const std::size_t avail = f.size() - data_start;
+  // element count, stopping as soon as the data could not fit in the file (no overflow)
+  std::uint64_t n = 1;
+  bool too_big = false;
+  bool has_zero = false;
+  for (std::int64_t d : a.shape) has_zero = has_zero || d == 0;
+  if (has_zero) {
+    n = 0;
+  } else {
+    for (std::int64_t d : a.shape) {
+      const auto u = static_cast<std::uint64_t>(d);
+      if (n > (avail / es) / u) too_big = true;
+      if (too_big) break;
+      n *= u;
+    }
+  }
+  if (too_big || n * es > avail)
+    detail::file_fail(path, "truncated: the data is shorter than the shape says (" +
+                                (too_big ? std::string("far more") : std::to_string(n * es)) + " bytes needed, " +
+                                std::to_string(avail) + " after the header)");
+  if (n * es < avail)
+    detail::file_fail(path, std::to_string(avail - n * es) + " unexpected trailing bytes after the data");
+  const unsigned char* src = f.data() + data_start;
+  a.bytes.resize(static_cast<std::size_t>(n) * es);
+  const std::size_t rank = a.shape.size();
+  if (!fortran || rank < 2 || n == 0) {
+    if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
+  } else {
+    // column-major source: stride of dimension i is the product of the extents before it
+    std::int64_t fstride[max_rank];
+    std::int64_t s = 1;
+    for (std::size_t i = 0; i < rank; ++i) {
+      fstride[i] = s;
+      s *= a.shape[i];
+    }
+    std::int64_t idx[max_rank] = {};
+    for (std::uint64_t k = 0; k < n; ++k) {
+      std::int64_t off = 0;
+      for (std::size_t i = 0; i < rank; ++i) off += idx[i] * fstride[i];
+      std::memcpy(a.bytes.data() + k * es, src + static_cast<std::size_t>(off) * es, es);
+      for (std::size_t i = rank; i-- > 0;) {
+        if (++idx[i] < a.shape[i]) break;
+        idx[i] = 0;
+      }
+    }
+  }
+  if (detail::npy_host_is_big_endian()) detail::npy_swap_elements(a.bytes.data(), static_cast<std::size_t>(n), es);
+  return a;
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_NPY_HPP
+// ---- end nanscope/npy.hpp ----
+// ---- begin nanscope/recorder.hpp ----
+// nanscope — recorder.hpp: the frame recorder. Scopes name the modules of a forward pass; every tensor
+// recorded inside a scope (parameters, inputs, outputs) is checked with the fused pass; a ring buffer keeps
+// the last N module frames; the moment a NaN/Inf appears the recorder prints the story of the frames that
+// led to it (report.hpp) and applies its policy (throw, abort, print and continue, or a callback).
+//
+//   nanscope::recorder rec;                                   // or nanscope::default_recorder()
+//   {
+//     nanscope::scope ff(rec, "encoder.block.2.layer.1.DenseReluDense", "T5DenseGatedGeluDense");
+//     ff.input(hidden);
+//     ...
+//     ff.output(out);                                         // checks; reports on NaN/Inf
+//   }                                                         // frame complete -> ring buffer
+//
+// Most code uses the macros of macros.hpp (NANSCOPE_SCOPE, NANSCOPE_INPUT, DETECT_OVERFLOW, ...).
+// Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring
+// under a mutex; options are set before recording starts (set_options is itself thread-safe).
+#ifndef NANSCOPE_RECORDER_HPP
+#define NANSCOPE_RECORDER_HPP
+
+// #include "check.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "margins.hpp": inlined above
+// #include "npy.hpp": inlined above
+// #include "view.hpp": inlined above
+// #include "detail/atomic_file.hpp": inlined above
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Where a check was written (filled by the macros).
+struct source_location {
+  const char* file = "";
+  int line = 0;
+  const char* function = "";
+};
+
+/// What a recorded tensor is to its module.
+enum class tensor_role : std::uint8_t { parameter, input, output, checkpoint };
+
+/// Non-finite categories, for per-site rules (allow -inf in attention masks, say).
+enum class allow : std::uint8_t { none = 0, nan = 1, pos_inf = 2, neg_inf = 4, inf = 6, all = 7 };
+constexpr allow operator|(allow a, allow b) {
+  return static_cast<allow>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+constexpr bool allows(allow set, allow one) {
+  return (static_cast<std::uint8_t>(set) & static_cast<std::uint8_t>(one)) == static_cast<std::uint8_t>(one);
+}
+
+/// Low-precision targets whose headroom the recorder watches.
+enum class lp_format : std::uint8_t { f16, bf16, e4m3fn, e5m2 };
+inline constexpr int lp_format_count = 4;
+inline dtype lp_dtype(lp_format f) {
+  switch (f) {
+    case lp_format::f16: return dtype::f16;
+    case lp_format::bf16: return dtype::bf16;
+    case lp_format::e4m3fn: return dtype::f8_e4m3fn;
+    case lp_format::e5m2: return dtype::f8_e5m2;
+  }
+  return dtype::f16;
+}
+
+/// One tensor inside a frame.
+struct tensor_record {
+  tensor_role role = tensor_role::output;
+  std::string context;  ///< "weight", "input[0]", "output", "output[1]", or a checkpoint's text
+  health_result health;
+  bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
+  bool is_none = false;    ///< an absent optional argument ("None" line)
+  bool allowed = false;    ///< non-finite values here were allowed by a rule
+  unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
+  bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
+  margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
+  source_location where;
+  tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+};
+
+/// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
+struct frame {
+  std::uint64_t step = 0;
+  std::uint64_t sequence = 0;  ///< completion order across the recorder
+  std::string module_path;     ///< "encoder.block.2.layer.1.DenseReluDense.wo"; "" for the root module
+  std::string class_name;      ///< "Linear"; "" for a checkpoint outside any class
+  bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
+  bool complete = false;
+  source_location where;       ///< where the scope (or checkpoint) was opened
+  std::vector<tensor_record> tensors;
+
+  bool inputs_finite() const {
+    for (const auto& t : tensors)
+      if (t.role != tensor_role::output && t.role != tensor_role::checkpoint && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return false;
+    return true;
+  }
+  bool outputs_nonfinite() const {
+    for (const auto& t : tensors)
+      if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return true;
+    return false;
+  }
+  /// True when this frame made the first non-finite value: its inputs were finite, an output is not.
+  bool produced_nonfinite() const { return outputs_nonfinite() && inputs_finite(); }
+};
+
+/// What happened, handed to callbacks and carried by detection_error.
+struct detection {
+  std::uint64_t step = 0;
+  std::string module_path;
+  std::string class_name;
+  std::string context;           ///< the tensor that triggered: "output", "input[0]", a checkpoint text
+  tensor_role role = tensor_role::output;
+  health_result health;          ///< of that tensor
+  source_location where;
+  bool produced_here = false;    ///< the triggering frame's inputs were finite
+  std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
+  std::string report;            ///< the report text as printed (in the recorder's style)
+};
+
+/// Thrown by the `throw_exception` policy. what() is the report's first line; report() the whole text.
+class detection_error : public std::runtime_error {
+ public:
+  explicit detection_error(std::shared_ptr<const detection> d)
+      : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
+  const detection& info() const { return *d_; }
+  const std::string& report() const { return d_->report; }
+
+ private:
+  static std::string first_line(const std::string& s) {
+    std::size_t b = s.find_first_not_of('\n');
+    if (b == std::string::npos) return "nanscope: inf/nan detected";
+    std::size_t e = s.find('\n', b);
+    return s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  }
+  std::shared_ptr<const detection> d_;
+};
+
+/// Thrown when `abort_after_step` is reached (HuggingFace's abort_after_batch_num), under every policy but
+/// `abort`.
+class stop_requested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
+enum class report_style : std::uint8_t {
+  hf,        ///< HuggingFace DebugUnderflowOverflow (FORMATS.md §2)
+  hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
+  extended,  ///< nanscope's: counts, headroom, source locations, producer marker
+};
+
+/// A rule for module paths matching `pattern` (glob: `*` any run of characters, `?` one character).
+struct site_rule {
+  std::string pattern;
+  allow allowed = allow::none;
+  bool skip = false;  ///< do not check tensors here at all
+};
+
+struct recorder_options {
+  std::size_t max_frames = 21;                 ///< frames kept (HuggingFace's max_frames_to_save)
+  std::vector<std::uint64_t> trace_steps;       ///< print every frame of these steps as it completes
+  std::int64_t abort_after_step = -1;          ///< stop once this step has completed (-1: never)
+  bool auto_step = true;                        ///< the step advances when an outermost scope completes
+  on_detect policy = on_detect::throw_exception;
+  report_style style = report_style::hf;
+  std::function<void(const detection&)> callback;      ///< for on_detect::callback
+  std::function<void(std::string_view)> sink;          ///< output; default: stderr
+  /// Integer and bool tensors cannot hold NaN/Inf: they are never classified, but by default they are recorded
+  /// with their abs min/max (HuggingFace's report shows input_ids too). true: leave them out of the frames.
+  bool skip_integer_tensors = false;
+  check_mode mode = check_mode::stats;                 ///< mode of each check (stats keeps abs min/max)
+  bool report_once_per_step = true;                    ///< later detections in the same step are not re-reported
+  /// Warn when abs_max reaches these thresholds (per lp_format; <= 0 disables). Default: fp16 at 1e4, the
+  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range).
+  double warn_abs_max[lp_format_count] = {1e4, 0.0, 0.0, 0.0};
+  std::vector<site_rule> rules;
+  std::string snapshot_dir;  ///< non-empty: write the offending tensor and the producer's inputs as .npy
+  unsigned check_threads = 1;  ///< threads per check (1: the recording thread only)
+  /// Also count, for every float tensor, the values that would overflow, become subnormal or flush to zero if
+  /// cast to fp16/bf16/e4m3fn/e5m2 (a second pass, nanscope::margins); shown by the extended report.
+  bool count_margins = false;
+};
+
+class recorder;
+class scope;
+
+namespace detail {
+inline bool glob_match(std::string_view pat, std::string_view s) {
+  std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && (pat[p] == '?' || pat[p] == s[i])) {
+      ++p;
+      ++i;
+    } else if (p < pat.size() && pat[p] == '*') {
+      star = p++;
+      mark = i;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+
+/// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too). O(n), scalar.
+inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) {
+  const std::uint64_t n = v.numel();
+  if (n == 0 || v.data == nullptr) return;
+  const std::size_t es = size_of(v.type);
+  double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
+  unsigned char buf[8 * 512];
+  for (std::uint64_t b = 0; b < n; b += 512) {
+    const std::size_t m = static_cast<std::size_t>((n - b) < 512 ? (n - b) : 512);
+    gather(v, b, m, buf);
+    for (std::size_t i = 0; i < m; ++i) {
+      const unsigned char* p = buf + i * es;
+      double a = 0.0;
+      switch (v.type) {
+        case dtype::i8: { std::int8_t x; std::memcpy(&x, p, 1); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i16: { std::int16_t x; std::memcpy(&x, p, 2); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i32: { std::int32_t x; std::memcpy(&x, p, 4); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::i64: { std::int64_t x; std::memcpy(&x, p, 8); a = x < 0 ? -double(x) : double(x); break; }
+        case dtype::u8: case dtype::boolean: a = double(*p); break;
+        case dtype::u16: { std::uint16_t x; std::memcpy(&x, p, 2); a = double(x); break; }
+        case dtype::u32: { std::uint32_t x; std::memcpy(&x, p, 4); a = double(x); break; }
+        case dtype::u64: { std::uint64_t x; std::memcpy(&x, p, 8); a = double(x); break; }
+        default: break;
+      }
+      lo = a < lo ? a : lo;
+      hi = a > hi ? a : hi;
+    }
+  }
+  amin = lo;
+  amax = hi;
+}
+
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
+inline scope*& thread_top_scope() {
+  thread_local scope* top = nullptr;
+  return top;
+}
+
+// Report formatting lives in report.hpp (it needs fmt); the recorder calls it through this hook so that
+// recorder.hpp itself needs no fmt. report.hpp installs the formatter at static-initialisation time.
+using report_fn = std::string (*)(report_style, const detection&);
+inline std::atomic<report_fn>& report_formatter() {
+  static std::atomic<report_fn> fn{nullptr};
+  return fn;
+}
+using trace_fn = std::string (*)(const frame&, bool banner);
+inline std::atomic<trace_fn>& trace_formatter() {
+  static std::atomic<trace_fn> fn{nullptr};
+  return fn;
+}
+using warn_fn = std::string (*)(const frame&, const tensor_record&, lp_format, double threshold);
+inline std::atomic<warn_fn>& warning_formatter() {
+  static std::atomic<warn_fn> fn{nullptr};
+  return fn;
+}
+/// A file-name-safe version of s: letters, digits, '.', '-' kept; everything else '_'.
+inline std::string file_safe(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += ok ? c : '_';
+  }
+  if (out.size() > 80) out.resize(80);
+  return out.empty() ? std::string("root") : out;
+}
+/// A JSON string literal: quotes, backslashes and control characters escaped; valid UTF-8 kept; every byte of
+/// an invalid UTF-8 sequence replaced by U+FFFD, so the result is always valid JSON.
+inline std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7F) {
+        static const char hex[] = "0123456789abcdef";
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // multi-byte: lead byte decides the length; reject overlongs, surrogates and > U+10FFFF
+    std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
+    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\\ufffd";
+      ++i;
+    }
+  }
+  return out + "\"";
+}
+inline const char* role_word(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return "parameter";
+    case tensor_role::input: return "input";
+    case tensor_role::output: return "output";
+    case tensor_role::checkpoint: return "checkpoint";
+  }
+  return "?";
+}
+}  // namespace detail
+
+/// The recorder: options, the step counter, the ring of completed frames.
+class recorder {
+ public:
+  recorder() { ring_.resize(opts_.max_frames); }
+  explicit recorder(recorder_options o) : opts_(std::move(o)) {
+    if (opts_.max_frames == 0) opts_.max_frames = 1;
+    ring_.resize(opts_.max_frames);
+  }
+  recorder(const recorder&) = delete;
+  recorder& operator=(const recorder&) = delete;
+
+  /// Replaces the options (clears the saved frames when max_frames changes).
+  void set_options(recorder_options o) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (o.max_frames == 0) o.max_frames = 1;
+    if (o.max_frames != opts_.max_frames) {
+      ring_.assign(o.max_frames, frame{});
+      head_ = count_ = 0;
+    }
+    opts_ = std::move(o);
+  }
+  recorder_options options() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return opts_;
+  }
+
+  std::uint64_t step() const { return step_.load(std::memory_order_relaxed); }
+  /// Sets the step number explicitly (for engines that own their loop); resets per-step state.
+  void set_step(std::uint64_t s) {
+    std::lock_guard<std::mutex> lk(m_);
+    begin_step_locked(s);
+  }
+  /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
+  void next_step() { complete_step(); }
+
+  /// The saved frames, oldest first.
+  std::vector<frame> frames() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return saved_locked();
+  }
+  std::uint64_t detections() const { return detections_.load(std::memory_order_relaxed); }
+  std::uint64_t warnings() const { return warnings_.load(std::memory_order_relaxed); }
+  void clear() {
+    std::lock_guard<std::mutex> lk(m_);
+    for (auto& f : ring_) f = frame{};
+    head_ = count_ = 0;
+  }
+
+  /// Records a one-tensor checkpoint frame (DETECT_OVERFLOW). Path: the enclosing scope of this thread.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
+                           allow allowed = allow::none);
+
+  /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
+  /// the scope that completes a step cannot throw from its destructor).
+  void raise_pending_stop() {
+    if (!stop_pending_.load(std::memory_order_acquire)) return;
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!stop_pending_.exchange(false, std::memory_order_relaxed)) return;
+      msg = stop_message_;
+    }
+    NANSCOPE_IMPL_THROW(stop_requested(msg));
+  }
+
+  // --- used by scope ---
+  void complete(frame&& f, bool outermost);
+  /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
+  /// storage moves as more tensors are recorded).
+  health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
+                       allow allowed);
+  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none);
+
+ private:
+  friend class scope;
+  std::vector<frame> saved_locked() const {
+    std::vector<frame> out;
+    out.reserve(count_);
+    const std::size_t n = ring_.size();
+    for (std::size_t i = 0; i < count_; ++i) out.push_back(ring_[(head_ + n - count_ + i) % n]);
+    return out;
+  }
+  bool tracing_locked(std::uint64_t s) const {
+    for (auto t : opts_.trace_steps)
+      if (t == s) return true;
+    return false;
+  }
+  void begin_step_locked(std::uint64_t s) {
+    step_.store(s, std::memory_order_relaxed);
+    reported_step_ = ~std::uint64_t{0};
+    warned_sites_.clear();
+    banner_step_ = ~std::uint64_t{0};
+  }
+  void emit(std::string_view text) const {
+    if (opts_.sink) {
+      opts_.sink(text);
+    } else {
+      std::fwrite(text.data(), 1, text.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+  void complete_step();
+  void write_snapshot(const std::string& dir, const detection& d, const frame& current);
+  std::string stop_text(std::uint64_t batches_done) const {
+    return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
+           " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
+  }
+  void detect(frame& current, const tensor_record& rec);
+  void maybe_warn(const frame& f, tensor_record& rec);
+  allow rule_allow(const std::string& path, bool& skip) const {
+    allow a = allow::none;
+    skip = false;
+    for (const auto& r : opts_.rules) {
+      if (detail::glob_match(r.pattern, path)) {
+        a = a | r.allowed;
+        skip = skip || r.skip;
+      }
+    }
+    return a;
+  }
+
+  mutable std::mutex m_;
+  recorder_options opts_;
+  std::vector<frame> ring_;
+  std::size_t head_ = 0, count_ = 0;
+  std::atomic<std::uint64_t> step_{0};
+  std::uint64_t sequence_ = 0;
+  std::uint64_t reported_step_ = ~std::uint64_t{0};
+  std::uint64_t banner_step_ = ~std::uint64_t{0};
+  std::vector<std::string> warned_sites_;
+  std::atomic<bool> stop_pending_{false};
+  std::string stop_message_;
+  std::atomic<std::uint64_t> detections_{0};
+  std::atomic<std::uint64_t> warnings_{0};
+};
+
+/// The process-wide default recorder used by the macros.
+inline recorder& default_recorder() {
+  static recorder r;
+  return r;
+}
+
+/// RAII module scope: names a module (path components nest with '.'), collects its tensors, and hands the
+/// completed frame to the recorder when it ends. One scope per module call; not movable.
+class scope {
+ public:
+  scope(recorder& r, std::string_view name, std::string_view class_name, source_location where = {})
+      : rec_((r.raise_pending_stop(), r)), parent_(detail::thread_top_scope()), where_(where) {
+    const scope* p = parent_;
+    while (p != nullptr && &p->rec_ != &r) p = p->parent_;
+    same_parent_ = p;
+    if (p != nullptr && !p->frame_.module_path.empty() && !name.empty()) {
+      frame_.module_path.reserve(p->frame_.module_path.size() + 1 + name.size());
+      frame_.module_path = p->frame_.module_path;
+      frame_.module_path += '.';
+      frame_.module_path.append(name.data(), name.size());
+    } else if (p != nullptr && name.empty()) {
+      frame_.module_path = p->frame_.module_path;  // an unnamed sub-scope stays at its parent's path
+    } else {
+      frame_.module_path.assign(name.data(), name.size());
+    }
+    frame_.where = where;
+    frame_.class_name.assign(class_name.data(), class_name.size());
+    frame_.step = r.step();
+    detail::thread_top_scope() = this;
+  }
+  scope(std::string_view name, std::string_view class_name, source_location where = {})
+      : scope(default_recorder(), name, class_name, where) {}
+  scope(const scope&) = delete;
+  scope& operator=(const scope&) = delete;
+  ~scope() {
+    detail::thread_top_scope() = parent_;
+    frame_.complete = true;
+    rec_.complete(std::move(frame_), same_parent_ == nullptr);
+  }
+
+  /// Records the module's next positional input (`input[k]`).
+  template <class T>
+  health_result input(const T& x, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", to_view(x), where,
+                       allow::none);
+  }
+  /// Records a named input (a keyword argument): the context is its name.
+  template <class T>
+  health_result input(const T& x, std::string_view name, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, std::string(name), to_view(x), where, allow::none);
+  }
+  /// Records the output (`output`), or output `i` of several (`output[i]`).
+  template <class T>
+  health_result output(const T& x, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output", to_view(x), where, allow::none);
+  }
+  template <class T>
+  health_result output(const T& x, int i, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
+                       allow::none);
+  }
+  /// Records a parameter (`weight`, `bias`).
+  template <class T>
+  health_result parameter(const T& x, std::string_view name, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::parameter, std::string(name), to_view(x), where, allow::none);
+  }
+  /// Records a non-tensor argument ("not a tensor") or an absent one ("None"), as the HF report shows them.
+  void non_tensor_input(bool is_none = false) {
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none);
+  }
+
+  const std::string& module_path() const { return frame_.module_path; }
+  const frame& current() const { return frame_; }
+  recorder& owner() const { return rec_; }
+  scope* parent_for_lookup() const { return parent_; }
+
+ private:
+  friend class recorder;
+  recorder& rec_;
+  scope* parent_;
+  const scope* same_parent_ = nullptr;
+  source_location where_;
+  frame frame_;
+  int inputs_ = 0;
+};
+
+namespace detail {
+/// The innermost scope of this thread that belongs to `r`, or null.
+inline scope* current_scope(recorder& r) {
+  scope* s = thread_top_scope();
+  while (s != nullptr && &s->owner() != &r) s = s->parent_for_lookup();
+  return s;
+}
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------------------------
+// recorder implementation
+// ------------------------------------------------------------------------------------------------------
+
+inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none) {
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.is_tensor = false;
+  rec.is_none = is_none;
+  f.tensors.push_back(std::move(rec));
+}
+
+inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                                      source_location where, allow allowed) {
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.where = where;
+  rec.view = v;
+  bool skip = false;
+  check_mode mode;
+  unsigned threads;
+  bool skip_int;
+  bool want_margins;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    allowed = allowed | rule_allow(f.module_path, skip);
+    mode = opts_.mode;
+    threads = opts_.check_threads;
+    skip_int = opts_.skip_integer_tensors;
+    want_margins = opts_.count_margins;
+  }
+  if (!is_float(v.type)) {
+    if (skip_int) return check(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    f.tensors.push_back(std::move(rec));
+    return f.tensors.back().health;
+  }
+  if (skip) {
+    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+  } else {
+    rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
+    if (want_margins) {
+      rec.margins = margins(v);
+      rec.has_margins = true;
+    }
+  }
+  const health_result& h = rec.health;
+  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
+                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
+                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
+  rec.allowed = h.has_nonfinite() && !bad;
+  f.tensors.push_back(std::move(rec));
+  tensor_record& stored = f.tensors.back();
+  maybe_warn(f, stored);
+  const health_result result = stored.health;
+  if (bad) detect(f, stored);
+  return result;
+}
+
+inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
+  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
+  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (rec.health.has_nonfinite() && !rec.allowed) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    for (int i = 0; i < lp_format_count; ++i) {
+      const double thr = opts_.warn_abs_max[i];
+      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
+      rec.warned |= 1u << i;
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += '#';
+      site += static_cast<char>('0' + i);
+      bool seen = false;
+      for (const auto& w : warned_sites_)
+        if (w == site) seen = true;
+      if (seen) continue;
+      warned_sites_.push_back(std::move(site));
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    if (!text.empty()) emit(text);
+  }
+}
+
+inline void recorder::detect(frame& current, const tensor_record& rec) {
+  auto d = std::make_shared<detection>();
+  on_detect policy;
+  std::function<void(const detection&)> cb;
+  std::string snapshot_dir;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t s = step_.load(std::memory_order_relaxed);
+    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
+    if (opts_.report_once_per_step && reported_step_ == s) return;
+    reported_step_ = s;
+    detections_.fetch_add(1, std::memory_order_relaxed);
+    d->step = s;
+    d->module_path = current.module_path;
+    d->class_name = current.class_name;
+    d->context = rec.context;
+    d->role = rec.role;
+    d->health = rec.health;
+    d->where = rec.where;
+    d->produced_here = current.inputs_finite();
+    d->frames = saved_locked();
+    if (d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
+    d->frames.push_back(current);
+    for (auto& f : d->frames)
+      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (auto fn = detail::report_formatter().load()) {
+      d->report = fn(opts_.style, *d);
+    } else {
+      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+    }
+    policy = opts_.policy;
+    cb = opts_.callback;
+    snapshot_dir = opts_.snapshot_dir;
+    if (policy != on_detect::callback) emit(d->report);
+  }
+  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
+  switch (policy) {
+    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
+    case on_detect::abort: std::abort();
+    case on_detect::print_and_continue: return;
+    case on_detect::callback:
+      if (cb) cb(*d);
+      return;
+  }
+}
+
+/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
+/// files into `dir`, plus an index (JSON) naming them. Every file is written atomically. Failures are reported
+/// to the sink and do not replace the detection.
+inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
+  const std::string prefix = dir + "/nanscope_step" + std::to_string(d.step) + "_" +
+                             std::to_string(detections_.load(std::memory_order_relaxed));
+  std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
+                      detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
+                      ",\n  \"context\": " + detail::json_quote(d.context) +
+                      ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
+  bool first = true;
+  auto write_one = [&](const tensor_record& t, int k) {
+    if (!t.is_tensor || t.view.data == nullptr) return;
+    const std::string file = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
+                             detail::file_safe(t.context) + ".npy";
+    write_npy(file, t.view);
+    const std::string base = file.substr(file.find_last_of('/') + 1);
+    index += first ? "\n" : ",\n";
+    first = false;
+    index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
+             "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
+             "\", \"shape\": [";
+    for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
+    index += "], \"offending\": ";
+    index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
+  };
+  auto run = [&] {
+    ::mkdir(dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the files are written
+    int k = 0;
+    for (const auto& t : current.tensors)
+      if (t.context == d.context && t.role == d.role) write_one(t, k++);
+    if (d.produced_here)
+      for (const auto& t : current.tensors)
+        if (t.role == tensor_role::input || t.role == tensor_role::parameter) write_one(t, k++);
+    index += first ? "]" : "\n  ]";
+    if (!d.produced_here)
+      index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
+               "progress any more, so only the offending tensor was saved\"";
+    index += "\n}\n";
+    const std::string index_path = prefix + "_index.json";
+    detail::write_file_atomically(index_path, index.data(), index.size());
+  };
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
+  }
+#else
+  run();
+#endif
+}
+
+inline void recorder::complete(frame&& f, bool outermost) {
+  std::string trace;
+  {
+    bool stop = false;
+    std::uint64_t finished_step = 0;
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    const std::uint64_t s = f.step;
+    if (tracing_locked(s)) {
+      if (auto fn = detail::trace_formatter().load()) {
+        trace = fn(f, banner_step_ != s);
+        banner_step_ = s;
+      }
+    }
+    frame& slot = ring_[head_];
+    slot = std::move(f);
+    for (auto& t : slot.tensors) t.view.data = nullptr;
+    head_ = (head_ + 1) % ring_.size();
+    if (count_ < ring_.size()) ++count_;
+    if (!trace.empty()) emit(trace);
+    if (outermost && opts_.auto_step) {
+      finished_step = step_.load(std::memory_order_relaxed);
+      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
+             !stop_pending_.load(std::memory_order_relaxed);
+      begin_step_locked(finished_step + 1);
+      if (stop) {
+        stop_message_ = stop_text(finished_step + 1);
+        emit(stop_message_ + "\n");
+        if (opts_.policy == on_detect::abort) std::abort();
+        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
+        stop_pending_.store(true, std::memory_order_release);
+      }
+    }
+  }
+}
+
+inline void recorder::complete_step() {
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    const bool already = stop_pending_.exchange(false, std::memory_order_relaxed);
+    if (already) {
+      msg = stop_message_;  // auto_step armed the stop and printed it already
+    } else if (opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step)) {
+      msg = stop_text(finished + 1);
+      emit(msg + "\n");
+      if (opts_.policy == on_detect::abort) std::abort();
+    }
+    begin_step_locked(finished + 1);
+  }
+  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
+}
+
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
+  scope* s = detail::current_scope(*this);
+  // The frame is completed into the ring even when the check throws (throw_exception policy).
+  struct pending {
+    recorder& r;
+    frame f;
+    ~pending() {
+      f.complete = true;
+      r.complete(std::move(f), false);
+    }
+  } p{*this, frame{}};
+  p.f.checkpoint = true;
+  p.f.step = step();
+  p.f.where = where;
+  if (s != nullptr) {
+    p.f.module_path = s->module_path();
+    p.f.class_name = s->current().class_name;
+  }
+  return record(p.f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_RECORDER_HPP
+// ---- end nanscope/recorder.hpp ----
+// ---- begin nanscope/report.hpp ----
+// nanscope — report.hpp: the printers of the recorder (needs fmt).
+//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (FORMATS.md §2)
+//  - format_hf_v1_report: the one-line-per-tensor format of the original document (FORMATS.md §1)
+//  - format_extended_report: nanscope's own — counts, low-precision headroom, source locations, and which
+//    frame produced the first non-finite value as distinct from frames that propagated it.
+// Including this header installs these printers into the recorder (recorder.hpp itself needs no fmt).
+#ifndef NANSCOPE_REPORT_HPP
+#define NANSCOPE_REPORT_HPP
+
+// #include "config.hpp": inlined above
+// #include "format.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "recorder.hpp": inlined above
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iterator>
+#include <string>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+inline constexpr const char* hf_prefix = "                 ";  // 17 spaces
+inline constexpr const char* hf_header = "abs min  abs max  metadata";
+
+/// abs min / abs max with torch semantics (what `var.abs().min()` prints): any NaN makes both NaN.
+inline double hf_abs_min(const health_result& h) { return h.nan != 0 ? qnan : h.abs_min; }
+inline double hf_abs_max(const health_result& h) { return h.nan != 0 ? qnan : h.abs_max; }
+
+inline int role_rank(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return 0;
+    case tensor_role::input: return 1;
+    case tensor_role::output: return 2;
+    case tensor_role::checkpoint: return 3;
+  }
+  return 3;
+}
+
+/// Calls fn(record) in the HF order: parameters, then inputs, then outputs (recording order within each).
+template <class Fn>
+void for_each_in_hf_order(const frame& f, Fn&& fn) {
+  for (int r = 0; r < 4; ++r)
+    for (const auto& t : f.tensors)
+      if (role_rank(t.role) == r) fn(t);
+}
+
+template <class Out>
+Out format_hf_frame(Out out, const frame& f) {
+  out = fmt::format_to(out, "{} {} {}", hf_prefix, f.module_path, f.class_name);
+  for_each_in_hf_order(f, [&](const tensor_record& t) {
+    if (t.is_none) {
+      out = fmt::format_to(out, "\n{:>17} {}", "None", t.context);
+    } else if (!t.is_tensor) {
+      out = fmt::format_to(out, "\n{:>17} {}", "not a tensor", t.context);
+    } else {
+      out = fmt::format_to(out, "\n{:>8.2e} {:>8.2e} {}", hf_abs_min(t.health), hf_abs_max(t.health), t.context);
+    }
+  });
+  return out;
+}
+
+
+inline const char* lp_name(lp_format f) {
+  switch (f) {
+    case lp_format::f16: return "f16";
+    case lp_format::bf16: return "bf16";
+    case lp_format::e4m3fn: return "e4m3";
+    case lp_format::e5m2: return "e5m2";
+  }
+  return "?";
+}
+
+template <class Out>
+Out format_headroom(Out out, const tensor_record& rec) {
+  const health_result& h = rec.health;
+  for (int i = 0; i < lp_format_count; ++i) {
+    const auto f = static_cast<lp_format>(i);
+    const dtype t = lp_dtype(f);
+    const double hr = headroom_bits(h.abs_max, t);
+    const bool over = !is_nan_bits(h.abs_max) && h.abs_max >= info(t).overflow_threshold;
+    out = fmt::format_to(out, " {}", lp_name(f));
+    if (is_nan_bits(hr)) {
+      out = fmt::format_to(out, "=?");
+    } else if (over) {
+      out = fmt::format_to(out, "=OVERFLOW");
+    } else if (!is_finite_bits(hr)) {
+      out = fmt::format_to(out, "=inf");
+    } else {
+      out = fmt::format_to(out, "={:+.1f}", hr);
+    }
+    if ((rec.warned >> i) & 1u) out = fmt::format_to(out, "!");
+    if (rec.has_margins) {
+      const format_margin& m = rec.margins[t];
+      if (m.overflow + m.subnormal + m.underflow_to_zero != 0)
+        out = fmt::format_to(out, "(over={} sub={} zero={})", m.overflow, m.subnormal, m.underflow_to_zero);
+    }
+  }
+  return out;
+}
+
+inline const char* role_name(tensor_role r) {
+  switch (r) {
+    case tensor_role::parameter: return "param";
+    case tensor_role::input: return "in";
+    case tensor_role::output: return "out";
+    case tensor_role::checkpoint: return "check";
+  }
+  return "?";
+}
+
+inline std::string short_file(const char* file) {
+  std::string s = file != nullptr ? file : "";
+  const std::size_t slash = s.find_last_of("/\\");
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+}  // namespace detail
+
+/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, frames, blank lines.
+template <class Out>
+Out format_hf_report(Out out, const detection& d) {
+  out = fmt::format_to(out, "\nDetected inf/nan during batch_number={}\nLast {} forward frames:\n{}\n", d.step,
+                       d.frames.size(), detail::hf_header);
+  for (std::size_t i = 0; i < d.frames.size(); ++i) {
+    if (i != 0) out = fmt::format_to(out, "\n");
+    out = detail::format_hf_frame(out, d.frames[i]);
+  }
+  return fmt::format_to(out, "\n\n\n");
+}
+
+/// One traced frame as HuggingFace prints it in trace mode, with the batch banner before a step's first.
+template <class Out>
+Out format_hf_trace(Out out, const frame& f, bool banner) {
+  if (banner)
+    out = fmt::format_to(out, "\n\n{} *** Starting batch number={} ***\n{}\n", detail::hf_prefix, f.step,
+                         detail::hf_header);
+  out = detail::format_hf_frame(out, f);
+  return fmt::format_to(out, "\n");
+}
+
+/// The original document's format (FORMATS.md §1): the detection line(s), `last N frames:`, then one line
+/// per input/output tensor, oldest first. Parameters are not listed (the original did not record them);
+/// checkpoints use `@` where inputs use `>` and outputs `<`.
+template <class Out>
+Out format_hf_v1_report(Out out, const detection& d) {
+  const char dir = d.role == tensor_role::input ? '>' : d.role == tensor_role::output ? '<' : '@';
+  if (d.health.has_inf())
+    out = fmt::format_to(out, "{} [{}] {}: {}: {} has infs\n", dir, d.step, d.module_path, d.class_name, d.context);
+  if (d.health.has_nan())
+    out = fmt::format_to(out, "{} [{}] {}: {}: {} has nans\n", dir, d.step, d.module_path, d.class_name, d.context);
+  std::size_t lines = 0;
+  for (const auto& f : d.frames)
+    for (const auto& t : f.tensors)
+      if (t.is_tensor && t.role != tensor_role::parameter) ++lines;
+  out = fmt::format_to(out, "\n\nlast {} frames:\n", lines);
+  for (const auto& f : d.frames) {
+    detail::for_each_in_hf_order(f, [&](const tensor_record& t) {
+      if (!t.is_tensor || t.role == tensor_role::parameter) return;
+      const char c = t.role == tensor_role::input ? '>' : t.role == tensor_role::output ? '<' : '@';
+      if (f.checkpoint)
+        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+                             f.module_path, t.context);
+      else
+        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
+                             f.module_path, f.class_name, t.context);
+    });
+  }
+  return out;
+}
+
+/// nanscope's extended report.
+template <class Out>
+Out format_extended_report(Out out, const detection& d) {
+  out = fmt::format_to(out, "\n=== nanscope: inf/nan detected ===\nstep {}, {} ({}), {}:", d.step,
+                       d.module_path.empty() ? "<root>" : d.module_path, d.class_name, d.context);
+  if (d.health.neg_inf != 0) out = fmt::format_to(out, " -inf={}", d.health.neg_inf);
+  if (d.health.pos_inf != 0) out = fmt::format_to(out, " +inf={}", d.health.pos_inf);
+  if (d.health.nan != 0) out = fmt::format_to(out, " nan={}", d.health.nan);
+  if (d.health.first_nonfinite >= 0) out = fmt::format_to(out, " (first at flat index {})", d.health.first_nonfinite);
+  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", d.where.file, d.where.line);
+  if (d.role == tensor_role::input || d.role == tensor_role::parameter)
+    out = fmt::format_to(out, "\n  verdict: arrived already non-finite in {} (made upstream, by code that is not checked "
+                              "between the previous frame and this one)",
+                         d.context);
+  else if (d.produced_here)
+    out = fmt::format_to(out, "\n  verdict: PRODUCED here: every input of this call was finite, its {} is not", d.context);
+  else
+    out = fmt::format_to(out, "\n  verdict: propagated here: an input of this call was already non-finite");
+  out = fmt::format_to(out,
+                       "\nlast {} frames, oldest first (abs min/max over non-NaN values; headroom = log2(format max / "
+                       "abs_max) in bits, ! = crossed the warning threshold):",
+                       d.frames.size());
+  bool first_producer_seen = false;
+  for (const auto& f : d.frames) {
+    const bool producer = !f.checkpoint && f.produced_nonfinite();
+    const bool carrier = !producer && (f.outputs_nonfinite() || !f.inputs_finite());
+    out = fmt::format_to(out, "\n  [{}] {}{}{}", f.step, f.module_path.empty() ? "<root>" : f.module_path,
+                         f.class_name.empty() ? "" : ": ", f.class_name);
+    if (f.where.line != 0) out = fmt::format_to(out, "  ({}:{})", detail::short_file(f.where.file), f.where.line);
+    if (producer && !first_producer_seen) out = fmt::format_to(out, "   <== PRODUCED the first inf/nan");
+    else if (producer) out = fmt::format_to(out, "   <== produced inf/nan from finite inputs");
+    else if (carrier) out = fmt::format_to(out, "   <-- carries inf/nan");
+    first_producer_seen = first_producer_seen || producer;
+    detail::for_each_in_hf_order(f, [&](const tensor_record& t) {
+      out = fmt::format_to(out, "\n      {:<5} {:<14}", detail::role_name(t.role), t.context);
+      if (t.is_none || !t.is_tensor) {
+        out = fmt::format_to(out, " {}", t.is_none ? "None" : "not a tensor");
+        return;
+      }
+      const health_result& h = t.health;
+      out = fmt::format_to(out, " abs_min={:>8.2e} abs_max={:>8.2e}", h.abs_min, h.abs_max);
+      if (!h.is_float()) {
+        out = fmt::format_to(out, " n={} ({})", h.count, name(h.type));
+        return;
+      }
+      out = fmt::format_to(out, " n={} neg={} zero={} pos={}", h.count, h.negative, h.zero, h.positive);
+      if (h.nonfinite() != 0) out = fmt::format_to(out, " -inf={} +inf={} nan={}", h.neg_inf, h.pos_inf, h.nan);
+      out = fmt::format_to(out, " |");
+      out = detail::format_headroom(out, t);
+      if (t.where.line != 0) out = fmt::format_to(out, " | {}:{}", detail::short_file(t.where.file), t.where.line);
+    });
+  }
+  return fmt::format_to(out, "\n\n");
+}
+
+/// The report of a detection in the given style, as a string.
+inline std::string format_report(report_style style, const detection& d) {
+  std::string s;
+  auto it = std::back_inserter(s);
+  switch (style) {
+    case report_style::hf: format_hf_report(it, d); break;
+    case report_style::hf_v1: format_hf_v1_report(it, d); break;
+    case report_style::extended: format_extended_report(it, d); break;
+  }
+  return s;
+}
+
+/// The warning line for a tensor that crossed a low-precision threshold.
+inline std::string format_warning(const frame& f, const tensor_record& t, lp_format fmt_id, double threshold) {
+  const dtype target = lp_dtype(fmt_id);
+  return fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e} >= {:.3e} ({} headroom {:.2f} bits){}{}\n",
+                     f.step, f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
+                     t.health.abs_max, threshold, detail::lp_name(fmt_id), headroom_bits(t.health.abs_max, target),
+                     t.where.line != 0 ? " at " : "",
+                     t.where.line != 0 ? detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "");
+}
+
+namespace detail {
+inline std::string trace_to_string(const frame& f, bool banner) {
+  std::string s;
+  format_hf_trace(std::back_inserter(s), f, banner);
+  return s;
+}
+inline bool install_report_printers() {
+  report_formatter().store(&format_report);
+  trace_formatter().store(&trace_to_string);
+  warning_formatter().store(&format_warning);
+  return true;
+}
+/// Installs the printers when any translation unit includes this header.
+inline const bool report_printers_installed = install_report_printers();
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_REPORT_HPP
+// ---- end nanscope/report.hpp ----
+// ---- begin nanscope/macros.hpp ----
+// nanscope — macros.hpp: the check macros for a forward pass.
+//
+//   NANSCOPE_SCOPE("encoder.block.2", "T5Block");     // RAII module scope (nests into the module path)
+//   NANSCOPE_INPUT(x);  NANSCOPE_OUTPUT(y);  NANSCOPE_PARAM(w, "weight");
+//   NANSCOPE_DETECT_OVERFLOW(h, "after layer_norm");  // a checkpoint; short alias DETECT_OVERFLOW
+//
+// All use nanscope::default_recorder(); the *_TO variants take a recorder. With NANSCOPE_CONFIG_LEVEL 0 every
+// macro still parses its arguments (no unused-variable warnings, no rot) but never evaluates them and
+// generates no code. Definitions never change with the level: only the macro expansions do, so translation
+// units with different levels link together safely.
+// NANSCOPE_CONFIG_NO_SHORT_MACROS removes the short DETECT_OVERFLOW alias.
+#ifndef NANSCOPE_MACROS_HPP
+#define NANSCOPE_MACROS_HPP
+
+// #include "recorder.hpp": inlined above
+// #include "report.hpp": inlined above
+
+#ifndef NANSCOPE_CONFIG_LEVEL
+#define NANSCOPE_CONFIG_LEVEL 1
+#endif
+
+#define NANSCOPE_IMPL_CAT2(a, b) a##b
+#define NANSCOPE_IMPL_CAT(a, b) NANSCOPE_IMPL_CAT2(a, b)
+#define NANSCOPE_IMPL_HERE() (::nanscope::source_location{__FILE__, __LINE__, static_cast<const char*>(__func__)})
+// Parsed, never evaluated: the arguments sit in an `if (false)` block (which compilers drop even at -O0;
+// unlike sizeof it accepts lambdas in C++17); the void casts defeat overloaded commas.
+#define NANSCOPE_IMPL_UNUSED(...)             \
+  do {                                        \
+    if (false) {                              \
+      NANSCOPE_IMPL_VOIDS(__VA_ARGS__);       \
+    }                                         \
+  } while (false)
+#define NANSCOPE_IMPL_VOIDS(...) NANSCOPE_IMPL_VOIDS_N(__VA_ARGS__, 4, 3, 2, 1, 0)(__VA_ARGS__)
+#define NANSCOPE_IMPL_VOIDS_N(a, b, c, d, N, ...) NANSCOPE_IMPL_VOIDS_##N
+#define NANSCOPE_IMPL_VOIDS_1(a) static_cast<void>(a)
+#define NANSCOPE_IMPL_VOIDS_2(a, b) static_cast<void>(a), static_cast<void>(b)
+#define NANSCOPE_IMPL_VOIDS_3(a, b, c) static_cast<void>(a), static_cast<void>(b), static_cast<void>(c)
+#define NANSCOPE_IMPL_VOIDS_4(a, b, c, d) \
+  static_cast<void>(a), static_cast<void>(b), static_cast<void>(c), static_cast<void>(d)
+
+#if NANSCOPE_CONFIG_LEVEL > 0
+
+#define NANSCOPE_SCOPE_TO(rec, name, class_name)                                                \
+  ::nanscope::scope NANSCOPE_IMPL_CAT(nanscope_scope_, __LINE__)((rec), (name), (class_name), \
+                                                                 NANSCOPE_IMPL_HERE())
+#define NANSCOPE_INPUT_TO(rec, x) ::nanscope::detail::macro_input((rec), (x), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_OUTPUT_TO(rec, x) ::nanscope::detail::macro_output((rec), (x), -1, NANSCOPE_IMPL_HERE())
+#define NANSCOPE_OUTPUT_AT_TO(rec, x, i) ::nanscope::detail::macro_output((rec), (x), (i), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_PARAM_TO(rec, x, name) ::nanscope::detail::macro_param((rec), (x), (name), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_DETECT_OVERFLOW_TO(rec, x, context) \
+  static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE()))
+#define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) \
+  static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE(), (allowed)))
+
+#else
+
+#define NANSCOPE_SCOPE_TO(rec, name, class_name) NANSCOPE_IMPL_UNUSED(rec, name, class_name)
+#define NANSCOPE_INPUT_TO(rec, x) NANSCOPE_IMPL_UNUSED(rec, x)
+#define NANSCOPE_OUTPUT_TO(rec, x) NANSCOPE_IMPL_UNUSED(rec, x)
+#define NANSCOPE_OUTPUT_AT_TO(rec, x, i) NANSCOPE_IMPL_UNUSED(rec, x, i)
+#define NANSCOPE_PARAM_TO(rec, x, name) NANSCOPE_IMPL_UNUSED(rec, x, name)
+#define NANSCOPE_DETECT_OVERFLOW_TO(rec, x, context) NANSCOPE_IMPL_UNUSED(rec, x, context)
+#define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) NANSCOPE_IMPL_UNUSED(rec, x, context, allowed)
+
+#endif
+
+#define NANSCOPE_SCOPE(name, class_name) NANSCOPE_SCOPE_TO(::nanscope::default_recorder(), name, class_name)
+#define NANSCOPE_INPUT(x) NANSCOPE_INPUT_TO(::nanscope::default_recorder(), x)
+#define NANSCOPE_OUTPUT(x) NANSCOPE_OUTPUT_TO(::nanscope::default_recorder(), x)
+#define NANSCOPE_OUTPUT_AT(x, i) NANSCOPE_OUTPUT_AT_TO(::nanscope::default_recorder(), x, i)
+#define NANSCOPE_PARAM(x, name) NANSCOPE_PARAM_TO(::nanscope::default_recorder(), x, name)
+#define NANSCOPE_DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW_TO(::nanscope::default_recorder(), x, context)
+#define NANSCOPE_DETECT_OVERFLOW_ALLOW(x, context, allowed) \
+  NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(::nanscope::default_recorder(), x, context, allowed)
+
+#if !defined(NANSCOPE_CONFIG_NO_SHORT_MACROS)
+#define DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW(x, context)
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+template <class T>
+void macro_input(recorder& r, const T& x, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->input(x, where);
+  } else {
+    r.checkpoint(x, "input", where);
+  }
+}
+template <class T>
+void macro_output(recorder& r, const T& x, int i, source_location where) {
+  if (scope* s = current_scope(r)) {
+    if (i < 0) s->output(x, where);
+    else s->output(x, i, where);
+  } else {
+    r.checkpoint(x, "output", where);
+  }
+}
+template <class T>
+void macro_param(recorder& r, const T& x, std::string_view name, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->parameter(x, name, where);
+  } else {
+    r.checkpoint(x, name, where);
+  }
+}
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_MACROS_HPP
+// ---- end nanscope/macros.hpp ----
 
 #endif  // NANSCOPE_NANSCOPE_HPP
 // ---- end nanscope/nanscope.hpp ----
