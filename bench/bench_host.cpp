@@ -1,0 +1,305 @@
+// nanscope benchmarks — host rows. Rows are named family/dtype/elements (Google Benchmark appends
+// /real_time: every row is timed in wall-clock time so that single- and multi-threaded rows compare).
+//
+//   health           nanscope::check, check_mode::stats, threads = 1
+//   full_health      nanscope::check, check_mode::full_health, threads = 1
+//   health_mt        nanscope::check, check_mode::stats, default threads
+//   health_relu      as health, on max(x, 0) (half the elements are zeros), f32 only
+//   read_anchor      a plain vectorised sum of the same buffer, 1 thread: the memory-read yardstick
+//   read_anchor_mt   the same sum on as many threads as health_mt uses
+//   eigen_multipass  what a user writes with Eigen over an Eigen::Map of the buffer (built with Eigen)
+//   torch_multiop    what a user writes with ATen over at::from_blob of the buffer (built with LibTorch)
+//
+// Every row reports bytes/s (the tensor's bytes per pass, whatever the row reads internally) and items/s.
+// bench/ratios.py turns the JSON output into the target ratios; docs/benchmarks.md has the numbers.
+//
+// Build with the project's default flags (-O2/-O3, no -march=native): nanscope and the anchor pick their
+// instruction set at run time, and the comparison rows get what a baseline x86-64 build gives a user.
+#include <nanscope/check.hpp>
+
+#include "bench_data.hpp"
+#include "read_anchor.hpp"
+
+#include <benchmark/benchmark.h>
+
+#if defined(NANSCOPE_BENCH_HAVE_EIGEN) && NANSCOPE_BENCH_HAVE_EIGEN
+#include <Eigen/Core>
+#endif
+#if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using nanscope::dtype;
+
+constexpr dtype bench_dtypes[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+constexpr std::size_t bench_sizes[] = {std::size_t{1} << 12, std::size_t{1} << 18, std::size_t{1} << 24,
+                                       std::size_t{1} << 26};
+
+// nanscope's fixed parallel segment (check.hpp, detail::segment_elems): the multi-threaded anchor uses the
+// same unit of work.
+constexpr std::size_t segment_elems = std::size_t{1} << 17;
+
+/// Threads a default nanscope check uses: NANSCOPE_THREADS if set, else the hardware threads (the rule of
+/// nanscope's default_thread_count(), restated here so the bench does not lean on nanscope internals).
+unsigned default_threads() {
+  static const unsigned n = [] {
+    if (const char* e = std::getenv("NANSCOPE_THREADS")) {
+      const long v = std::strtol(e, nullptr, 10);
+      if (v >= 1 && v <= 1024) return static_cast<unsigned>(v);
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1u : hw;
+  }();
+  return n;
+}
+
+/// Threads a default-threads check of n elements actually runs on: one below the parallel threshold
+/// (nanscope::default_parallel_threshold(), 2^20 unless NANSCOPE_PARALLEL_THRESHOLD says otherwise) or when
+/// there is a single segment (the rule in nanscope::check).
+unsigned threads_for(std::size_t n) {
+  const std::size_t segs = (n + segment_elems - 1) / segment_elems;
+  if (n < nanscope::default_parallel_threshold() || segs < 2) return 1;
+  return default_threads();
+}
+
+nsbench::anchor_pool& anchor_threads() {
+  static nsbench::anchor_pool pool(default_threads() > 1 ? default_threads() - 1 : 0);
+  return pool;
+}
+
+nsbench::lanes lanes_of(dtype t) {
+  switch (t) {
+    case dtype::f64: return nsbench::lanes::f64;
+    case dtype::f32: return nsbench::lanes::f32;
+    default: return nsbench::lanes::u16;
+  }
+}
+
+void set_throughput(benchmark::State& state, dtype t, std::size_t n) {
+  const auto per_pass = static_cast<std::int64_t>(n);
+  state.SetItemsProcessed(state.iterations() * per_pass);
+  state.SetBytesProcessed(state.iterations() * per_pass * static_cast<std::int64_t>(nanscope::size_of(t)));
+}
+
+const nsbench::buffer& data_for(benchmark::State& state, dtype t, std::size_t n,
+                                nsbench::pattern p = nsbench::pattern::normal) {
+  (void)state;
+  return nsbench::buffer_cache::instance().get(t, n, p);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// nanscope rows
+// ---------------------------------------------------------------------------------------------------------
+void bm_check(benchmark::State& state, dtype t, std::size_t n, nanscope::check_mode mode, unsigned threads,
+              nsbench::pattern p) {
+  const nsbench::buffer& b = data_for(state, t, n, p);
+  const nanscope::tensor_view v = nanscope::tensor_view::flat(b.data, t, static_cast<std::int64_t>(n));
+  const auto opt = nanscope::check_options{}.with_mode(mode).with_threads(threads);
+  {
+    // not timed: the buffer is what the row claims to be (no NaN/Inf, so the fast path is measured)
+    const nanscope::health_result r = nanscope::check(v, opt);
+    if (r.nonfinite() != 0 || r.count != n) {
+      state.SkipWithError("benchmark buffer is not finite");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    nanscope::health_result r = nanscope::check(v, opt);
+    benchmark::DoNotOptimize(r);
+    benchmark::ClobberMemory();
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = threads == 0 ? threads_for(n) : threads;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The read anchor
+// ---------------------------------------------------------------------------------------------------------
+void bm_read_anchor(benchmark::State& state, dtype t, std::size_t n) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  const nsbench::lanes k = lanes_of(t);
+  for (auto _ : state) {
+    double s = nsbench::read_sum(b.data, n, k);
+    benchmark::DoNotOptimize(s);
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;
+}
+
+void bm_read_anchor_mt(benchmark::State& state, dtype t, std::size_t n) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  const nsbench::lanes k = lanes_of(t);
+  const unsigned threads = threads_for(n);
+  std::vector<double> partial((n + segment_elems - 1) / segment_elems + 1);
+  nsbench::parallel_sum job{static_cast<const unsigned char*>(b.data), n, segment_elems, nanscope::size_of(t), k,
+                            partial.data()};
+  nsbench::anchor_pool& pool = anchor_threads();
+  for (auto _ : state) {
+    double s = threads > 1 ? job.run(pool) : nsbench::read_sum(b.data, n, k);
+    benchmark::DoNotOptimize(s);
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = threads;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Eigen: the separate expressions a user writes, over an Eigen::Map of the same buffer
+// ---------------------------------------------------------------------------------------------------------
+#if defined(NANSCOPE_BENCH_HAVE_EIGEN) && NANSCOPE_BENCH_HAVE_EIGEN
+template <class S>
+void eigen_rows(benchmark::State& state, const void* data, std::size_t n) {
+  const Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>> x(static_cast<const S*>(data),
+                                                               static_cast<Eigen::Index>(n));
+  for (auto _ : state) {
+    const Eigen::Index nans = x.isNaN().count();
+    const Eigen::Index infs = x.isInf().count();
+    const S abs_max = x.abs().maxCoeff();
+    const S lo = x.minCoeff();
+    const S hi = x.maxCoeff();
+    const S mean = x.mean();
+    const double sd =
+        std::sqrt(static_cast<double>((x - mean).square().sum()) / static_cast<double>(n - 1));
+    benchmark::DoNotOptimize(nans);
+    benchmark::DoNotOptimize(infs);
+    benchmark::DoNotOptimize(abs_max);
+    benchmark::DoNotOptimize(lo);
+    benchmark::DoNotOptimize(hi);
+    benchmark::DoNotOptimize(mean);
+    benchmark::DoNotOptimize(sd);
+  }
+}
+
+void bm_eigen_multipass(benchmark::State& state, dtype t, std::size_t n) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  switch (t) {
+    case dtype::f32: eigen_rows<float>(state, b.data, n); break;
+    case dtype::f64: eigen_rows<double>(state, b.data, n); break;
+    case dtype::f16: eigen_rows<Eigen::half>(state, b.data, n); break;
+    case dtype::bf16: eigen_rows<Eigen::bfloat16>(state, b.data, n); break;
+    default: state.SkipWithError("dtype not benchmarked"); return;
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;  // Eigen without OpenMP: the calling thread
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// LibTorch (ATen): the separate ops a user writes, over at::from_blob of the same buffer (no copy)
+// ---------------------------------------------------------------------------------------------------------
+#if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
+at::ScalarType torch_type(dtype t) {
+  switch (t) {
+    case dtype::f64: return at::kDouble;
+    case dtype::f16: return at::kHalf;
+    case dtype::bf16: return at::kBFloat16;
+    default: return at::kFloat;
+  }
+}
+
+void bm_torch_multiop(benchmark::State& state, dtype t, std::size_t n) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  at::set_num_threads(1);
+  const at::Tensor x = at::from_blob(b.data, {static_cast<std::int64_t>(n)},
+                                     at::TensorOptions().dtype(torch_type(t)).device(at::kCPU));
+  for (auto _ : state) {
+    const std::int64_t nans = x.isnan().sum().item<std::int64_t>();
+    const std::int64_t infs = x.isinf().sum().item<std::int64_t>();
+    const double abs_max = x.abs().max().item<double>();
+    const double lo = x.min().item<double>();
+    const double hi = x.max().item<double>();
+    const double mean = x.mean().item<double>();
+    const double sd = x.std().item<double>();
+    benchmark::DoNotOptimize(nans);
+    benchmark::DoNotOptimize(infs);
+    benchmark::DoNotOptimize(abs_max);
+    benchmark::DoNotOptimize(lo);
+    benchmark::DoNotOptimize(hi);
+    benchmark::DoNotOptimize(mean);
+    benchmark::DoNotOptimize(sd);
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// Registration: grouped by (dtype, elements) so that each buffer is generated once and the rows compared in
+// a ratio run close together in time.
+// ---------------------------------------------------------------------------------------------------------
+std::string row_name(const char* family, dtype t, std::size_t n) {
+  return std::string(family) + "/" + nanscope::name(t) + "/" + std::to_string(n);
+}
+
+template <class Fn>
+void add_row(const char* family, dtype t, std::size_t n, Fn&& fn) {
+  benchmark::RegisterBenchmark(row_name(family, t, n).c_str(), std::forward<Fn>(fn))
+      ->UseRealTime()
+      ->Unit(n >= (std::size_t{1} << 22) ? benchmark::kMillisecond : benchmark::kMicrosecond);
+}
+
+void register_rows() {
+  using nanscope::check_mode;
+  using nsbench::pattern;
+  for (const dtype t : bench_dtypes) {
+    for (const std::size_t n : bench_sizes) {
+      add_row("read_anchor", t, n, [t, n](benchmark::State& s) { bm_read_anchor(s, t, n); });
+      add_row("health", t, n,
+              [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::normal); });
+      add_row("full_health", t, n,
+              [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::full_health, 1, pattern::normal); });
+      add_row("read_anchor_mt", t, n, [t, n](benchmark::State& s) { bm_read_anchor_mt(s, t, n); });
+      add_row("health_mt", t, n,
+              [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 0, pattern::normal); });
+#if defined(NANSCOPE_BENCH_HAVE_EIGEN) && NANSCOPE_BENCH_HAVE_EIGEN
+      add_row("eigen_multipass", t, n, [t, n](benchmark::State& s) { bm_eigen_multipass(s, t, n); });
+#endif
+#if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
+      add_row("torch_multiop", t, n, [t, n](benchmark::State& s) { bm_torch_multiop(s, t, n); });
+#endif
+      if (t == dtype::f32)
+        add_row("health_relu", t, n,
+                [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::relu); });
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("nanscope_version", std::to_string(NANSCOPE_VERSION));
+  benchmark::AddCustomContext("nanscope_detected_isa", nanscope::name(nanscope::detected_isa()));
+  benchmark::AddCustomContext("nanscope_isa", nanscope::name(nanscope::resolve_isa(nanscope::isa::automatic)));
+  benchmark::AddCustomContext("nanscope_default_threads", std::to_string(default_threads()));
+  benchmark::AddCustomContext("nanscope_parallel_threshold", std::to_string(nanscope::default_parallel_threshold()));
+  benchmark::AddCustomContext("read_anchor_isa", nsbench::name(nsbench::best_anchor_isa()));
+#if defined(NANSCOPE_BENCH_HAVE_EIGEN) && NANSCOPE_BENCH_HAVE_EIGEN
+  benchmark::AddCustomContext("eigen", std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                                           "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
+                                           Eigen::SimdInstructionSetsInUse() + ")");
+#else
+  benchmark::AddCustomContext("eigen", "not built");
+#endif
+#if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
+  benchmark::AddCustomContext("torch", "ATen, at::set_num_threads(1) in torch_multiop");
+#else
+  benchmark::AddCustomContext("torch", "not built");
+#endif
+  register_rows();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
