@@ -59,7 +59,16 @@ fi
 for preset in "${PRESETS[@]}"; do
   section "preset $preset"
   t0=$SECONDS
-  if ! cmake --preset "$preset" >"$LOG_DIR/$preset-configure.log" 2>&1; then
+  # Configure only when the tree is new or the presets changed: `cmake --build` re-runs CMake by itself when a
+  # CMakeLists.txt or a globbed directory changes, and a needless configure re-generates files (doc snippets)
+  # that would then be rebuilt.
+  stamp="build/$preset/.test-sh-configured"
+  if [[ -f "build/$preset/CMakeCache.txt" && -f "$stamp" && ! CMakePresets.json -nt "$stamp" ]]; then
+    echo "(reusing build/$preset)" >"$LOG_DIR/$preset-configure.log"
+  elif cmake --preset "$preset" >"$LOG_DIR/$preset-configure.log" 2>&1; then
+    touch "$stamp"
+  else
+    rm -f "$stamp"
     show_failure "$LOG_DIR/$preset-configure.log"
     total_failed=$((total_failed + 1))
     problems+=("$preset: configure failed ($LOG_DIR/$preset-configure.log)")
