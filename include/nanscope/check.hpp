@@ -444,7 +444,9 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
 }  // namespace detail
 
 /// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
-inline health_result check(const tensor_view& v, const check_options& opt = {}) {
+// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
+// AssertMacros.h defines one) cannot expand here.
+inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -513,7 +515,7 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   if (permuted && acc.any_nonfinite) {
     check_options first_only = opt;
     first_only.mode = check_mode::curt_health;
-    r.first_nonfinite = check(v, first_only).first_nonfinite;
+    r.first_nonfinite = (check)(v, first_only).first_nonfinite;
   }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
   r.neg_inf = acc.neg_inf;
@@ -540,13 +542,13 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
 
 /// Checks any supported tensor (see traits.hpp).
 template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
-health_result check(const T& tensor, const check_options& opt = {}) {
-  return check(to_view(tensor), opt);
+health_result(check)(const T& tensor, const check_options& opt = {}) {
+  return (check)(to_view(tensor), opt);
 }
 /// Checks any supported tensor, naming it in error messages.
 template <class T>
-health_result check(const T& tensor, const char* name, const check_options& opt = {}) {
-  return check(to_view(tensor, name), opt);
+health_result(check)(const T& tensor, const char* name, const check_options& opt = {}) {
+  return (check)(to_view(tensor, name), opt);
 }
 
 NANSCOPE_NAMESPACE_END

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iterator>
 #include <string>
 
@@ -25,7 +26,19 @@ Out format_number(Out out, double x) {
   if (a == 0) return fmt::format_to(out, "0");
   // Subnormal doubles are printed through long double: x87 arithmetic ignores the SSE flush-to-zero and
   // denormals-are-zero modes that -ffast-math turns on (which would print them as 0).
-  if (a < 0x0010000000000000ull) return fmt::format_to(out, "{:.3e}", static_cast<long double>(x));
+  if (a < 0x0010000000000000ull) {
+    // mantissa and decimal exponent computed in x87 long double (immune to SSE FTZ/DAZ); fmt then only prints a
+    // normal double in [1, 10) and an integer.
+    const long double v = static_cast<long double>(a) * 4.9406564584124654417656879286822137236506e-324L;
+    int e10 = static_cast<int>(std::floor(std::log10(v)));
+    long double m = v / std::pow(10.0L, e10);
+    if (m >= 9.9995L) {
+      m /= 10.0L;
+      ++e10;
+    }
+    if (b >> 63) *out++ = '-';
+    return fmt::format_to(out, "{:.3f}e{}{:02d}", static_cast<double>(m), e10 < 0 ? '-' : '+', e10 < 0 ? -e10 : e10);
+  }
   if (a >= 0x3F50624DD2F1A9FCull && a < 0x408F400000000000ull) return fmt::format_to(out, "{:.4g}", x);  // [1e-3, 1e3)
   return fmt::format_to(out, "{:.3e}", x);
 }

@@ -603,16 +603,16 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     want_margins = opts_.count_margins;
   }
   if (!is_float(v.type)) {
-    if (skip_int) return check(v, check_options{}.with_mode(check_mode::shape));
-    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
     detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     f.tensors.push_back(std::move(rec));
     return f.tensors.back().health;
   }
   if (skip) {
-    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
-    rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
+    rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
     if (want_margins) {
       rec.margins = margins(v);
       rec.has_margins = true;

@@ -2524,7 +2524,9 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
 }  // namespace detail
 
 /// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
-inline health_result check(const tensor_view& v, const check_options& opt = {}) {
+// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
+// AssertMacros.h defines one) cannot expand here.
+inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -2593,7 +2595,7 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
   if (permuted && acc.any_nonfinite) {
     check_options first_only = opt;
     first_only.mode = check_mode::curt_health;
-    r.first_nonfinite = check(v, first_only).first_nonfinite;
+    r.first_nonfinite = (check)(v, first_only).first_nonfinite;
   }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
   r.neg_inf = acc.neg_inf;
@@ -2620,13 +2622,13 @@ inline health_result check(const tensor_view& v, const check_options& opt = {}) 
 
 /// Checks any supported tensor (see traits.hpp).
 template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
-health_result check(const T& tensor, const check_options& opt = {}) {
-  return check(to_view(tensor), opt);
+health_result(check)(const T& tensor, const check_options& opt = {}) {
+  return (check)(to_view(tensor), opt);
 }
 /// Checks any supported tensor, naming it in error messages.
 template <class T>
-health_result check(const T& tensor, const char* name, const check_options& opt = {}) {
-  return check(to_view(tensor, name), opt);
+health_result(check)(const T& tensor, const char* name, const check_options& opt = {}) {
+  return (check)(to_view(tensor, name), opt);
 }
 
 NANSCOPE_NAMESPACE_END
@@ -2645,6 +2647,7 @@ NANSCOPE_NAMESPACE_END
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iterator>
 #include <string>
 
@@ -2661,7 +2664,19 @@ Out format_number(Out out, double x) {
   if (a == 0) return fmt::format_to(out, "0");
   // Subnormal doubles are printed through long double: x87 arithmetic ignores the SSE flush-to-zero and
   // denormals-are-zero modes that -ffast-math turns on (which would print them as 0).
-  if (a < 0x0010000000000000ull) return fmt::format_to(out, "{:.3e}", static_cast<long double>(x));
+  if (a < 0x0010000000000000ull) {
+    // mantissa and decimal exponent computed in x87 long double (immune to SSE FTZ/DAZ); fmt then only prints a
+    // normal double in [1, 10) and an integer.
+    const long double v = static_cast<long double>(a) * 4.9406564584124654417656879286822137236506e-324L;
+    int e10 = static_cast<int>(std::floor(std::log10(v)));
+    long double m = v / std::pow(10.0L, e10);
+    if (m >= 9.9995L) {
+      m /= 10.0L;
+      ++e10;
+    }
+    if (b >> 63) *out++ = '-';
+    return fmt::format_to(out, "{:.3f}e{}{:02d}", static_cast<double>(m), e10 < 0 ? '-' : '+', e10 < 0 ? -e10 : e10);
+  }
   if (a >= 0x3F50624DD2F1A9FCull && a < 0x408F400000000000ull) return fmt::format_to(out, "{:.4g}", x);  // [1e-3, 1e3)
   return fmt::format_to(out, "{:.3e}", x);
 }
@@ -4637,16 +4652,16 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     want_margins = opts_.count_margins;
   }
   if (!is_float(v.type)) {
-    if (skip_int) return check(v, check_options{}.with_mode(check_mode::shape));
-    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
     detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     f.tensors.push_back(std::move(rec));
     return f.tensors.back().health;
   }
   if (skip) {
-    rec.health = check(v, check_options{}.with_mode(check_mode::shape));
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
-    rec.health = check(v, check_options{}.with_mode(mode).with_threads(threads));
+    rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
     if (want_margins) {
       rec.margins = margins(v);
       rec.has_margins = true;

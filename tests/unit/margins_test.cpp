@@ -32,7 +32,7 @@ const isa margin_isas[] = {isa::automatic, isa::scalar, isa::avx2, isa::avx512};
 // ---------------------------------------------------------------------------------------------------------
 // Formats, written out here (not taken from nanscope::info).
 // ---------------------------------------------------------------------------------------------------------
-struct fmt {
+struct ref_format {
   dtype id;
   int eb;   // exponent bits
   int mb;   // fraction bits
@@ -45,12 +45,12 @@ struct fmt {
   double min_normal() const { return std::ldexp(1.0, emin()); }
   double min_subnormal() const { return std::ldexp(1.0, emin() - mb); }
 };
-const fmt targets[4] = {{dtype::f16, 5, 10, false}, {dtype::bf16, 8, 7, false}, {dtype::f8_e4m3fn, 4, 3, true},
+const ref_format targets[4] = {{dtype::f16, 5, 10, false}, {dtype::bf16, 8, 7, false}, {dtype::f8_e4m3fn, 4, 3, true},
                         {dtype::f8_e5m2, 5, 2, false}};
-const fmt f32_fmt{dtype::f32, 8, 23, false};
-const fmt f64_fmt{dtype::f64, 11, 52, false};
+const ref_format f32_fmt{dtype::f32, 8, 23, false};
+const ref_format f64_fmt{dtype::f64, 11, 52, false};
 
-const fmt& source_fmt(dtype t) {
+const ref_format& source_fmt(dtype t) {
   switch (t) {
     case dtype::f16: return targets[0];
     case dtype::bf16: return targets[1];
@@ -69,7 +69,7 @@ struct src_elem {
   src_kind kind = src_kind::zero;
   double mag = 0.0;  // |value| for zero/finite/inf
 };
-src_elem decode_ref(const fmt& f, std::uint64_t raw) {
+src_elem decode_ref(const ref_format& f, std::uint64_t raw) {
   const std::uint64_t mmask = (std::uint64_t{1} << f.mb) - 1;
   const std::uint64_t emask = (std::uint64_t{1} << f.eb) - 1;
   const std::uint64_t e = (raw >> f.mb) & emask;
@@ -100,7 +100,7 @@ src_elem decode_ref(const fmt& f, std::uint64_t raw) {
 // The reference cast: round |x| (finite, non-zero) to nearest even in format t, classify the result.
 // ---------------------------------------------------------------------------------------------------------
 enum class cast_class { zero, subnormal, normal, overflow };
-cast_class cast_ref(double mag, const fmt& t) {
+cast_class cast_ref(double mag, const ref_format& t) {
   const std::uint64_t b = bits64(mag) & k_abs64;
   if (b == 0) return cast_class::zero;
   if ((b >> 52) == 0) return cast_class::zero;  // f64 subnormal (< 2^-1022): far below half of every min_subnormal
@@ -168,7 +168,7 @@ ref_margins reference_margins(dtype src, const std::vector<std::uint64_t>& raws)
 }
 
 /// Headroom the slow way: long double log2 of the ratio (x87 long double does not flush).
-double ref_headroom(double abs_max, const fmt& t) {
+double ref_headroom(double abs_max, const ref_format& t) {
   const std::uint64_t a = bits64(abs_max) & k_abs64;
   if (a > k_inf64) return qnan();
   if (a == k_inf64) return neg_inf();
@@ -302,7 +302,7 @@ void exhaustive(dtype src) {
 // ---------------------------------------------------------------------------------------------------------
 std::vector<double> limit_values() {
   std::vector<double> v;
-  for (const fmt& t : targets) {
+  for (const ref_format& t : targets) {
     const double s = t.min_subnormal(), n = t.min_normal(), mx = t.max_finite();
     const double ulp_max = std::ldexp(1.0, t.emax() - t.mb);
     const double add[] = {
@@ -362,10 +362,10 @@ std::vector<std::uint64_t> f64_neighbourhoods(const std::vector<double>& mags, i
 }  // namespace
 
 TEST_CASE("margins: the reference cast agrees with the published limits (shared/FORMATS.md section 7)") {
-  const fmt& h = targets[0];
-  const fmt& b = targets[1];
-  const fmt& e4 = targets[2];
-  const fmt& e5 = targets[3];
+  const ref_format& h = targets[0];
+  const ref_format& b = targets[1];
+  const ref_format& e4 = targets[2];
+  const ref_format& e5 = targets[3];
   CHECK(h.max_finite() == 65504.0);
   CHECK(e4.max_finite() == 448.0);
   CHECK(e5.max_finite() == 57344.0);
