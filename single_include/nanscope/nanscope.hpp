@@ -5069,7 +5069,7 @@ Out format_extended_report(Out out, const detection& d) {
   if (d.health.pos_inf != 0) out = fmt::format_to(out, " +inf={}", d.health.pos_inf);
   if (d.health.nan != 0) out = fmt::format_to(out, " nan={}", d.health.nan);
   if (d.health.first_nonfinite >= 0) out = fmt::format_to(out, " (first at flat index {})", d.health.first_nonfinite);
-  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", d.where.file, d.where.line);
+  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", detail::short_file(d.where.file), d.where.line);
   if (d.role == tensor_role::input || d.role == tensor_role::parameter)
     out = fmt::format_to(out, "\n  verdict: arrived already non-finite in {} (made upstream, by code that is not checked "
                               "between the previous frame and this one)",
