@@ -25,6 +25,7 @@
 #include <string>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define NSBENCH_HAVE_F16C_PATH 1
 #else
@@ -100,11 +101,20 @@ __attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* in,
 }
 #endif
 
+#if NSBENCH_HAVE_F16C_PATH
+/// F16C from CPUID leaf 1, ECX bit 29 (Clang's __builtin_cpu_supports does not know "f16c").
+inline bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  return ((c >> 29) & 1u) != 0;
+}
+#endif
+
 /// f32 -> f16 bits, round to nearest even: F16C when the CPU has it, nanscope's exact encoder otherwise.
 inline void f32_to_f16(const float* in, std::uint16_t* out, std::size_t n) {
 #if NSBENCH_HAVE_F16C_PATH
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+  if (__builtin_cpu_supports("avx") && cpu_has_f16c()) {
     f32_to_f16_f16c(in, out, n);
     return;
   }
