@@ -143,15 +143,20 @@ inline void merge_moments(std::uint64_t& n, double& mean, long double& m2, std::
 /// moments combine by Chan's formula, the first non-finite index is the earliest. `b.first_nonfinite` must
 /// already be a flat index in the combined tensor. Merging is deterministic for a fixed merge order.
 inline void merge(health_result& a, const health_result& b) {
-  std::uint64_t n_fin = a.finite();
-  double mean = a.mean;
-  long double m2 = a.m2;
-  const std::uint64_t nb_fin = b.finite();
-  if (n_fin == 0) {
-    mean = 0.0;
-    m2 = 0.0;
+  if (a.mode == check_mode::stats) {  // moments exist only in STATS (and cost x87 work: skip them otherwise)
+    std::uint64_t n_fin = a.finite();
+    double mean = a.mean;
+    long double m2 = a.m2;
+    const std::uint64_t nb_fin = b.finite();
+    if (n_fin == 0) {
+      mean = 0.0;
+      m2 = 0.0L;
+    }
+    if (nb_fin != 0) detail::merge_moments(n_fin, mean, m2, nb_fin, b.mean, b.m2);
+    a.mean = n_fin != 0 ? mean : detail::qnan;
+    a.m2 = n_fin != 0 ? m2 : 0.0L;
+    a.std = detail::std_from(n_fin, a.m2);
   }
-  if (nb_fin != 0) detail::merge_moments(n_fin, mean, m2, nb_fin, b.mean, b.m2);
   a.count += b.count;
   a.negative += b.negative;
   a.zero += b.zero;
@@ -165,11 +170,6 @@ inline void merge(health_result& a, const health_result& b) {
   a.abs_max = detail::max_non_nan(a.abs_max, b.abs_max);
   a.abs_min = detail::min_non_nan(a.abs_min, b.abs_min);
   a.abs_min_nonzero = detail::min_non_nan(a.abs_min_nonzero, b.abs_min_nonzero);
-  if (a.mode == check_mode::stats) {
-    a.mean = n_fin != 0 ? mean : detail::qnan;
-    a.m2 = n_fin != 0 ? m2 : 0.0L;
-    a.std = detail::std_from(n_fin, a.m2);
-  }
   if (a.first_nonfinite < 0) a.first_nonfinite = b.first_nonfinite;
   a.any_nonfinite = a.any_nonfinite || b.any_nonfinite;
 }

@@ -953,15 +953,20 @@ inline void merge_moments(std::uint64_t& n, double& mean, long double& m2, std::
 /// moments combine by Chan's formula, the first non-finite index is the earliest. `b.first_nonfinite` must
 /// already be a flat index in the combined tensor. Merging is deterministic for a fixed merge order.
 inline void merge(health_result& a, const health_result& b) {
-  std::uint64_t n_fin = a.finite();
-  double mean = a.mean;
-  long double m2 = a.m2;
-  const std::uint64_t nb_fin = b.finite();
-  if (n_fin == 0) {
-    mean = 0.0;
-    m2 = 0.0;
+  if (a.mode == check_mode::stats) {  // moments exist only in STATS (and cost x87 work: skip them otherwise)
+    std::uint64_t n_fin = a.finite();
+    double mean = a.mean;
+    long double m2 = a.m2;
+    const std::uint64_t nb_fin = b.finite();
+    if (n_fin == 0) {
+      mean = 0.0;
+      m2 = 0.0L;
+    }
+    if (nb_fin != 0) detail::merge_moments(n_fin, mean, m2, nb_fin, b.mean, b.m2);
+    a.mean = n_fin != 0 ? mean : detail::qnan;
+    a.m2 = n_fin != 0 ? m2 : 0.0L;
+    a.std = detail::std_from(n_fin, a.m2);
   }
-  if (nb_fin != 0) detail::merge_moments(n_fin, mean, m2, nb_fin, b.mean, b.m2);
   a.count += b.count;
   a.negative += b.negative;
   a.zero += b.zero;
@@ -975,11 +980,6 @@ inline void merge(health_result& a, const health_result& b) {
   a.abs_max = detail::max_non_nan(a.abs_max, b.abs_max);
   a.abs_min = detail::min_non_nan(a.abs_min, b.abs_min);
   a.abs_min_nonzero = detail::min_non_nan(a.abs_min_nonzero, b.abs_min_nonzero);
-  if (a.mode == check_mode::stats) {
-    a.mean = n_fin != 0 ? mean : detail::qnan;
-    a.m2 = n_fin != 0 ? m2 : 0.0L;
-    a.std = detail::std_from(n_fin, a.m2);
-  }
   if (a.first_nonfinite < 0) a.first_nonfinite = b.first_nonfinite;
   a.any_nonfinite = a.any_nonfinite || b.any_nonfinite;
 }
@@ -2401,19 +2401,31 @@ inline void fold_chunk(health_result& seg, const chunk_out& o, std::uint64_t n, 
     // combine the f32-summed, double-summed and long-double-summed parts
     const std::uint64_t fin = h.finite();
     const std::uint64_t n_fast = fin - o.n_slow - o.ld_n;
+    // The f32-summed and double-summed parts are combined in double (their values are within f32 / 2^+-500
+    // range); only the rare long-double part (and the merge into the segment) uses long double.
     std::uint64_t nn = 0;
     double mean = 0.0;
-    long double m2 = 0.0L;
+    double m2d = 0.0;
     auto add_part = [&](std::uint64_t np, double k, double s1, double s2) {
       if (np == 0) return;
       const double dn = static_cast<double>(np);
       const double pm = k + s1 / dn;
       double pm2 = s2 - s1 * (s1 / dn);
       if (pm2 < 0.0) pm2 = 0.0;
-      merge_moments(nn, mean, m2, np, pm, static_cast<long double>(pm2));
+      if (nn == 0) {
+        nn = np;
+        mean = pm;
+        m2d = pm2;
+        return;
+      }
+      const double na = static_cast<double>(nn), nt = na + dn, delta = pm - mean;
+      mean += delta * (dn / nt);
+      m2d += pm2 + delta * delta * (na * dn / nt);
+      nn += np;
     };
     add_part(n_fast, static_cast<double>(kp.k32), o.fast_s1, o.fast_s2);
     add_part(o.n_slow, kp.k64, o.slow_s1, o.slow_s2);
+    long double m2 = m2d;
     if (o.ld_n != 0) {
       const long double dn = static_cast<long double>(o.ld_n);
       const long double pm = static_cast<long double>(kp.k_ld) + o.ld_s1 / dn;
