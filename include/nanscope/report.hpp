@@ -28,6 +28,17 @@ inline constexpr const char* hf_header = "abs min  abs max  metadata";
 inline double hf_abs_min(const health_result& h) { return h.nan != 0 ? qnan : h.abs_min; }
 inline double hf_abs_max(const health_result& h) { return h.nan != 0 ? qnan : h.abs_max; }
 
+/// `{:>8.2e}` that never hands fmt a non-finite value: under -ffast-math fmt's own inf/NaN tests fold away
+/// and it asserts. inf / nan are spelled by us, right-aligned in 8 like Python's format.
+template <class Out>
+Out format_e8(Out out, double v) {
+  const std::uint64_t b = double_to_bits(v);
+  const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
+  if (a > 0x7FF0000000000000ull) return fmt::format_to(out, "     nan");
+  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, (b >> 63) != 0 ? "    -inf" : "     inf");
+  return fmt::format_to(out, "{:>8.2e}", v);
+}
+
 inline int role_rank(tensor_role r) {
   switch (r) {
     case tensor_role::parameter: return 0;
@@ -55,7 +66,11 @@ Out format_hf_frame(Out out, const frame& f) {
     } else if (!t.is_tensor) {
       out = fmt::format_to(out, "\n{:>17} {}", "not a tensor", t.context);
     } else {
-      out = fmt::format_to(out, "\n{:>8.2e} {:>8.2e} {}", hf_abs_min(t.health), hf_abs_max(t.health), t.context);
+      *out++ = '\n';
+      out = format_e8(out, hf_abs_min(t.health));
+      *out++ = ' ';
+      out = format_e8(out, hf_abs_max(t.health));
+      out = fmt::format_to(out, " {}", t.context);
     }
   });
   return out;
@@ -158,12 +173,12 @@ Out format_hf_v1_report(Out out, const detection& d) {
     detail::for_each_in_hf_order(f, [&](const tensor_record& t) {
       if (!t.is_tensor || t.role == tensor_role::parameter) return;
       const char c = t.role == tensor_role::input ? '>' : t.role == tensor_role::output ? '<' : '@';
+      out = fmt::format_to(out, "abs_max= ");
+      out = detail::format_e8(out, detail::hf_abs_max(t.health));
       if (f.checkpoint)
-        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
-                             f.module_path, t.context);
+        out = fmt::format_to(out, " {} [{}] {}: {}\n", c, f.step, f.module_path, t.context);
       else
-        out = fmt::format_to(out, "abs_max= {:>8.2e} {} [{}] {}: {}: {}\n", detail::hf_abs_max(t.health), c, f.step,
-                             f.module_path, f.class_name, t.context);
+        out = fmt::format_to(out, " {} [{}] {}: {}: {}\n", c, f.step, f.module_path, f.class_name, t.context);
     });
   }
   return out;
@@ -178,7 +193,7 @@ Out format_extended_report(Out out, const detection& d) {
   if (d.health.pos_inf != 0) out = fmt::format_to(out, " +inf={}", d.health.pos_inf);
   if (d.health.nan != 0) out = fmt::format_to(out, " nan={}", d.health.nan);
   if (d.health.first_nonfinite >= 0) out = fmt::format_to(out, " (first at flat index {})", d.health.first_nonfinite);
-  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", detail::short_file(d.where.file), d.where.line);
+  if (d.where.line != 0) out = fmt::format_to(out, "\n  at {}:{}", d.where.file, d.where.line);
   if (d.role == tensor_role::input || d.role == tensor_role::parameter)
     out = fmt::format_to(out, "\n  verdict: arrived already non-finite in {} (made upstream, by code that is not checked "
                               "between the previous frame and this one)",
@@ -209,7 +224,10 @@ Out format_extended_report(Out out, const detection& d) {
         return;
       }
       const health_result& h = t.health;
-      out = fmt::format_to(out, " abs_min={:>8.2e} abs_max={:>8.2e}", h.abs_min, h.abs_max);
+      out = fmt::format_to(out, " abs_min=");
+      out = detail::format_e8(out, h.abs_min);
+      out = fmt::format_to(out, " abs_max=");
+      out = detail::format_e8(out, h.abs_max);
       if (!h.is_float()) {
         out = fmt::format_to(out, " n={} ({})", h.count, name(h.type));
         return;
