@@ -35,7 +35,7 @@ Out format_e8(Out out, double v) {
   const std::uint64_t b = double_to_bits(v);
   const std::uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
   if (a > 0x7FF0000000000000ull) return fmt::format_to(out, "     nan");
-  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, (b >> 63) != 0 ? "    -inf" : "     inf");
+  if (a == 0x7FF0000000000000ull) return fmt::format_to(out, "{}", (b >> 63) != 0 ? "    -inf" : "     inf");
   return fmt::format_to(out, "{:>8.2e}", v);
 }
 
