@@ -107,36 +107,6 @@ inline const float* fp8_table(dtype t) {
   return t == dtype::f8_e4m3fn ? e4m3.data() : e5m2.data();
 }
 
-/// Loads element i of a chunk of dtype t as double (exact). Used by the scalar kernel and K selection.
-inline double load_as_double(const void* p, dtype t, std::size_t i) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  switch (t) {
-    case dtype::f64: {
-      double v;
-      std::memcpy(&v, b + 8 * i, 8);
-      return v;
-    }
-    case dtype::f32: {
-      std::uint32_t v;
-      std::memcpy(&v, b + 4 * i, 4);
-      return f32_bits_to_double(v);
-    }
-    case dtype::f16: {
-      std::uint16_t h;
-      std::memcpy(&h, b + 2 * i, 2);
-      return f32_bits_to_double(float_to_bits(decode_small_float<5, 10, true>(h)));
-    }
-    case dtype::bf16: {
-      std::uint16_t h;
-      std::memcpy(&h, b + 2 * i, 2);
-      return f32_bits_to_double(static_cast<std::uint32_t>(h) << 16);
-    }
-    case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2: return f32_bits_to_double(float_to_bits(fp8_table(t)[b[i]]));
-    default: return 0.0;
-  }
-}
-
 /// Element decoders for the portable kernel: raw storage -> double, exact.
 struct dec_f64 {
   using src = double;
@@ -175,6 +145,20 @@ struct dec_fp8 {
   const float* table;
   double get(const src* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
 };
+
+/// Loads element i of a chunk of dtype t as double (exact), through the same decoders as the portable kernel.
+/// Used to pick the shift of a chunk.
+inline double load_as_double(const void* p, dtype t, std::size_t i) {
+  switch (t) {
+    case dtype::f64: return dec_f64::get(static_cast<const double*>(p), i);
+    case dtype::f32: return dec_f32::get(static_cast<const float*>(p), i);
+    case dtype::f16: return dec_f16::get(static_cast<const std::uint16_t*>(p), i);
+    case dtype::bf16: return dec_bf16::get(static_cast<const std::uint16_t*>(p), i);
+    case dtype::f8_e4m3fn:
+    case dtype::f8_e5m2: return dec_fp8{fp8_table(t)}.get(static_cast<const std::uint8_t*>(p), i);
+    default: return 0.0;
+  }
+}
 
 /// Branch-free select: c ? a : b, through the bit patterns (compilers keep data-dependent ?: on doubles as
 /// branches, which mispredict on mixed data such as ReLU outputs).

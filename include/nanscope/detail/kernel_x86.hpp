@@ -123,8 +123,6 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
     s.sub += static_cast<unsigned>(__builtin_popcount(subm));
     s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
     const __mmask16 notnan = static_cast<__mmask16>(valid & ~nanm);
-    const __m512 ax = _mm512_castsi512_ps(a);
-    (void)ax;
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu32(s.kamax, notnan, s.kamax, a);
     } else {
@@ -326,8 +324,6 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     s.sub += static_cast<unsigned>(__builtin_popcount(subm));
     s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
     const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
-    const __m512d ax = _mm512_castsi512_pd(a);
-    (void)ax;
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu64(s.kamax, notnan, s.kamax, a);
     } else {
