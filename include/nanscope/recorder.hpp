@@ -83,6 +83,7 @@ struct tensor_record {
   health_result health;
   bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
   bool is_none = false;    ///< an absent optional argument ("None" line)
+  std::string repr;        ///< a non-tensor argument's text (what Python's repr() would show); "None" for is_none
   bool allowed = false;    ///< non-finite values here were allowed by a rule
   unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
   bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
@@ -200,6 +201,21 @@ struct recorder_options {
 
 class recorder;
 class scope;
+
+/// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
+/// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
+/// not throw. Attach with recorder::set_listener while no scope of the recorder is open.
+class scope_listener {
+ public:
+  virtual ~scope_listener() = default;
+  /// A scope opened; `outermost`: no enclosing scope of the same recorder on this thread.
+  virtual void scope_opened(const frame& f, bool outermost) noexcept = 0;
+  /// A tensor (or a non-tensor argument) was recorded into the open frame `f`; `rec.view` is valid during the
+  /// call. Checkpoints (DETECT_OVERFLOW) arrive with a frame whose `checkpoint` is true.
+  virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
+  /// The scope is closing (also during stack unwinding).
+  virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+};
 
 namespace detail {
 inline bool glob_match(std::string_view pat, std::string_view s) {
@@ -372,6 +388,11 @@ class recorder {
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
+  /// Installs the listener of scope events (one per recorder; nullptr removes it) and returns the previous one.
+  /// Do it while no scope of this recorder is open.
+  scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
+  scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
     std::lock_guard<std::mutex> lk(m_);
@@ -409,7 +430,7 @@ class recorder {
   /// storage moves as more tensors are recorded).
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
                        allow allowed);
-  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none);
+  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
   friend class scope;
@@ -472,6 +493,7 @@ class recorder {
   std::string stop_message_;
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
+  std::atomic<scope_listener*> listener_{nullptr};
 };
 
 /// The process-wide default recorder used by the macros.
@@ -503,12 +525,14 @@ class scope {
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
+    if (scope_listener* l = r.listener()) l->scope_opened(frame_, same_parent_ == nullptr);
   }
   scope(std::string_view name, std::string_view class_name, source_location where = {})
       : scope(default_recorder(), name, class_name, where) {}
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
   ~scope() {
+    if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
     detail::thread_top_scope() = parent_;
     frame_.complete = true;
     rec_.complete(std::move(frame_), same_parent_ == nullptr);
@@ -542,7 +566,18 @@ class scope {
   }
   /// Records a non-tensor argument ("not a tensor") or an absent one ("None"), as the HF report shows them.
   void non_tensor_input(bool is_none = false) {
-    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none);
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none,
+                           is_none ? "None" : "");
+  }
+  /// Records a non-tensor positional argument with its text (an int, a config object: what repr() shows). The
+  /// layer tree writes the text; the reports show "not a tensor".
+  void value_input(std::string_view repr) {
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", false,
+                           std::string(repr));
+  }
+  /// Records a named non-tensor argument (a keyword argument) with its text.
+  void value_input(std::string_view repr, std::string_view name) {
+    rec_.record_non_tensor(frame_, tensor_role::input, std::string(name), false, std::string(repr));
   }
 
   const std::string& module_path() const { return frame_.module_path; }
@@ -573,13 +608,16 @@ inline scope* current_scope(recorder& r) {
 // recorder implementation
 // ------------------------------------------------------------------------------------------------------
 
-inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none) {
+inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
+                                         std::string repr) {
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.is_tensor = false;
   rec.is_none = is_none;
+  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
   f.tensors.push_back(std::move(rec));
+  if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
@@ -607,6 +645,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
     detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     f.tensors.push_back(std::move(rec));
+    if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
     return f.tensors.back().health;
   }
   if (skip) {
@@ -626,6 +665,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
   maybe_warn(f, stored);
+  if (scope_listener* l = listener()) l->tensor_recorded(f, stored);
   const health_result result = stored.health;
   if (bad) detect(f, stored);
   return result;

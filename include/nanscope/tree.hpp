@@ -1,0 +1,934 @@
+// nanscope — tree.hpp: the layer-tree JSON writer. While a forward pass runs inside recorder scopes, it writes
+// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (shared/FORMATS.md §3),
+// so a C++ port's tree can be read — and diffed with tools/nanscope-diff — side by side with a Python run.
+//
+//   nanscope::tree_writer tree(nanscope::default_recorder(), nanscope::tree_options{}.in("debug"));
+//   { NANSCOPE_SCOPE("", "LlamaModel"); ... }   // on leaving the outermost scope: debug/LlamaModel_debug_tree_*.json
+//
+// Nodes: `module_path` ("{Class}" for the outermost scope, "{Class}.{dotted.path}" below), `inputs`
+// ({"args": [...], "kwargs": {...}}: positional inputs, then named ones; empty parts dropped except on the root,
+// as the Python tool does), `outputs` on leaf nodes only (a tensor, a list for output[i], null when none),
+// `children` in call order. Tensors: `shape`, `dtype`, `value` (FULL_TENSORS file only), then `mean`, `std`,
+// `min`, `max` with torch's semantics (NaN propagates; statistics only for float16/float32/bfloat16 in the
+// torch_repr style, as HuggingFace writes them). nanscope's own keys follow (`health`, `abs_max`,
+// `abs_min_nonzero`, `headroom_bits`, `first_nonfinite`, `parameters`, `source`, and a root `nanscope` object
+// with step, rank and whether the pass completed); HF readers ignore them, `extras(false)` drops them.
+//
+// Styles: torch_repr (byte-compatible strings: "torch.Size([2, 3])", "torch.float16", "tensor(1.2345e+00)",
+// value = the lines of print(tensor) in sci mode, linewidth 120) and numeric (shape as an array, statistics as
+// JSON numbers, value as nested arrays with "..." where torch would summarise; NaN/Inf as "nan"/"inf"/"-inf").
+//
+// Layer pruning (default on, as in the Python tool): among the children of a node, the layer blocks — paths
+// ending in ".<n>" that have children whose paths contain ".<n>." — keep only the first and the last, at every
+// level. Output is streamed: the files are written while the pass runs, and only a run of numbered siblings that
+// pruning may still drop is held in memory (one layer block and what follows it), so memory stays bounded for
+// deep and wide trees. Files are written atomically (a temporary file renamed over the target when the
+// outermost scope ends): a crash leaves the previous file or the complete new one.
+//
+// Ranks: by default only rank 0 writes (the rank comes from tree_options::rank or the first of RANK,
+// LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK that is set); every_rank writes "{Class}_rank{r}_debug_tree_*.json".
+//
+// Threads: the tree follows the thread that opened the outermost scope; scopes of other threads are ignored.
+// Errors while writing (a full disk) are reported through tree_options::on_error (default: stderr) and abandon
+// that pass's files; a scope never throws because of the tree.
+#ifndef NANSCOPE_TREE_HPP
+#define NANSCOPE_TREE_HPP
+
+#include "config.hpp"
+#include "check.hpp"
+#include "dtype.hpp"
+#include "health.hpp"
+#include "margins.hpp"
+#include "recorder.hpp"
+#include "view.hpp"
+#include "detail/atomic_file.hpp"
+#include "detail/torch_print.hpp"
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+enum class tree_style : std::uint8_t {
+  torch_repr,  ///< HuggingFace's strings, byte for byte
+  numeric,     ///< plain JSON numbers (NaN/Inf as strings), nested arrays for values
+};
+enum class tree_ranks : std::uint8_t {
+  rank0_only,  ///< only rank 0 writes (the Python tool's behaviour)
+  every_rank,  ///< each rank writes its own files, "{Class}_rank{r}_debug_tree_*.json"
+};
+
+struct tree_options {
+  std::string directory = ".";  ///< created (one level) when missing
+  std::string class_name;       ///< root name; empty: the outermost scope's class name (else its name, else "Model")
+  tree_style style = tree_style::torch_repr;
+  bool prune_layers = true;   ///< keep only the first and last of a run of numbered layer blocks
+  bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
+  bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
+  bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  tree_ranks ranks = tree_ranks::rank0_only;
+  int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
+  std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
+  std::uint64_t value_threshold = 1000;  ///< torch's print threshold: above it values are summarised
+  int edge_items = 3;                    ///< shown at each end of a summarised dimension
+  int line_width = 120;                  ///< HuggingFace's linewidth
+  int precision = 4;                     ///< digits after the point
+  std::function<void(std::string_view)> on_error;  ///< default: print to stderr
+
+  tree_options& in(std::string dir) { directory = std::move(dir); return *this; }
+  tree_options& with_style(tree_style s) { style = s; return *this; }
+  tree_options& with_pruning(bool on) { prune_layers = on; return *this; }
+  tree_options& with_rank(int r) { rank = r; return *this; }
+  tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
+  tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
+};
+
+namespace detail {
+
+/// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
+inline int env_rank() {
+  static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+  for (const char* var : vars) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    long long r = 0;
+    const char* end = v + std::strlen(v);
+    auto res = std::from_chars(v, end, r);
+    if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF)
+      fail(nullptr, std::string("tree_writer: environment variable ") + var + "='" + v +
+                        "' is not a rank (a non-negative integer)");
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+/// A JSON string literal as Python's json.dumps writes it (ensure_ascii): \" \\ \n \r \t \b \f named, other
+/// control characters and DEL as \u00XX, every non-ASCII character as \uXXXX (surrogate pairs above U+FFFF).
+/// Bytes that are not valid UTF-8 become \ufffd, so the result is always valid JSON.
+inline void py_json_quote_to(std::string& out, std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  auto u16 = [&](unsigned cp) {
+    out += "\\u";
+    out += hex[(cp >> 12) & 15];
+    out += hex[(cp >> 8) & 15];
+    out += hex[(cp >> 4) & 15];
+    out += hex[cp & 15];
+  };
+  out += '"';
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20 || c == 0x7F) u16(c);
+          else out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
+    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
+    if (!ok) {
+      u16(0xFFFD);
+      ++i;
+      continue;
+    }
+    unsigned cp = len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3Fu);
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      u16(0xD800 + (cp >> 10));
+      u16(0xDC00 + (cp & 0x3FF));
+    } else {
+      u16(cp);
+    }
+    i += len;
+  }
+  out += '"';
+}
+inline std::string py_json_quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  py_json_quote_to(out, s);
+  return out;
+}
+
+/// The Python tool's address sanitiser: "object at 0x<hex>" becomes "object at 0xXXXXXXXX".
+inline std::string sanitize_addresses(std::string_view s) {
+  static const std::string_view key = "object at 0x";
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t at = s.find(key, i);
+    if (at == std::string_view::npos) break;
+    std::size_t j = at + key.size();
+    std::size_t k = j;
+    while (k < s.size() && ((s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'f') || (s[k] >= 'A' && s[k] <= 'F'))) ++k;
+    out.append(s.substr(i, j - i));
+    if (k > j) {
+      out += "XXXXXXXX";
+      i = k;
+    } else {
+      i = j;
+    }
+  }
+  out.append(s.substr(i));
+  return out;
+}
+
+/// A JSON number for x, shortest round-trip text; "nan"/"inf"/"-inf" strings for non-finite values. Values of
+/// types no wider than float print as floats (shortest for that type).
+inline std::string json_number(double x, bool as_float) {
+  const std::uint64_t b = double_to_bits(x);
+  if ((b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) {
+    if ((b & 0x000FFFFFFFFFFFFFull) != 0) return "\"nan\"";
+    return (b >> 63) ? "\"-inf\"" : "\"inf\"";
+  }
+  char buf[64];
+  std::to_chars_result r = as_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(x))
+                                    : std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+/// Python's `(.*)\.(\d+)$` matched against a module path: the digits after the last '.', when the path ends
+/// with them (or with them and one '\n', as Python's `$` allows) and has no newline before that '.'.
+inline bool layer_number(const std::string& path, std::string& number) {
+  std::size_t end = path.size();
+  if (end > 0 && path[end - 1] == '\n') --end;
+  std::size_t b = end;
+  while (b > 0 && path[b - 1] >= '0' && path[b - 1] <= '9') --b;
+  if (b == end || b == 0 || path[b - 1] != '.') return false;
+  if (path.find('\n') < b - 1) return false;
+  number = path.substr(b, end - b);
+  return true;
+}
+
+inline std::string indent(int level) {
+  std::string s = "\n";
+  s.append(static_cast<std::size_t>(level) * 2, ' ');
+  return s;
+}
+
+/// One serialised input/output: a tensor or a non-tensor's text.
+struct tree_io {
+  bool is_tensor = false;
+  std::string name;  ///< kwargs name / output context
+  std::string text;  ///< non-tensor: the JSON string
+  std::string shape, type;                 ///< JSON values
+  std::vector<std::string> value_lines;    ///< torch_repr: JSON strings (FULL only)
+  std::string value_inline;                ///< numeric: nested arrays (FULL only)
+  std::vector<std::pair<const char*, std::string>> fields;  ///< statistics and extras, JSON values
+
+  void render(std::string& out, int level, bool full) const {
+    if (!is_tensor) {
+      out += text;
+      return;
+    }
+    const std::string in1 = indent(level + 1);
+    out += '{';
+    out += in1;
+    out += "\"shape\": ";
+    out += shape;
+    out += ',';
+    out += in1;
+    out += "\"dtype\": ";
+    out += type;
+    if (full) {
+      if (!value_lines.empty()) {
+        out += ',';
+        out += in1;
+        out += "\"value\": [";
+        const std::string in2 = indent(level + 2);
+        for (std::size_t i = 0; i < value_lines.size(); ++i) {
+          if (i) out += ',';
+          out += in2;
+          out += value_lines[i];
+        }
+        out += in1;
+        out += ']';
+      } else if (!value_inline.empty()) {
+        out += ',';
+        out += in1;
+        out += "\"value\": ";
+        out += value_inline;
+      }
+    }
+    for (const auto& f : fields) {
+      out += ',';
+      out += in1;
+      out += '"';
+      out += f.first;
+      out += "\": ";
+      out += f.second;
+    }
+    out += indent(level);
+    out += '}';
+  }
+};
+
+/// Text for both files at once.
+struct tree_text {
+  std::string summary, full;
+  void add(std::string_view s) {
+    summary.append(s.data(), s.size());
+    full.append(s.data(), s.size());
+  }
+  void add(const tree_text& t) {
+    summary += t.summary;
+    full += t.full;
+  }
+  void add_io(const tree_io& io, int level) {
+    io.render(summary, level, false);
+    io.render(full, level, true);
+  }
+  std::size_t size() const { return summary.size() + full.size(); }
+  bool empty() const { return summary.empty() && full.empty(); }
+  void clear() {
+    summary.clear();
+    full.clear();
+  }
+};
+
+}  // namespace detail
+
+/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as the
+/// recorder's scope listener for its lifetime; construct and destroy it while no scope of the recorder is open.
+class tree_writer final : public scope_listener {
+ public:
+  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
+    rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
+    if (rank_ < 0) rank_ = 0;
+    active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
+    if (opts_.directory.empty()) opts_.directory = ".";
+    if (active_) {
+      ::mkdir(opts_.directory.c_str(), 0777);  // EEXIST is fine
+      struct stat st;
+      if (::stat(opts_.directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        detail::fail(nullptr, "tree_writer: '" + opts_.directory + "' is not a directory and cannot be created");
+    }
+    previous_ = rec_.set_listener(this);
+  }
+  tree_writer(const tree_writer&) = delete;
+  tree_writer& operator=(const tree_writer&) = delete;
+  ~tree_writer() override {
+    if (rec_.listener() == this) rec_.set_listener(previous_);
+  }
+
+  /// Whether this process writes trees (rank selection).
+  bool active() const { return active_; }
+  int rank() const { return rank_; }
+  /// Trees written completely so far.
+  std::uint64_t trees_written() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return written_;
+  }
+  /// Bytes of JSON written to the SUMMARY / FULL_TENSORS files so far (all passes).
+  std::uint64_t summary_bytes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return summary_bytes_;
+  }
+  std::uint64_t full_bytes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return full_bytes_;
+  }
+  /// Paths of the last pass's files ("" before the first pass).
+  std::string summary_path() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return summary_path_;
+  }
+  std::string full_path() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return full_path_;
+  }
+  /// The last error reported (empty if none).
+  std::string last_error() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return last_error_;
+  }
+  const tree_options& options() const { return opts_; }
+
+  void scope_opened(const frame& f, bool outermost) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!active_) return;
+      if (outermost) {
+        if (in_pass_) return;  // another thread's outermost scope while a pass runs
+        begin_pass(f);
+        return;
+      }
+      if (!in_pass_ || std::this_thread::get_id() != thread_) return;
+      open_node(f);
+    });
+  }
+
+  void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      node& n = nodes_.back();
+      if (n.fp != &f) return;
+      add_record(n, rec);
+    });
+  }
+
+  void scope_closed(const frame& f, bool outermost) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty() || nodes_.back().fp != &f) return;
+      close_node();
+      if (outermost || nodes_.empty()) end_pass();
+    });
+  }
+
+ private:
+  struct piece {
+    detail::tree_text text;
+    bool layer;
+  };
+  struct node {
+    const frame* fp = nullptr;
+    std::string path;
+    int depth = 0;
+    bool numbered = false;
+    std::string number;
+    bool buffered = false;  ///< writes into `own` (pruning may drop it) instead of its parent's stream
+    int out = -1;           ///< index of the node whose `own` receives this node's text; -1: the files
+    detail::tree_text own;
+    bool header_done = false;
+    bool has_children = false;
+    bool child_has_number = false;
+    int emitted = 0;      ///< children written into this node's "children" array
+    int layer_blocks = 0; ///< layer-block children seen
+    std::vector<piece> pending;  ///< after the 2nd layer block: the latest block and what followed it
+    std::vector<detail::tree_io> args, kwargs, outputs, params;
+    source_location where;
+  };
+
+  template <class F>
+  void guarded(F&& fn) noexcept {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      abandon(e.what());
+    } catch (...) {
+      abandon("unknown error");
+    }
+#else
+    fn();
+#endif
+  }
+
+  void report(const std::string& msg) {
+    last_error_ = msg;
+    const std::string line = "nanscope: tree_writer: " + msg + "\n";
+    if (opts_.on_error) {
+      opts_.on_error(line);
+    } else {
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+  void abandon(const std::string& why) {
+    report(why + " (this pass's tree files are not written)");
+    nodes_.clear();
+    root_.clear();
+    summary_file_.reset();
+    full_file_.reset();
+    in_pass_ = false;
+  }
+
+  bool step_selected(std::uint64_t s) const {
+    if (opts_.steps.empty()) return true;
+    for (auto x : opts_.steps)
+      if (x == s) return true;
+    return false;
+  }
+
+  void begin_pass(const frame& f) {
+    if (!step_selected(f.step)) return;
+    class_name_ = !opts_.class_name.empty() ? opts_.class_name
+                  : !f.class_name.empty()   ? f.class_name
+                  : !f.module_path.empty()  ? f.module_path
+                                            : std::string("Model");
+    root_prefix_ = f.module_path;
+    step_ = f.step;
+    const std::string base = opts_.directory + "/" + detail::file_safe(class_name_) +
+                             (opts_.ranks == tree_ranks::every_rank ? "_rank" + std::to_string(rank_) : std::string()) +
+                             "_debug_tree_";
+    summary_path_ = opts_.write_summary ? base + "SUMMARY.json" : std::string();
+    full_path_ = opts_.write_full ? base + "FULL_TENSORS.json" : std::string();
+    if (opts_.write_summary) summary_file_ = std::make_unique<detail::atomic_file>(summary_path_);
+    if (opts_.write_full) full_file_ = std::make_unique<detail::atomic_file>(full_path_);
+    in_pass_ = true;
+    thread_ = std::this_thread::get_id();
+    root_.clear();
+    pass_summary_bytes_ = pass_full_bytes_ = 0;
+    node r;
+    r.fp = &f;
+    r.path = class_name_;
+    r.depth = 0;
+    r.where = f.where;
+    nodes_.push_back(std::move(r));
+  }
+
+  std::string hf_path(const std::string& p) const {
+    std::string rel;
+    if (root_prefix_.empty()) {
+      rel = p;
+    } else if (p.size() > root_prefix_.size() && p.compare(0, root_prefix_.size(), root_prefix_) == 0 &&
+               p[root_prefix_.size()] == '.') {
+      rel = p.substr(root_prefix_.size() + 1);
+    } else if (p == root_prefix_) {
+      rel.clear();
+    } else {
+      rel = p;
+    }
+    return rel.empty() ? class_name_ : class_name_ + "." + rel;
+  }
+
+  detail::tree_text& stream_of(int idx) { return idx < 0 ? root_ : nodes_[static_cast<std::size_t>(idx)].own; }
+  int target_of(int idx) const {
+    const node& n = nodes_[static_cast<std::size_t>(idx)];
+    return n.buffered ? idx : n.out;
+  }
+
+  void open_node(const frame& f) {
+    const int parent_idx = static_cast<int>(nodes_.size()) - 1;
+    node& parent = nodes_.back();
+    write_header(parent_idx);
+    if (!parent.has_children) {
+      parent.has_children = true;
+      detail::tree_text& w = stream_of(target_of(parent_idx));
+      w.add(",");
+      w.add(detail::indent(parent.depth * 2 + 1));
+      w.add("\"children\": [");
+    }
+    node c;
+    c.fp = &f;
+    c.path = hf_path(f.module_path);
+    c.depth = parent.depth + 1;
+    c.where = f.where;
+    if (parent.numbered && c.path.find("." + parent.number + ".") != std::string::npos) parent.child_has_number = true;
+    c.numbered = detail::layer_number(c.path, c.number);
+    c.buffered = opts_.prune_layers && (c.numbered || !parent.pending.empty());
+    c.out = target_of(parent_idx);
+    nodes_.push_back(std::move(c));
+  }
+
+  /// Writes "{ module_path, inputs, "children": [" of node idx into its target (once, at its first child).
+  void write_header(int idx) {
+    node& n = nodes_[static_cast<std::size_t>(idx)];
+    if (n.header_done) return;
+    n.header_done = true;
+    detail::tree_text& w = stream_of(target_of(idx));
+    if (!n.buffered && idx > 0) {
+      node& parent = nodes_[static_cast<std::size_t>(idx - 1)];
+      w.add(parent.emitted++ ? "," : "");
+      w.add(detail::indent(n.depth * 2));
+    }
+    const int k = n.depth * 2 + 1;
+    std::string head = "{" + detail::indent(k) + "\"module_path\": ";
+    detail::py_json_quote_to(head, n.path);
+    head += ",";
+    head += detail::indent(k);
+    head += "\"inputs\": ";
+    w.add(head);
+    write_inputs(w, n, k);
+    maybe_flush();
+  }
+
+  void write_inputs(detail::tree_text& w, const node& n, int k) {
+    const bool root = n.depth == 0;
+    const bool has_args = !n.args.empty() || root;
+    const bool has_kwargs = !n.kwargs.empty() || root;
+    if (!has_args && !has_kwargs) {
+      w.add("{}");
+      return;
+    }
+    w.add("{");
+    if (has_args) {
+      w.add(detail::indent(k + 1));
+      w.add("\"args\": ");
+      if (n.args.empty()) {
+        w.add("[]");
+      } else {
+        w.add("[");
+        for (std::size_t i = 0; i < n.args.size(); ++i) {
+          if (i) w.add(",");
+          w.add(detail::indent(k + 2));
+          w.add_io(n.args[i], k + 2);
+        }
+        w.add(detail::indent(k + 1));
+        w.add("]");
+      }
+      if (has_kwargs) w.add(",");
+    }
+    if (has_kwargs) {
+      w.add(detail::indent(k + 1));
+      w.add("\"kwargs\": ");
+      write_named(w, n.kwargs, k + 1);
+    }
+    w.add(detail::indent(k));
+    w.add("}");
+  }
+
+  static void write_named(detail::tree_text& w, const std::vector<detail::tree_io>& items, int level) {
+    if (items.empty()) {
+      w.add("{}");
+      return;
+    }
+    w.add("{");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i) w.add(",");
+      w.add(detail::indent(level + 1));
+      w.add(detail::py_json_quote(items[i].name));
+      w.add(": ");
+      w.add_io(items[i], level + 1);
+    }
+    w.add(detail::indent(level));
+    w.add("}");
+  }
+
+  void write_outputs(detail::tree_text& w, const node& n, int k) {
+    // a single "output" → the tensor; output[i] → a list by index (gaps as null)
+    if (n.outputs.size() == 1 && n.outputs[0].name == "output") {
+      w.add_io(n.outputs[0], k);
+      return;
+    }
+    std::vector<const detail::tree_io*> slots;
+    for (const auto& o : n.outputs) {
+      std::size_t i = slots.size();
+      if (o.name.size() > 8 && o.name.compare(0, 7, "output[") == 0) i = std::strtoul(o.name.c_str() + 7, nullptr, 10);
+      if (i > slots.size() + 4096) i = slots.size();  // a absurd index: append
+      if (i >= slots.size()) slots.resize(i + 1, nullptr);
+      slots[i] = &o;
+    }
+    w.add("[");
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (i) w.add(",");
+      w.add(detail::indent(k + 1));
+      if (slots[i]) w.add_io(*slots[i], k + 1);
+      else w.add("null");
+    }
+    w.add(detail::indent(k));
+    w.add("]");
+  }
+
+  void close_node() {
+    const int idx = static_cast<int>(nodes_.size()) - 1;
+    node& n = nodes_.back();
+    const bool root = idx == 0;
+    const int k = n.depth * 2 + 1;
+    const bool leaf = !n.has_children;
+    const bool header_was_done = n.header_done;
+    write_header(idx);
+    detail::tree_text& w = stream_of(target_of(idx));
+    if (header_was_done) {
+      // children: flush what pruning held back, close the array
+      for (auto& p : n.pending) emit_child(idx, p.text);
+      n.pending.clear();
+      w.add(detail::indent(k));
+      w.add("]");
+    } else if (leaf) {
+      // the root drops a missing output (Python: falsy keys removed); other leaves write null
+      if (!root || !n.outputs.empty()) {
+        w.add(",");
+        w.add(detail::indent(k));
+        w.add("\"outputs\": ");
+        if (n.outputs.empty()) w.add("null");
+        else write_outputs(w, n, k);
+      }
+    }
+    if (opts_.extras) write_node_extras(w, n, k, root);
+    w.add(detail::indent(n.depth * 2));
+    w.add("}");
+    const bool layer_block = n.numbered && n.has_children && n.child_has_number;
+    if (n.buffered) {
+      detail::tree_text text = std::move(n.own);
+      nodes_.pop_back();
+      accept_child(idx - 1, std::move(text), layer_block);
+    } else {
+      nodes_.pop_back();
+    }
+    maybe_flush();
+  }
+
+  void write_node_extras(detail::tree_text& w, const node& n, int k, bool root) {
+    if (!n.params.empty()) {
+      w.add(",");
+      w.add(detail::indent(k));
+      w.add("\"parameters\": ");
+      write_named(w, n.params, k);
+    }
+    if (n.where.file != nullptr && n.where.file[0] != '\0') {
+      w.add(",");
+      w.add(detail::indent(k));
+      w.add("\"source\": ");
+      w.add(detail::py_json_quote(std::string(n.where.file) + ":" + std::to_string(n.where.line)));
+    }
+    if (root) {
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string s = "\"nanscope\": {\"format\": 1, \"style\": ";
+      s += opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\"";
+      s += ", \"step\": " + std::to_string(step_) + ", \"rank\": " + std::to_string(rank_);
+      s += ", \"pruned\": ";
+      s += opts_.prune_layers ? "true" : "false";
+      s += ", \"complete\": ";
+      s += std::uncaught_exceptions() > 0 ? "false" : "true";
+      s += "}";
+      w.add(s);
+    }
+  }
+
+  /// A buffered child of node `pidx` has closed.
+  void accept_child(int pidx, detail::tree_text text, bool layer_block) {
+    node& p = nodes_[static_cast<std::size_t>(pidx)];
+    if (layer_block) {
+      ++p.layer_blocks;
+      if (p.layer_blocks == 1) {
+        emit_child(pidx, text);
+        return;
+      }
+      if (!p.pending.empty()) {
+        // the previous candidate for "last" is a middle block now: drop it, keep what followed it
+        for (std::size_t i = 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
+        p.pending.clear();
+      }
+      p.pending.push_back(piece{std::move(text), true});
+      return;
+    }
+    if (!p.pending.empty()) {
+      p.pending.push_back(piece{std::move(text), false});
+    } else {
+      emit_child(pidx, text);
+    }
+  }
+
+  void emit_child(int pidx, const detail::tree_text& text) {
+    node& p = nodes_[static_cast<std::size_t>(pidx)];
+    detail::tree_text& w = stream_of(target_of(pidx));
+    w.add(p.emitted++ ? "," : "");
+    w.add(detail::indent((p.depth + 1) * 2));
+    w.add(text);
+  }
+
+  void maybe_flush(bool force = false) {
+    constexpr std::size_t chunk = std::size_t{1} << 20;
+    if (!force && root_.summary.size() < chunk && root_.full.size() < chunk) return;
+    if (summary_file_) summary_file_->write(root_.summary.data(), root_.summary.size());
+    if (full_file_) full_file_->write(root_.full.data(), root_.full.size());
+    pass_summary_bytes_ += root_.summary.size();
+    pass_full_bytes_ += root_.full.size();
+    root_.clear();
+  }
+
+  void end_pass() {
+    maybe_flush(true);
+    if (summary_file_) summary_file_->commit();
+    if (full_file_) full_file_->commit();
+    summary_file_.reset();
+    full_file_.reset();
+    summary_bytes_ += pass_summary_bytes_;
+    full_bytes_ += pass_full_bytes_;
+    ++written_;
+    nodes_.clear();
+    in_pass_ = false;
+  }
+
+  // --- tensors ------------------------------------------------------------------------------------------
+
+  void add_record(node& n, const tensor_record& rec) {
+    detail::tree_io io;
+    io.name = rec.context;
+    if (!rec.is_tensor) {
+      io.is_tensor = false;
+      io.text = detail::py_json_quote(detail::sanitize_addresses(rec.repr.empty() ? std::string("None") : rec.repr));
+    } else {
+      describe(io, rec);
+    }
+    switch (rec.role) {
+      case tensor_role::input:
+        if (rec.context.size() > 6 && rec.context.compare(0, 6, "input[") == 0) n.args.push_back(std::move(io));
+        else n.kwargs.push_back(std::move(io));
+        break;
+      case tensor_role::output: n.outputs.push_back(std::move(io)); break;
+      case tensor_role::parameter:
+        if (opts_.extras) n.params.push_back(std::move(io));
+        break;
+      case tensor_role::checkpoint: break;
+    }
+  }
+
+  void describe(detail::tree_io& io, const tensor_record& rec) {
+    io.is_tensor = true;
+    const tensor_view& v = rec.view;
+    const bool torch = opts_.style == tree_style::torch_repr;
+    detail::torch_print_options po;
+    po.threshold = opts_.value_threshold;
+    po.edge_items = opts_.edge_items < 0 ? 0 : opts_.edge_items;
+    po.line_width = opts_.line_width;
+    po.precision = opts_.precision;
+    const health_result* h = &rec.health;
+    health_result own;
+    const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
+                                                v.space == memory_space::cuda_managed);
+    if (is_float(v.type) && h->mode != check_mode::stats && readable) {
+      own = (check)(v, check_options{}.with_mode(check_mode::stats));
+      h = &own;
+    }
+    if (torch) {
+      io.shape = detail::py_json_quote(detail::torch_size_repr(v));
+      io.type = detail::py_json_quote(info(v.type).torch_name);
+    } else {
+      io.shape = "[";
+      for (int i = 0; i < v.rank; ++i) io.shape += (i ? ", " : "") + std::to_string(v.shape[i]);
+      io.shape += "]";
+      io.type = detail::py_json_quote(info(v.type).torch_name);
+    }
+    if (opts_.write_full && readable) {
+      if (torch) {
+        const std::string text = detail::torch_tensor_repr(v, po);
+        std::size_t b = 0;
+        while (true) {
+          const std::size_t e = text.find('\n', b);
+          io.value_lines.push_back(detail::py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
+          if (e == std::string::npos) break;
+          b = e + 1;
+        }
+      } else {
+        io.value_inline = numeric_value(v, po);
+      }
+    }
+    const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
+    if (is_float(v.type) && (torch ? hf_stats : true)) {
+      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (torch) {
+        io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
+        io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
+        io.fields.emplace_back("min", detail::py_json_quote(detail::torch_scalar_repr(s.min, v.type, v, po)));
+        io.fields.emplace_back("max", detail::py_json_quote(detail::torch_scalar_repr(s.max, v.type, v, po)));
+      } else {
+        io.fields.emplace_back("mean", detail::json_number(s.mean, false));
+        io.fields.emplace_back("std", detail::json_number(s.std, false));
+        io.fields.emplace_back("min", detail::json_number(s.min, size_of(v.type) <= 4));
+        io.fields.emplace_back("max", detail::json_number(s.max, size_of(v.type) <= 4));
+      }
+    }
+    if (!opts_.extras) return;
+    if (is_float(v.type)) {
+      std::string hs = "{\"negative\": " + std::to_string(h->negative) + ", \"zero\": " + std::to_string(h->zero) +
+                       ", \"positive\": " + std::to_string(h->positive) + ", \"neg_inf\": " + std::to_string(h->neg_inf) +
+                       ", \"pos_inf\": " + std::to_string(h->pos_inf) + ", \"nan\": " + std::to_string(h->nan) + "}";
+      io.fields.emplace_back("health", std::move(hs));
+      const bool narrow = size_of(v.type) <= 4;
+      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, narrow));
+      io.fields.emplace_back("abs_min_nonzero", detail::json_number(h->abs_min_nonzero, narrow));
+      if (detail::is_finite_bits(h->abs_max)) {
+        std::string hr = "{";
+        static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
+        for (int i = 0; i < 4; ++i) {
+          if (i) hr += ", ";
+          hr += std::string("\"") + name(targets[i]) + "\": " +
+                detail::json_number(headroom_bits(h->abs_max, targets[i]), false);
+        }
+        io.fields.emplace_back("headroom_bits", hr + "}");
+      }
+      if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+    } else if (detail::is_finite_bits(h->abs_max)) {
+      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
+    }
+  }
+
+  /// Nested arrays of the values torch would show ("..." where it summarises).
+  static std::string numeric_value(const tensor_view& v, const detail::torch_print_options& po) {
+    const detail::element_reader rd(v);
+    const bool summarize = v.numel() > po.threshold;
+    const bool as_float = size_of(v.type) <= 4;
+    auto one = [&](std::int64_t off) -> std::string {
+      if (v.type == dtype::boolean) return rd.bits(off) != 0 ? "true" : "false";
+      if (!is_float(v.type)) return rd.as_int_text(off);
+      return detail::json_number(rd.as_double(off), as_float);
+    };
+    if (v.rank == 0) return v.numel() == 0 ? "[]" : one(0);
+    std::string out;
+    struct rec_t {
+      const tensor_view& v;
+      const detail::torch_print_options& po;
+      bool summarize;
+      decltype(one)& f;
+      std::string& out;
+      void run(int d, std::int64_t off) {
+        out += '[';
+        bool first = true;
+        for (std::int64_t i : detail::torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
+          if (!first) out += ", ";
+          first = false;
+          if (i < 0) {
+            out += "\"...\"";
+            continue;
+          }
+          const std::int64_t o = off + i * v.strides[d];
+          if (d + 1 == v.rank) out += f(o);
+          else run(d + 1, o);
+        }
+        out += ']';
+      }
+    } r{v, po, summarize, one, out};
+    r.run(0, 0);
+    return out;
+  }
+
+  recorder& rec_;
+  tree_options opts_;
+  scope_listener* previous_ = nullptr;
+  int rank_ = 0;
+  bool active_ = true;
+
+  mutable std::mutex m_;
+  bool in_pass_ = false;
+  std::thread::id thread_;
+  std::string class_name_;
+  std::string root_prefix_;
+  std::uint64_t step_ = 0;
+  std::deque<node> nodes_;
+  detail::tree_text root_;
+  std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
+  std::string summary_path_, full_path_;
+  std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;
+  std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
+  std::uint64_t written_ = 0;
+  std::string last_error_;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_TREE_HPP
