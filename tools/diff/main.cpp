@@ -1,0 +1,453 @@
+// nanscope-diff: compares two layer-tree JSON files (nanscope's tree_writer output or the files of HuggingFace's
+// model_addition_debugger_context) and reports where the two runs first diverge. See docs/diff.md.
+//
+//   nanscope-diff [options] A.json B.json        A = reference, B = candidate
+//
+// Exit status: 0 same within tolerance, 1 diverged (values, structure or health), 2 bad input or usage.
+#include "diff.hpp"
+#include "tree_model.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nsdiff::json;
+
+constexpr const char* usage_text =
+    "usage: nanscope-diff [options] A.json B.json\n"
+    "Compares two layer-tree files (nanscope's tree_writer or HuggingFace's model_addition_debugger_context,\n"
+    "SUMMARY or FULL_TENSORS, torch_repr or numeric style). A is the reference, B the candidate.\n"
+    "\n"
+    "options:\n"
+    "  --rtol X          relative tolerance for every tensor (default: by dtype, see docs/diff.md)\n"
+    "  --atol X          absolute tolerance for every tensor (default: rtol * max(|min|,|max|) of A's tensor)\n"
+    "  --top N           rows in the table of largest divergences (default 10; 0: no table)\n"
+    "  --json            print a machine-readable JSON report instead of text\n"
+    "  --quiet           print only the verdict line\n"
+    "  --ignore-extras   ignore nanscope's extra keys (health counts, abs_max); infer health from statistics\n"
+    "  --prune-layers    prune both trees like the Python tool (first and last layer block) before comparing\n"
+    "  --strict-text     count differing non-tensor arguments (reprs) as divergences\n"
+    "  -h, --help        this text\n"
+    "\n"
+    "exit status: 0 same within tolerance, 1 diverged, 2 bad input or usage\n";
+
+struct cli {
+  nsdiff::diff_options diff;
+  std::size_t top = 10;
+  bool json = false;
+  bool quiet = false;
+  std::vector<std::string> files;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "nanscope-diff: " << msg << "\n" << "usage: nanscope-diff [options] A.json B.json (--help for more)\n";
+  std::exit(2);
+}
+
+double parse_tolerance(const std::string& opt, const std::string& text) {
+  double x = 0;
+  if (!nsdiff::parse_number(text, x) || !std::isfinite(x) || x < 0)
+    usage_error(opt + ": expected a non-negative number, got '" + text + "'");
+  return x;
+}
+
+cli parse_args(int argc, char** argv) {
+  cli c;
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (options_done || arg.empty() || arg[0] != '-' || arg == "-") {
+      c.files.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    const std::size_t eq = arg.find('=');
+    if (arg.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+      has_value = true;
+    }
+    auto take_value = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      return argv[++i];
+    };
+    auto no_value = [&]() {
+      if (has_value) usage_error(arg + " takes no value");
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::cout << usage_text;
+      std::exit(0);
+    } else if (arg == "--rtol") {
+      c.diff.rtol = parse_tolerance(arg, take_value());
+      c.diff.rtol_set = true;
+    } else if (arg == "--atol") {
+      c.diff.atol = parse_tolerance(arg, take_value());
+      c.diff.atol_set = true;
+    } else if (arg == "--top") {
+      const std::string v = take_value();
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || errno != 0) usage_error("--top: expected a non-negative integer, got '" + v + "'");
+      c.top = static_cast<std::size_t>(n);
+    } else if (arg == "--json") {
+      no_value();
+      c.json = true;
+    } else if (arg == "--quiet" || arg == "-q") {
+      no_value();
+      c.quiet = true;
+    } else if (arg == "--ignore-extras") {
+      no_value();
+      c.diff.use_extras = false;
+    } else if (arg == "--prune-layers") {
+      no_value();
+      c.diff.prune = true;
+    } else if (arg == "--strict-text") {
+      no_value();
+      c.diff.strict_text = true;
+    } else {
+      usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (c.files.size() != 2)
+    usage_error(c.files.size() < 2 ? "expected two tree files, A (reference) and B (candidate)"
+                                   : "expected two tree files, got " + std::to_string(c.files.size()));
+  return c;
+}
+
+// --- formatting ---------------------------------------------------------------------------------------------
+
+std::string num(double x, int digits = 4) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*e", digits, x);
+  return buf;
+}
+
+json jnum(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+std::string style_of(const nsdiff::tree_file& f) {
+  if (f.tensors == 0) return "no tensors";
+  if (f.numeric_tensors == 0) return "torch_repr";
+  if (f.torch_tensors == 0) return "numeric";
+  return "mixed styles";
+}
+
+std::string describe_file(const nsdiff::tree_file& f) {
+  return style_of(f) + ", " + (f.tensors_with_values ? "with values" : "statistics only") + ", " +
+         std::to_string(f.nodes) + " modules, " + std::to_string(f.tensors) + " tensors";
+}
+
+std::string plural(std::size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+/// What went wrong with one diverged tensor, in a few words.
+std::string tensor_problem(const nsdiff::tensor_result& t) {
+  std::vector<std::string> parts;
+  if (t.has_worst && !t.worst.pass) {
+    parts.push_back(t.worst.field + " " + num(t.worst.a) + " vs " + num(t.worst.b) + " (|A-B| " + num(t.worst.abs_diff, 2) +
+                    " > tol " + num(t.worst.tol, 2) + ")");
+  }
+  if (t.shape_changed) parts.push_back("shape " + t.shape_a + " vs " + t.shape_b);
+  if (t.dtype_changed) parts.push_back("dtype " + t.dtype_a + " vs " + t.dtype_b);
+  for (const auto& h : t.health) parts.push_back(h);
+  std::string s;
+  for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
+  return s;
+}
+
+std::string failed_counts(const nsdiff::tensor_result& t) {
+  std::string s;
+  if (t.stats_compared) s += std::to_string(t.stats_failed) + "/" + std::to_string(t.stats_compared) + " stats";
+  if (t.values_compared) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(t.values_failed) + "/" + std::to_string(t.values_compared) + " values";
+  }
+  return s;
+}
+
+std::string producer_text(const nsdiff::report& r) {
+  if (r.first < 0) return std::string();
+  if (r.producer >= 0)
+    return r.nodes[static_cast<std::size_t>(r.producer)].display + " (its inputs match, its outputs diverge)";
+  const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
+  const std::string& where = r.nodes[t.node].display;
+  if (t.node == 0 && t.input) return "none: the root's inputs already differ (the runs were fed different inputs)";
+  if (r.last_clean >= 0)
+    return "none recorded: the inputs of " + where + " already differ; the change happened after " +
+           r.nodes[static_cast<std::size_t>(r.last_clean)].display + " (which matches), outside the recorded modules";
+  return "none recorded: the inputs of " + where + " already differ";
+}
+
+std::vector<const nsdiff::tensor_result*> table_rows(const nsdiff::report& r, bool& within) {
+  std::vector<const nsdiff::tensor_result*> rows;
+  for (const auto& t : r.tensors)
+    if (t.has_worst && !t.worst.pass) rows.push_back(&t);
+  within = rows.empty();
+  if (within)
+    for (const auto& t : r.tensors)
+      if (t.has_worst && t.worst.abs_diff > 0) rows.push_back(&t);
+  std::stable_sort(rows.begin(), rows.end(), [](const nsdiff::tensor_result* x, const nsdiff::tensor_result* y) {
+    return nsdiff::larger_diff(x->worst, y->worst);
+  });
+  return rows;
+}
+
+std::string structural_text(const nsdiff::structural_diff& s) {
+  if (s.kind == "missing module")
+    return "missing in B: module " + s.module + (s.a.empty() ? "" : " (and its " + plural(std::stoul(s.a), "submodule", "submodules") + ")");
+  if (s.kind == "extra module")
+    return "extra in B:   module " + s.module + (s.b.empty() ? "" : " (and its " + plural(std::stoul(s.b), "submodule", "submodules") + ")");
+  if (s.kind == "missing tensor") return "missing in B: tensor " + s.module + " " + s.tensor;
+  if (s.kind == "extra tensor") return "extra in B:   tensor " + s.module + " " + s.tensor;
+  if (s.kind == "shape") return "shape changed: " + s.module + " " + s.tensor + ": " + s.a + " -> " + s.b;
+  if (s.kind == "dtype") return "dtype changed: " + s.module + " " + s.tensor + ": " + s.a + " -> " + s.b;
+  return "tensor vs non-tensor: " + s.module + " " + s.tensor + ": " + s.a + " -> " + s.b;
+}
+
+std::string verdict_text(const nsdiff::report& r, const nsdiff::diff_options& o) {
+  if (!r.diverged(o))
+    return "verdict: same within tolerance (" + plural(r.tensors_compared, "tensor", "tensors") + ", " +
+           std::to_string(r.stats_compared + r.values_compared) + " numbers compared)";
+  std::vector<std::string> parts;
+  std::size_t value_diverged = 0;
+  for (const auto& t : r.tensors)
+    if (t.stats_failed || t.values_failed) ++value_diverged;
+  if (value_diverged) parts.push_back(plural(value_diverged, "tensor", "tensors") + " beyond tolerance");
+  if (!r.structural.empty()) parts.push_back(plural(r.structural.size(), "structural difference", "structural differences"));
+  if (r.health_diffs) parts.push_back(plural(r.health_diffs, "health difference", "health differences"));
+  if (o.strict_text && !r.texts.empty()) parts.push_back(plural(r.texts.size(), "argument difference", "argument differences"));
+  std::string s = "verdict: DIVERGED (";
+  for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s + ")";
+}
+
+std::string tolerance_text(const nsdiff::diff_options& o) {
+  std::string s = "tolerance: |A-B| <= atol + rtol*max(|A|,|B|); ";
+  if (o.rtol_set) {
+    s += "rtol " + num(o.rtol, 2) + " (--rtol)";
+  } else {
+    s += "rtol by dtype (float32/64 1e-4, float16 3.9e-3, bfloat16 3.1e-2, float8 0.125/0.25, integers exact)";
+  }
+  s += "; ";
+  if (o.atol_set) s += "atol " + num(o.atol, 2) + " (--atol)";
+  else s += "atol = rtol * max(|min|,|max|) of A's tensor";
+  return s;
+}
+
+void print_table(std::ostream& out, const nsdiff::report& r, std::size_t top) {
+  bool within = false;
+  std::vector<const nsdiff::tensor_result*> rows = table_rows(r, within);
+  if (rows.empty() || top == 0) return;
+  const std::size_t total = rows.size();
+  if (rows.size() > top) rows.resize(top);
+  out << "\n";
+  if (within) out << "largest differences (all within tolerance; " << rows.size() << " of " << total << " tensors):\n";
+  else out << "largest divergences (" << rows.size() << " of " << total << " tensors beyond tolerance, by relative difference):\n";
+  std::vector<std::vector<std::string>> cells;
+  cells.push_back({"module", "tensor", "field", "A", "B", "|A-B|", "rel", "tol", "failed"});
+  for (const auto* t : rows)
+    cells.push_back({r.nodes[t->node].display, t->label, t->worst.field, num(t->worst.a), num(t->worst.b),
+                     num(t->worst.abs_diff, 2), num(t->worst.rel, 2), num(t->worst.tol, 2), failed_counts(*t)});
+  std::vector<std::size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  for (const auto& row : cells) {
+    std::string line = " ";
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += " " + row[c];
+      if (c + 1 < row.size()) line.append(width[c] - row[c].size(), ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+/// The report's notes plus those about what could only be compared by statistics.
+std::vector<std::string> all_notes(const nsdiff::tree_file& a, const nsdiff::tree_file& b, const nsdiff::report& r) {
+  std::vector<std::string> notes = r.notes;
+  std::size_t skipped = 0;
+  for (const auto& t : r.tensors)
+    if (!t.values_skipped.empty()) ++skipped;
+  if (skipped)
+    notes.push_back(plural(skipped, "tensor", "tensors") +
+                    " shown with different summarising in the two files: only their statistics were compared");
+  if (a.tensors_with_values == 0 && b.tensors_with_values == 0)
+    notes.push_back("neither file has values (SUMMARY files): tensors were compared by their statistics only");
+  else if (a.tensors_with_values == 0 || b.tensors_with_values == 0)
+    notes.push_back(std::string(a.tensors_with_values == 0 ? "A" : "B") +
+                    " has no values (a SUMMARY file): tensors were compared by their statistics only");
+  return notes;
+}
+
+void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, const nsdiff::tree_file& b,
+                const nsdiff::report& r) {
+  const auto& o = c.diff;
+  if (c.quiet) {
+    out << verdict_text(r, o) << "\n";
+    return;
+  }
+  out << "nanscope-diff\n";
+  out << "  A (reference): " << a.file << "  [" << describe_file(a) << "]\n";
+  out << "  B (candidate): " << b.file << "  [" << describe_file(b) << "]\n";
+  out << "  " << tolerance_text(o) << "\n";
+  out << "  compared: " << plural(r.nodes.size(), "module", "modules") << ", " << plural(r.tensors_compared, "tensor", "tensors")
+      << ", " << plural(r.stats_compared, "statistic", "statistics") << ", " << plural(r.values_compared, "value", "values")
+      << "\n";
+
+  if (r.first >= 0) {
+    const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
+    out << "\nfirst divergence: " << r.nodes[t.node].display << " " << t.label << ": " << tensor_problem(t) << "\n";
+    out << "likely producer: " << producer_text(r) << "\n";
+  }
+  print_table(out, r, c.top);
+
+  if (!r.structural.empty()) {
+    out << "\nstructural differences (" << r.structural.size() << "):\n";
+    for (const auto& s : r.structural) out << "  " << structural_text(s) << "\n";
+  }
+  if (r.health_diffs) {
+    out << "\nhealth differences (" << r.health_diffs << "):\n";
+    for (const auto& t : r.tensors)
+      for (const auto& h : t.health) out << "  " << r.nodes[t.node].display << " " << t.label << ": " << h << "\n";
+  }
+  if (!r.texts.empty()) {
+    out << "\nnon-tensor arguments that differ (" << r.texts.size()
+        << (o.strict_text ? ", counted: --strict-text" : ", not counted; --strict-text counts them") << "):\n";
+    for (const auto& t : r.texts) {
+      out << "  " << t.module << " " << t.label << ": ";
+      if (t.missing_a) out << "only in B: " << nsdiff::quote_text(t.b) << "\n";
+      else if (t.missing_b) out << "only in A: " << nsdiff::quote_text(t.a) << "\n";
+      else out << nsdiff::quote_text(t.a) << " vs " << nsdiff::quote_text(t.b) << "\n";
+    }
+  }
+  const std::vector<std::string> notes = all_notes(a, b, r);
+  if (!notes.empty()) {
+    out << "\nnotes:\n";
+    for (const auto& n : notes) out << "  " << n << "\n";
+  }
+  out << "\n" << verdict_text(r, o) << "\n";
+}
+
+json field_json(const nsdiff::field_diff& d) {
+  return json{{"field", d.field}, {"a", jnum(d.a)},     {"b", jnum(d.b)},      {"abs_diff", jnum(d.abs_diff)},
+              {"rel", jnum(d.rel)}, {"tol", jnum(d.tol)}, {"pass", d.pass}};
+}
+
+json tensor_json(const nsdiff::report& r, const nsdiff::tensor_result& t) {
+  json j{{"module", r.nodes[t.node].display},
+         {"tensor", t.label},
+         {"rtol", jnum(t.rtol)},
+         {"atol", jnum(t.atol)},
+         {"stats_compared", t.stats_compared},
+         {"stats_failed", t.stats_failed},
+         {"values_compared", t.values_compared},
+         {"values_failed", t.values_failed},
+         {"health", t.health}};
+  if (t.has_worst) j["worst"] = field_json(t.worst);
+  if (t.shape_changed) j["shape"] = {t.shape_a, t.shape_b};
+  if (t.dtype_changed) j["dtype"] = {t.dtype_a, t.dtype_b};
+  if (!t.values_skipped.empty()) j["values_skipped"] = t.values_skipped;
+  return j;
+}
+
+void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, const nsdiff::tree_file& b,
+                const nsdiff::report& r) {
+  const auto& o = c.diff;
+  auto file_json = [](const nsdiff::tree_file& f) {
+    return json{{"file", f.file},       {"style", style_of(f)},    {"values", f.tensors_with_values > 0},
+                {"modules", f.nodes},   {"tensors", f.tensors},    {"nanscope", f.nanscope_meta}};
+  };
+  json j;
+  j["a"] = file_json(a);
+  j["b"] = file_json(b);
+  j["tolerance"] = {{"rtol", o.rtol_set ? json(o.rtol) : json("by dtype")},
+                    {"atol", o.atol_set ? json(o.atol) : json("rtol * max(|min|,|max|) of A")}};
+  const bool diverged = r.diverged(o);
+  j["verdict"] = diverged ? "diverged" : "same";
+  j["exit_code"] = diverged ? 1 : 0;
+  j["compared"] = {{"modules", r.nodes.size()},
+                   {"tensors", r.tensors_compared},
+                   {"statistics", r.stats_compared},
+                   {"values", r.values_compared}};
+  if (r.first >= 0) {
+    const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
+    json f = tensor_json(r, t);
+    f["side"] = t.input ? "inputs" : "outputs";
+    f["text"] = tensor_problem(t);
+    j["first_divergence"] = f;
+    j["likely_producer"] = r.producer >= 0 ? json(r.nodes[static_cast<std::size_t>(r.producer)].display) : json(nullptr);
+    j["likely_producer_text"] = producer_text(r);
+  } else {
+    j["first_divergence"] = nullptr;
+    j["likely_producer"] = nullptr;
+  }
+  bool within = false;
+  std::vector<const nsdiff::tensor_result*> rows = table_rows(r, within);
+  json div = json::array();
+  if (!within)
+    for (const auto* t : rows) div.push_back(tensor_json(r, *t));
+  j["divergences"] = div;
+  json st = json::array();
+  for (const auto& s : r.structural)
+    st.push_back({{"kind", s.kind}, {"module", s.module}, {"tensor", s.tensor}, {"a", s.a}, {"b", s.b}, {"text", structural_text(s)}});
+  j["structural"] = st;
+  json he = json::array();
+  for (const auto& t : r.tensors)
+    for (const auto& h : t.health) he.push_back({{"module", r.nodes[t.node].display}, {"tensor", t.label}, {"what", h}});
+  j["health"] = he;
+  json tx = json::array();
+  for (const auto& t : r.texts)
+    tx.push_back({{"module", t.module}, {"argument", t.label}, {"a", t.missing_a ? json(nullptr) : json(t.a)},
+                  {"b", t.missing_b ? json(nullptr) : json(t.b)}});
+  j["text_differences"] = tx;
+  j["notes"] = all_notes(a, b, r);
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const cli c = parse_args(argc, argv);
+  nsdiff::tree_file trees[2];
+  for (int i = 0; i < 2; ++i) {
+    try {
+      trees[i] = nsdiff::load_tree_file(c.files[static_cast<std::size_t>(i)]);
+    } catch (const nsdiff::bad_input& e) {
+      std::cerr << "nanscope-diff: " << c.files[static_cast<std::size_t>(i)] << ": " << e.what() << "\n";
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::cerr << "nanscope-diff: " << c.files[static_cast<std::size_t>(i)] << ": out of memory while reading\n";
+      return 2;
+    }
+  }
+  try {
+    const nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
+    if (c.json) print_json(std::cout, c, trees[0], trees[1], r);
+    else print_text(std::cout, c, trees[0], trees[1], r);
+    std::cout.flush();
+    return r.diverged(c.diff) ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::cerr << "nanscope-diff: internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
