@@ -15,6 +15,11 @@
 // an f32 value), so the file reads back as f32. Single-byte types use '|' as numpy writes them; '<i1'/'<u1'
 // are accepted on reading.
 //
+// parse_npy() finds the array inside a file already in memory (a memory mapping: nothing is copied) and also
+// accepts big-endian descrs ('>f4'; npy_layout::needs_swap()), Fortran order as column-major strides, and the
+// descrs that ml_dtypes-based code writes ('bfloat16', 'float8_e4m3fn', 'float8_e5m2', '<f1'; raw '<V2' / '|V1'
+// only when told which dtype they hold). read_npy() is built on it (little-endian only).
+//
 // Writes go through detail::atomic_file: the target path holds either its previous content or the complete
 // new file, never a partial one (POSIX only).
 #ifndef NANSCOPE_NPY_HPP
@@ -33,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -160,11 +166,12 @@ inline void npy_encode(const unsigned char* src, dtype t, std::size_t n, unsigne
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Strict parser of the header dict.
+// Strict parser of the header dict. Works on a view of the header bytes (no copy): the caller checks first that
+// they are printable ASCII.
 // ------------------------------------------------------------------------------------------------------------
 class npy_header_parser {
  public:
-  npy_header_parser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+  npy_header_parser(const std::string& path, std::string_view text) : path_(path), s_(text) {}
 
   void parse(std::string& descr, bool& fortran, std::vector<std::int64_t>& shape) {
     bool have_descr = false, have_fortran = false, have_shape = false;
@@ -220,7 +227,7 @@ class npy_header_parser {
 
  private:
   const std::string& path_;
-  const std::string& s_;
+  std::string_view s_;
   std::size_t i_ = 0;
 
   [[noreturn]] void bad(const std::string& what) const { file_fail(path_, "malformed .npy header: " + what); }
@@ -239,11 +246,13 @@ class npy_header_parser {
     const char q = peek();
     if (q != '\'' && q != '"') bad(std::string("expected a quoted string for ") + what);
     const std::size_t end = s_.find(q, i_ + 1);
-    if (end == std::string::npos) bad(std::string("unterminated string for ") + what);
-    std::string out = s_.substr(i_ + 1, end - i_ - 1);
-    if (out.find('\\') != std::string::npos) bad(std::string("escape sequences are not supported in ") + what);
+    if (end == std::string_view::npos) bad(std::string("unterminated string for ") + what);
+    const std::string_view body = s_.substr(i_ + 1, end - i_ - 1);
+    if (body.find('\\') != std::string_view::npos) bad(std::string("escape sequences are not supported in ") + what);
+    // Keys and descrs are short; a long one is garbage (and would only make the error message long).
+    if (body.size() > 64) bad(std::string("the string for ") + what + " is " + std::to_string(body.size()) + " characters long");
     i_ = end + 1;
-    return out;
+    return std::string(body);
   }
   void parse_shape(std::vector<std::int64_t>& shape) {
     shape.clear();
@@ -252,6 +261,9 @@ class npy_header_parser {
     bool trailing_comma = false;
     while (peek() != ')') {
       if (peek() < '0' || peek() > '9') bad("'shape' must be a tuple of non-negative integers");
+      // More extents than nanscope can hold: stop here rather than collect an unbounded list.
+      if (shape.size() == static_cast<std::size_t>(max_rank))
+        bad("'shape' has more than " + std::to_string(max_rank) + " dimensions (nanscope's max_rank)");
       std::uint64_t v = 0;
       while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
         const auto d = static_cast<std::uint64_t>(s_[i_] - '0');
@@ -276,20 +288,50 @@ class npy_header_parser {
   }
 };
 
-inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+/// The dtype and byte order of a descr. `big_endian` is set for '>' descrs of multi-byte types. Accepts what
+/// numpy writes ('<f4', '|u1', '>i8', ...; '<'/'>' also for single-byte types) and what ml_dtypes-based code
+/// writes for its types: 'bfloat16', 'float8_e4m3fn', 'float8_e5m2' (str(dtype) headers) and '<f1' (the descr
+/// numpy.save writes for ml_dtypes.float8_e5m2). Raw void descrs ('<V2', '|V1': what numpy.save writes for
+/// ml_dtypes.bfloat16 and most fp8 types) are not decided here (see npy_parse_options::void_type).
+inline bool npy_descr_dtype(const std::string& d, dtype& t, bool& big_endian) {
+  big_endian = false;
   static const struct {
-    const char* descr;
+    const char* name;
     dtype type;
-  } known[] = {{"<f8", dtype::f64}, {"<f4", dtype::f32}, {"<f2", dtype::f16},  {"|i1", dtype::i8},
-               {"<i1", dtype::i8},  {"<i2", dtype::i16}, {"<i4", dtype::i32},  {"<i8", dtype::i64},
-               {"|u1", dtype::u8},  {"<u1", dtype::u8},  {"<u2", dtype::u16},  {"<u4", dtype::u32},
-               {"<u8", dtype::u64}, {"|b1", dtype::boolean}};
-  for (const auto& k : known)
-    if (d == k.descr) {
+  } named[] = {{"bfloat16", dtype::bf16}, {"float8_e4m3fn", dtype::f8_e4m3fn}, {"float8_e5m2", dtype::f8_e5m2}};
+  for (const auto& k : named)
+    if (d == k.name) {
       t = k.type;
       return true;
     }
+  if (d.size() != 3) return false;
+  static const struct {
+    const char* code;
+    dtype type;
+  } known[] = {{"f8", dtype::f64}, {"f4", dtype::f32}, {"f2", dtype::f16}, {"f1", dtype::f8_e5m2},
+               {"i1", dtype::i8},  {"i2", dtype::i16}, {"i4", dtype::i32}, {"i8", dtype::i64},
+               {"u1", dtype::u8},  {"u2", dtype::u16}, {"u4", dtype::u32}, {"u8", dtype::u64},
+               {"b1", dtype::boolean}};
+  const char order = d[0];
+  if (order != '<' && order != '>' && order != '|') return false;
+  for (const auto& k : known) {
+    if (d.compare(1, 2, k.code) != 0) continue;
+    const bool single = size_of(k.type) == 1;
+    if (order == '|' && !single) return false;  // '|' is numpy's "byte order not applicable"
+    if (k.type == dtype::f8_e5m2 && order == '>') return false;
+    t = k.type;
+    big_endian = order == '>' && !single;
+    return true;
+  }
   return false;
+}
+/// As above, for little-endian descrs only (kept for existing callers).
+inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+  dtype r = dtype::f32;
+  bool big = false;
+  if (!npy_descr_dtype(d, r, big) || big) return false;
+  t = r;
+  return true;
 }
 
 /// Reads a whole file.
@@ -347,22 +389,83 @@ void write_npy(const std::string& path, const T& tensor) {
   write_npy(path, to_view(tensor));
 }
 
-/// Reads a .npy file (format 1.0 or 2.0) with a strict header parser: the magic, the version, a header length
-/// within the file, a dict with exactly 'descr', 'fortran_order' and 'shape', a supported little-endian descr
-/// (see npy_descr; '<i1'/'<u1' accepted too), and data of exactly the size the shape says (a shorter file and
-/// trailing bytes are both errors). Fortran-ordered data is transposed into row-major order. Throws
-/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
-inline npy_array read_npy(const std::string& path) {
-  const std::vector<unsigned char> f = detail::npy_read_file(path);
-  if (f.size() < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(f.size()) + " bytes");
-  if (std::memcmp(f.data(), "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
+/// Options of parse_npy().
+struct npy_parse_options {
+  /// Accept big-endian ('>f4', ...) data; npy_layout::needs_swap() then tells that the bytes must be swapped.
+  bool allow_big_endian = true;
+  /// The dtype of raw void descrs ('|V2', '<V2', '|V1', '<V1'): numpy.save writes those for ml_dtypes.bfloat16
+  /// and most ml_dtypes fp8 types, and nothing in the file says which one. When `void_type` is set and has the
+  /// descr's size, the data is read as that dtype; otherwise a void descr is an error.
+  bool has_void_type = false;
+  dtype void_type = dtype::bf16;
+
+  npy_parse_options& with_big_endian(bool allow) {
+    allow_big_endian = allow;
+    return *this;
+  }
+  npy_parse_options& with_void_type(dtype t) {
+    has_void_type = true;
+    void_type = t;
+    return *this;
+  }
+};
+
+/// Where the array of a .npy file is, found by parse_npy() in the file's bytes.
+struct npy_layout {
+  dtype type = dtype::f32;
+  std::string descr;                  ///< as written in the header
+  bool fortran_order = false;         ///< column-major data
+  bool big_endian = false;            ///< multi-byte elements stored big-endian ('>' descr)
+  std::vector<std::int64_t> shape;    ///< empty for a 0-d array (one element); at most max_rank extents
+  std::uint64_t numel = 0;            ///< elements
+  std::uint64_t data_offset = 0;      ///< the data starts this many bytes into the file
+  std::uint64_t data_size = 0;        ///< numel * size_of(type): exactly the rest of the file
+
+  /// True when the elements are not in the host's byte order (the bytes must be swapped before use).
+  bool needs_swap() const { return size_of(type) > 1 && big_endian != detail::npy_host_is_big_endian(); }
+  /// The array as a view of `file` (the bytes given to parse_npy): row-major strides, or column-major ones for
+  /// a Fortran-ordered file. Throws nanscope::error when needs_swap(). The view's elements are at
+  /// `file + data_offset`, which need not be aligned to the element size (format 1.0 aligns to 64 bytes, but a
+  /// hand-written header need not).
+  tensor_view view(const void* file, const char* name = nullptr) const {
+    if (needs_swap()) detail::fail(name, "npy_layout::view: the data is in the other byte order; swap it first");
+    tensor_view v;
+    v.data = numel == 0 ? nullptr : static_cast<const unsigned char*>(file) + data_offset;
+    v.type = type;
+    v.name = name;
+    v.rank = static_cast<int>(shape.size());
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
+    if (!fortran_order) {
+      v.set_contiguous_strides();
+    } else {
+      std::int64_t s = 1;
+      for (int i = 0; i < v.rank; ++i) {
+        v.strides[i] = s;
+        s *= (v.shape[i] > 0 ? v.shape[i] : 1);
+      }
+    }
+    return v;
+  }
+};
+
+/// Parses the complete contents of a .npy file (format 1.0 or 2.0) held in memory, e.g. a memory mapping:
+/// `size` is the whole file. The header parser is strict: the magic, the version, a header length within the
+/// file, printable ASCII, a dict with exactly 'descr', 'fortran_order' and 'shape', at most max_rank extents,
+/// a supported descr (see npy_descr_dtype; void descrs with options.void_type), and data of exactly the size
+/// the shape says (a shorter file and trailing bytes are both errors; the element count never overflows).
+/// Nothing outside [file, file + size) is read. Throws nanscope::error("nanscope: file '<path>': <problem>").
+inline npy_layout parse_npy(const void* file, std::size_t size, const std::string& path,
+                            const npy_parse_options& options = {}) {
+  const auto* f = static_cast<const unsigned char*>(file);
+  if (size < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(size) + " bytes");
+  if (std::memcmp(f, "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
   const unsigned ver_major = f[6], ver_minor = f[7];
   std::size_t header_start, header_len;
   if (ver_major == 1 && ver_minor == 0) {
     header_start = 10;
     header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8;
   } else if (ver_major == 2 && ver_minor == 0) {
-    if (f.size() < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
+    if (size < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
     header_start = 12;
     header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8 |
                  static_cast<std::size_t>(f[10]) << 16 | static_cast<std::size_t>(f[11]) << 24;
@@ -370,29 +473,44 @@ inline npy_array read_npy(const std::string& path) {
     detail::file_fail(path, "unsupported .npy format version " + std::to_string(ver_major) + "." +
                                 std::to_string(ver_minor) + " (1.0 and 2.0 are supported)");
   }
-  if (header_len > f.size() - header_start)
-    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                                std::to_string(f.size()) + " bytes)");
-  const std::string header(reinterpret_cast<const char*>(f.data()) + header_start, header_len);
-  for (char c : header)
-    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t'))
-      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte");
-  std::string descr;
-  bool fortran = false;
-  npy_array a;
-  detail::npy_header_parser(path, header).parse(descr, fortran, a.shape);
-  if (!detail::npy_descr_dtype(descr, a.type)) {
-    std::string why = "unsupported dtype descr '" + descr + "'";
-    if (!descr.empty() && descr[0] == '>') why += " (big-endian data is not supported)";
+  if (header_len > size - header_start)
+    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) +
+                                " runs past the end of the file (" + std::to_string(size) + " bytes)");
+  const std::string_view header(reinterpret_cast<const char*>(f) + header_start, header_len);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    const char c = header[i];
+    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
+      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte (at offset " +
+                                  std::to_string(header_start + i) + ")");
+  }
+  npy_layout a;
+  detail::npy_header_parser(path, header).parse(a.descr, a.fortran_order, a.shape);
+  bool known = detail::npy_descr_dtype(a.descr, a.type, a.big_endian);
+  const bool is_void = a.descr.size() == 3 && (a.descr[0] == '<' || a.descr[0] == '|' || a.descr[0] == '>') &&
+                       a.descr[1] == 'V' && (a.descr[2] == '1' || a.descr[2] == '2');
+  if (!known && is_void && options.has_void_type &&
+      size_of(options.void_type) == static_cast<std::size_t>(a.descr[2] - '0')) {
+    a.type = options.void_type;  // raw bytes as the writer's host (little-endian) order
+    a.big_endian = false;
+    known = true;
+  }
+  if (known && a.big_endian && !options.allow_big_endian)
+    detail::file_fail(path, "unsupported dtype descr '" + a.descr + "' (big-endian data is not supported)");
+  if (!known) {
+    std::string why = "unsupported dtype descr '" + a.descr + "'";
+    if (is_void)
+      why += " (a raw " + std::string(1, a.descr[2]) +
+             "-byte void type: numpy.save writes it for ml_dtypes' bfloat16 and fp8 types; name the dtype it holds"
+             " to read it)";
     why += "; supported: <f8 <f4 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1";
+    if (options.allow_big_endian) why += " (and '>' big-endian)";
+    why += ", bfloat16, float8_e4m3fn, float8_e5m2, <f1 (ml_dtypes float8_e5m2)";
     detail::file_fail(path, why);
   }
-  if (a.shape.size() > static_cast<std::size_t>(max_rank))
-    detail::file_fail(path, "rank " + std::to_string(a.shape.size()) + " exceeds nanscope's max_rank " + std::to_string(max_rank));
   const std::size_t es = size_of(a.type);
   const std::size_t data_start = header_start + header_len;
-  const std::size_t avail = f.size() - data_start;
-  // element count, stopping as soon as the data could not fit in the file (no overflow)
+  const std::size_t avail = size - data_start;
+  // element count; a byte count beyond 64 bits is only reported as such (no overflow)
   std::uint64_t n = 1;
   bool too_big = false;
   bool has_zero = false;
@@ -402,21 +520,40 @@ inline npy_array read_npy(const std::string& path) {
   } else {
     for (std::int64_t d : a.shape) {
       const auto u = static_cast<std::uint64_t>(d);
-      if (n > (avail / es) / u) too_big = true;
-      if (too_big) break;
+      if (n > (~std::uint64_t{0} / es) / u) {
+        too_big = true;
+        break;
+      }
       n *= u;
     }
   }
   if (too_big || n * es > avail)
     detail::file_fail(path, "truncated: the data is shorter than the shape says (" +
-                                (too_big ? std::string("far more") : std::to_string(n * es)) + " bytes needed, " +
+                                (too_big ? std::string("more than 2^64") : std::to_string(n * es)) + " bytes needed, " +
                                 std::to_string(avail) + " after the header)");
   if (n * es < avail)
     detail::file_fail(path, std::to_string(avail - n * es) + " unexpected trailing bytes after the data");
-  const unsigned char* src = f.data() + data_start;
+  a.numel = n;
+  a.data_offset = data_start;
+  a.data_size = n * es;
+  return a;
+}
+
+/// Reads a .npy file (format 1.0 or 2.0) with parse_npy()'s strict checks (big-endian descrs and void descrs
+/// are refused here). Fortran-ordered data is transposed into row-major order. Throws
+/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
+inline npy_array read_npy(const std::string& path) {
+  const std::vector<unsigned char> f = detail::npy_read_file(path);
+  const npy_layout lay = parse_npy(f.data(), f.size(), path, npy_parse_options{}.with_big_endian(false));
+  npy_array a;
+  a.type = lay.type;
+  a.shape = lay.shape;
+  const std::size_t es = size_of(a.type);
+  const std::uint64_t n = lay.numel;
+  const unsigned char* src = f.data() + lay.data_offset;
   a.bytes.resize(static_cast<std::size_t>(n) * es);
   const std::size_t rank = a.shape.size();
-  if (!fortran || rank < 2 || n == 0) {
+  if (!lay.fortran_order || rank < 2 || n == 0) {
     if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
   } else {
     // column-major source: stride of dimension i is the product of the extents before it
