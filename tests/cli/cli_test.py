@@ -33,6 +33,7 @@ except ImportError:  # groups that need numpy are skipped
 
 SKIP = 77
 FAILURES = []
+CHECKS = [0]
 
 
 def fail(msg):
@@ -41,6 +42,7 @@ def fail(msg):
 
 
 def expect(cond, msg):
+    CHECKS[0] += 1
     if not cond:
         fail(msg)
     return cond
@@ -813,13 +815,13 @@ def main():
         work = os.path.join(os.path.abspath(args.work), g)
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
-        before = len(FAILURES)
+        before, checks_before = len(FAILURES), CHECKS[0]
         rc = GROUPS[g](work)
         if rc == SKIP:
             print("SKIP %s (numpy is not installed for %s)" % (g, sys.executable))
             skipped += 1
             continue
-        print("%s %s" % ("PASS" if len(FAILURES) == before else "FAIL", g))
+        print("%s %s (%d checks)" % ("PASS" if len(FAILURES) == before else "FAIL", g, CHECKS[0] - checks_before))
         if len(FAILURES) == before:
             shutil.rmtree(work, ignore_errors=True)
     if FAILURES:
