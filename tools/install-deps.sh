@@ -15,7 +15,7 @@ if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
 fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libdlpack-dev)
+          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
 optional=(libtorch-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

@@ -1,5 +1,6 @@
 // nanscope — umbrella header (host side): views, dtypes, the fused health pass, its text output, the
-// low-precision margins, the frame recorder with its report printers and macros, and .npy files.
+// low-precision margins, the frame recorder with its report printers and macros, .npy files, and the
+// layer-tree JSON writer.
 // Adapters (adapters/eigen.hpp, ...) and the CUDA backend (*.cuh) are included separately.
 #ifndef NANSCOPE_NANSCOPE_HPP
 #define NANSCOPE_NANSCOPE_HPP
@@ -13,8 +14,10 @@
 #include "format.hpp"
 #include "margins.hpp"
 #include "npy.hpp"
+#include "safetensors.hpp"
 #include "recorder.hpp"
 #include "report.hpp"
 #include "macros.hpp"
+#include "tree.hpp"
 
 #endif  // NANSCOPE_NANSCOPE_HPP

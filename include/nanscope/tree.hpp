@@ -84,7 +84,7 @@ struct tree_options {
   int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
   std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
   std::uint64_t value_threshold = 1000;  ///< torch's print threshold: above it values are summarised
-  int edge_items = 3;                    ///< shown at each end of a summarised dimension
+  int edge_items = 3;                    ///< shown at each end of a summarised dimension (at least 1)
   int line_width = 120;                  ///< HuggingFace's linewidth
   int precision = 4;                     ///< digits after the point
   std::function<void(std::string_view)> on_error;  ///< default: print to stderr
@@ -100,6 +100,26 @@ struct tree_options {
 
 namespace detail {
 
+/// Throws nanscope::error("nanscope: tree_writer: <problem>").
+[[noreturn]] inline void tree_fail(const std::string& problem) {
+  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: tree_writer: " + problem));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+
+/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
+inline bool make_directories(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
+  }
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
 inline int env_rank() {
   static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
@@ -110,8 +130,7 @@ inline int env_rank() {
     const char* end = v + std::strlen(v);
     auto res = std::from_chars(v, end, r);
     if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF)
-      fail(nullptr, std::string("tree_writer: environment variable ") + var + "='" + v +
-                        "' is not a rank (a non-negative integer)");
+      tree_fail(std::string("environment variable ") + var + "='" + v + "' is not a rank (a non-negative integer)");
     return static_cast<int>(r);
   }
   return -1;
@@ -203,8 +222,9 @@ inline std::string sanitize_addresses(std::string_view s) {
   return out;
 }
 
-/// A JSON number for x, shortest round-trip text; "nan"/"inf"/"-inf" strings for non-finite values. Values of
-/// types no wider than float print as floats (shortest for that type).
+/// A JSON number for x as Python's repr() writes a float ("7.0", "0.0001", "1e-05", "1.5e+16"), from the
+/// shortest digits that round-trip — for the value's own type when it is no wider than float ("0.1" for 0.1f).
+/// Non-finite values become the strings "nan", "inf", "-inf".
 inline std::string json_number(double x, bool as_float) {
   const std::uint64_t b = double_to_bits(x);
   if ((b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) {
@@ -212,9 +232,81 @@ inline std::string json_number(double x, bool as_float) {
     return (b >> 63) ? "\"-inf\"" : "\"inf\"";
   }
   char buf[64];
-  std::to_chars_result r = as_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(x))
-                                    : std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
+  std::to_chars_result r = as_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(x), std::chars_format::scientific)
+                                    : std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  // buf: [-]d[.ddd]e[+-]XX
+  const char* p = buf;
+  std::string out;
+  if (*p == '-') {
+    out += '-';
+    ++p;
+  }
+  std::string digits;
+  const char* q = p;
+  for (; q < r.ptr && *q != 'e'; ++q)
+    if (*q != '.') digits += *q;
+  int e10 = 0;
+  (void)std::from_chars(q + 1 + (q[1] == '+' ? 1 : 0), r.ptr, e10);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  if (e10 >= -4 && e10 < 16) {
+    if (e10 >= 0) {
+      const std::size_t int_len = static_cast<std::size_t>(e10) + 1;
+      if (digits.size() <= int_len) {
+        out += digits;
+        out.append(int_len - digits.size(), '0');
+        out += ".0";
+      } else {
+        out += digits.substr(0, int_len);
+        out += '.';
+        out += digits.substr(int_len);
+      }
+    } else {
+      out += "0.";
+      out.append(static_cast<std::size_t>(-e10 - 1), '0');
+      out += digits;
+    }
+    return out;
+  }
+  out += digits[0];
+  if (digits.size() > 1) {
+    out += '.';
+    out += digits.substr(1);
+  }
+  out += e10 < 0 ? "e-" : "e+";
+  const int a = e10 < 0 ? -e10 : e10;
+  if (a < 10) out += '0';
+  out += std::to_string(a);
+  return out;
+}
+
+/// Appends a JSON fragment rendered at indentation level 0, re-indented to `level`.
+inline void append_at(std::string& out, const std::string& frag, int level) {
+  const std::size_t pad = static_cast<std::size_t>(level) * 2;
+  for (char c : frag) {
+    out += c;
+    if (c == '\n') out.append(pad, ' ');
+  }
+}
+/// Python json.dump(indent=2) layout of an array / object whose items are fragments at level 0.
+inline std::string py_array(const std::vector<std::string>& items) {
+  if (items.empty()) return "[]";
+  std::string out = "[";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += i ? ",\n  " : "\n  ";
+    append_at(out, items[i], 1);
+  }
+  return out + "\n]";
+}
+inline std::string py_object(const std::vector<std::pair<std::string, std::string>>& items) {
+  if (items.empty()) return "{}";
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += i ? ",\n  " : "\n  ";
+    py_json_quote_to(out, items[i].first);
+    out += ": ";
+    append_at(out, items[i].second, 1);
+  }
+  return out + "\n}";
 }
 
 /// Python's `(.*)\.(\d+)$` matched against a module path: the digits after the last '.', when the path ends
@@ -241,10 +333,9 @@ struct tree_io {
   bool is_tensor = false;
   std::string name;  ///< kwargs name / output context
   std::string text;  ///< non-tensor: the JSON string
-  std::string shape, type;                 ///< JSON values
-  std::vector<std::string> value_lines;    ///< torch_repr: JSON strings (FULL only)
-  std::string value_inline;                ///< numeric: nested arrays (FULL only)
-  std::vector<std::pair<const char*, std::string>> fields;  ///< statistics and extras, JSON values
+  std::string shape, type;                 ///< JSON fragments (level 0)
+  std::string value;                       ///< FULL only: JSON fragment (level 0); empty when not written
+  std::vector<std::pair<const char*, std::string>> fields;  ///< statistics and extras, JSON fragments (level 0)
 
   void render(std::string& out, int level, bool full) const {
     if (!is_tensor) {
@@ -255,30 +346,16 @@ struct tree_io {
     out += '{';
     out += in1;
     out += "\"shape\": ";
-    out += shape;
+    append_at(out, shape, level + 1);
     out += ',';
     out += in1;
     out += "\"dtype\": ";
     out += type;
-    if (full) {
-      if (!value_lines.empty()) {
-        out += ',';
-        out += in1;
-        out += "\"value\": [";
-        const std::string in2 = indent(level + 2);
-        for (std::size_t i = 0; i < value_lines.size(); ++i) {
-          if (i) out += ',';
-          out += in2;
-          out += value_lines[i];
-        }
-        out += in1;
-        out += ']';
-      } else if (!value_inline.empty()) {
-        out += ',';
-        out += in1;
-        out += "\"value\": ";
-        out += value_inline;
-      }
+    if (full && !value.empty()) {
+      out += ',';
+      out += in1;
+      out += "\"value\": ";
+      append_at(out, value, level + 1);
     }
     for (const auto& f : fields) {
       out += ',';
@@ -286,7 +363,7 @@ struct tree_io {
       out += '"';
       out += f.first;
       out += "\": ";
-      out += f.second;
+      append_at(out, f.second, level + 1);
     }
     out += indent(level);
     out += '}';
@@ -328,10 +405,8 @@ class tree_writer final : public scope_listener {
     active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
     if (opts_.directory.empty()) opts_.directory = ".";
     if (active_) {
-      ::mkdir(opts_.directory.c_str(), 0777);  // EEXIST is fine
-      struct stat st;
-      if (::stat(opts_.directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        detail::fail(nullptr, "tree_writer: '" + opts_.directory + "' is not a directory and cannot be created");
+      if (!detail::make_directories(opts_.directory))
+        detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
     previous_ = rec_.set_listener(this);
   }
@@ -697,14 +772,15 @@ class tree_writer final : public scope_listener {
     if (root) {
       w.add(",");
       w.add(detail::indent(k));
-      std::string s = "\"nanscope\": {\"format\": 1, \"style\": ";
-      s += opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\"";
-      s += ", \"step\": " + std::to_string(step_) + ", \"rank\": " + std::to_string(rank_);
-      s += ", \"pruned\": ";
-      s += opts_.prune_layers ? "true" : "false";
-      s += ", \"complete\": ";
-      s += std::uncaught_exceptions() > 0 ? "false" : "true";
-      s += "}";
+      std::string s = "\"nanscope\": ";
+      detail::append_at(s,
+                        detail::py_object({{"format", "1"},
+                                           {"style", opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\""},
+                                           {"step", std::to_string(step_)},
+                                           {"rank", std::to_string(rank_)},
+                                           {"pruned", opts_.prune_layers ? "true" : "false"},
+                                           {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}}),
+                        k);
       w.add(s);
     }
   }
@@ -794,7 +870,7 @@ class tree_writer final : public scope_listener {
     const bool torch = opts_.style == tree_style::torch_repr;
     detail::torch_print_options po;
     po.threshold = opts_.value_threshold;
-    po.edge_items = opts_.edge_items < 0 ? 0 : opts_.edge_items;
+    po.edge_items = opts_.edge_items < 1 ? 1 : opts_.edge_items;  // torch's edgeitems=0 mode is not reproduced
     po.line_width = opts_.line_width;
     po.precision = opts_.precision;
     const health_result* h = &rec.health;
@@ -809,23 +885,25 @@ class tree_writer final : public scope_listener {
       io.shape = detail::py_json_quote(detail::torch_size_repr(v));
       io.type = detail::py_json_quote(info(v.type).torch_name);
     } else {
-      io.shape = "[";
-      for (int i = 0; i < v.rank; ++i) io.shape += (i ? ", " : "") + std::to_string(v.shape[i]);
-      io.shape += "]";
+      std::vector<std::string> dims;
+      for (int i = 0; i < v.rank; ++i) dims.push_back(std::to_string(v.shape[i]));
+      io.shape = detail::py_array(dims);
       io.type = detail::py_json_quote(info(v.type).torch_name);
     }
     if (opts_.write_full && readable) {
       if (torch) {
         const std::string text = detail::torch_tensor_repr(v, po);
+        std::vector<std::string> lines;
         std::size_t b = 0;
         while (true) {
           const std::size_t e = text.find('\n', b);
-          io.value_lines.push_back(detail::py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
+          lines.push_back(detail::py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
           if (e == std::string::npos) break;
           b = e + 1;
         }
+        io.value = detail::py_array(lines);
       } else {
-        io.value_inline = numeric_value(v, po);
+        io.value = numeric_value(v, po);
       }
     }
     const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
@@ -845,22 +923,20 @@ class tree_writer final : public scope_listener {
     }
     if (!opts_.extras) return;
     if (is_float(v.type)) {
-      std::string hs = "{\"negative\": " + std::to_string(h->negative) + ", \"zero\": " + std::to_string(h->zero) +
-                       ", \"positive\": " + std::to_string(h->positive) + ", \"neg_inf\": " + std::to_string(h->neg_inf) +
-                       ", \"pos_inf\": " + std::to_string(h->pos_inf) + ", \"nan\": " + std::to_string(h->nan) + "}";
-      io.fields.emplace_back("health", std::move(hs));
+      io.fields.emplace_back("health", detail::py_object({{"negative", std::to_string(h->negative)},
+                                                          {"zero", std::to_string(h->zero)},
+                                                          {"positive", std::to_string(h->positive)},
+                                                          {"neg_inf", std::to_string(h->neg_inf)},
+                                                          {"pos_inf", std::to_string(h->pos_inf)},
+                                                          {"nan", std::to_string(h->nan)}}));
       const bool narrow = size_of(v.type) <= 4;
       io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, narrow));
       io.fields.emplace_back("abs_min_nonzero", detail::json_number(h->abs_min_nonzero, narrow));
       if (detail::is_finite_bits(h->abs_max)) {
-        std::string hr = "{";
+        std::vector<std::pair<std::string, std::string>> hr;
         static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
-        for (int i = 0; i < 4; ++i) {
-          if (i) hr += ", ";
-          hr += std::string("\"") + name(targets[i]) + "\": " +
-                detail::json_number(headroom_bits(h->abs_max, targets[i]), false);
-        }
-        io.fields.emplace_back("headroom_bits", hr + "}");
+        for (dtype t : targets) hr.emplace_back(name(t), detail::json_number(headroom_bits(h->abs_max, t), false));
+        io.fields.emplace_back("headroom_bits", detail::py_object(hr));
       }
       if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     } else if (detail::is_finite_bits(h->abs_max)) {
@@ -878,33 +954,26 @@ class tree_writer final : public scope_listener {
       if (!is_float(v.type)) return rd.as_int_text(off);
       return detail::json_number(rd.as_double(off), as_float);
     };
-    if (v.rank == 0) return v.numel() == 0 ? "[]" : one(0);
-    std::string out;
+    if (v.rank == 0) return one(0);
     struct rec_t {
       const tensor_view& v;
       const detail::torch_print_options& po;
       bool summarize;
       decltype(one)& f;
-      std::string& out;
-      void run(int d, std::int64_t off) {
-        out += '[';
-        bool first = true;
+      std::string run(int d, std::int64_t off) {
+        std::vector<std::string> items;
         for (std::int64_t i : detail::torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
-          if (!first) out += ", ";
-          first = false;
           if (i < 0) {
-            out += "\"...\"";
+            items.emplace_back("\"...\"");
             continue;
           }
           const std::int64_t o = off + i * v.strides[d];
-          if (d + 1 == v.rank) out += f(o);
-          else run(d + 1, o);
+          items.push_back(d + 1 == v.rank ? f(o) : run(d + 1, o));
         }
-        out += ']';
+        return detail::py_array(items);
       }
-    } r{v, po, summarize, one, out};
-    r.run(0, 0);
-    return out;
+    } r{v, po, summarize, one};
+    return r.run(0, 0);
   }
 
   recorder& rec_;

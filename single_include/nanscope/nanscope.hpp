@@ -8,7 +8,8 @@
 
 // ---- begin nanscope/nanscope.hpp ----
 // nanscope — umbrella header (host side): views, dtypes, the fused health pass, its text output, the
-// low-precision margins, the frame recorder with its report printers and macros, and .npy files.
+// low-precision margins, the frame recorder with its report printers and macros, .npy files, and the
+// layer-tree JSON writer.
 // Adapters (adapters/eigen.hpp, ...) and the CUDA backend (*.cuh) are included separately.
 #ifndef NANSCOPE_NANSCOPE_HPP
 #define NANSCOPE_NANSCOPE_HPP
@@ -3421,6 +3422,11 @@ NANSCOPE_NAMESPACE_END
 // an f32 value), so the file reads back as f32. Single-byte types use '|' as numpy writes them; '<i1'/'<u1'
 // are accepted on reading.
 //
+// parse_npy() finds the array inside a file already in memory (a memory mapping: nothing is copied) and also
+// accepts big-endian descrs ('>f4'; npy_layout::needs_swap()), Fortran order as column-major strides, and the
+// descrs that ml_dtypes-based code writes ('bfloat16', 'float8_e4m3fn', 'float8_e5m2', '<f1'; raw '<V2' / '|V1'
+// only when told which dtype they hold). read_npy() is built on it (little-endian only).
+//
 // Writes go through detail::atomic_file: the target path holds either its previous content or the complete
 // new file, never a partial one (POSIX only).
 #ifndef NANSCOPE_NPY_HPP
@@ -3626,6 +3632,7 @@ NANSCOPE_NAMESPACE_END
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -3753,11 +3760,12 @@ inline void npy_encode(const unsigned char* src, dtype t, std::size_t n, unsigne
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Strict parser of the header dict.
+// Strict parser of the header dict. Works on a view of the header bytes (no copy): the caller checks first that
+// they are printable ASCII.
 // ------------------------------------------------------------------------------------------------------------
 class npy_header_parser {
  public:
-  npy_header_parser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+  npy_header_parser(const std::string& path, std::string_view text) : path_(path), s_(text) {}
 
   void parse(std::string& descr, bool& fortran, std::vector<std::int64_t>& shape) {
     bool have_descr = false, have_fortran = false, have_shape = false;
@@ -3813,7 +3821,7 @@ class npy_header_parser {
 
  private:
   const std::string& path_;
-  const std::string& s_;
+  std::string_view s_;
   std::size_t i_ = 0;
 
   [[noreturn]] void bad(const std::string& what) const { file_fail(path_, "malformed .npy header: " + what); }
@@ -3832,11 +3840,13 @@ class npy_header_parser {
     const char q = peek();
     if (q != '\'' && q != '"') bad(std::string("expected a quoted string for ") + what);
     const std::size_t end = s_.find(q, i_ + 1);
-    if (end == std::string::npos) bad(std::string("unterminated string for ") + what);
-    std::string out = s_.substr(i_ + 1, end - i_ - 1);
-    if (out.find('\\') != std::string::npos) bad(std::string("escape sequences are not supported in ") + what);
+    if (end == std::string_view::npos) bad(std::string("unterminated string for ") + what);
+    const std::string_view body = s_.substr(i_ + 1, end - i_ - 1);
+    if (body.find('\\') != std::string_view::npos) bad(std::string("escape sequences are not supported in ") + what);
+    // Keys and descrs are short; a long one is garbage (and would only make the error message long).
+    if (body.size() > 64) bad(std::string("the string for ") + what + " is " + std::to_string(body.size()) + " characters long");
     i_ = end + 1;
-    return out;
+    return std::string(body);
   }
   void parse_shape(std::vector<std::int64_t>& shape) {
     shape.clear();
@@ -3845,6 +3855,9 @@ class npy_header_parser {
     bool trailing_comma = false;
     while (peek() != ')') {
       if (peek() < '0' || peek() > '9') bad("'shape' must be a tuple of non-negative integers");
+      // More extents than nanscope can hold: stop here rather than collect an unbounded list.
+      if (shape.size() == static_cast<std::size_t>(max_rank))
+        bad("'shape' has more than " + std::to_string(max_rank) + " dimensions (nanscope's max_rank)");
       std::uint64_t v = 0;
       while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
         const auto d = static_cast<std::uint64_t>(s_[i_] - '0');
@@ -3869,20 +3882,50 @@ class npy_header_parser {
   }
 };
 
-inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+/// The dtype and byte order of a descr. `big_endian` is set for '>' descrs of multi-byte types. Accepts what
+/// numpy writes ('<f4', '|u1', '>i8', ...; '<'/'>' also for single-byte types) and what ml_dtypes-based code
+/// writes for its types: 'bfloat16', 'float8_e4m3fn', 'float8_e5m2' (str(dtype) headers) and '<f1' (the descr
+/// numpy.save writes for ml_dtypes.float8_e5m2). Raw void descrs ('<V2', '|V1': what numpy.save writes for
+/// ml_dtypes.bfloat16 and most fp8 types) are not decided here (see npy_parse_options::void_type).
+inline bool npy_descr_dtype(const std::string& d, dtype& t, bool& big_endian) {
+  big_endian = false;
   static const struct {
-    const char* descr;
+    const char* name;
     dtype type;
-  } known[] = {{"<f8", dtype::f64}, {"<f4", dtype::f32}, {"<f2", dtype::f16},  {"|i1", dtype::i8},
-               {"<i1", dtype::i8},  {"<i2", dtype::i16}, {"<i4", dtype::i32},  {"<i8", dtype::i64},
-               {"|u1", dtype::u8},  {"<u1", dtype::u8},  {"<u2", dtype::u16},  {"<u4", dtype::u32},
-               {"<u8", dtype::u64}, {"|b1", dtype::boolean}};
-  for (const auto& k : known)
-    if (d == k.descr) {
+  } named[] = {{"bfloat16", dtype::bf16}, {"float8_e4m3fn", dtype::f8_e4m3fn}, {"float8_e5m2", dtype::f8_e5m2}};
+  for (const auto& k : named)
+    if (d == k.name) {
       t = k.type;
       return true;
     }
+  if (d.size() != 3) return false;
+  static const struct {
+    const char* code;
+    dtype type;
+  } known[] = {{"f8", dtype::f64}, {"f4", dtype::f32}, {"f2", dtype::f16}, {"f1", dtype::f8_e5m2},
+               {"i1", dtype::i8},  {"i2", dtype::i16}, {"i4", dtype::i32}, {"i8", dtype::i64},
+               {"u1", dtype::u8},  {"u2", dtype::u16}, {"u4", dtype::u32}, {"u8", dtype::u64},
+               {"b1", dtype::boolean}};
+  const char order = d[0];
+  if (order != '<' && order != '>' && order != '|') return false;
+  for (const auto& k : known) {
+    if (d.compare(1, 2, k.code) != 0) continue;
+    const bool single = size_of(k.type) == 1;
+    if (order == '|' && !single) return false;  // '|' is numpy's "byte order not applicable"
+    if (k.type == dtype::f8_e5m2 && order == '>') return false;
+    t = k.type;
+    big_endian = order == '>' && !single;
+    return true;
+  }
   return false;
+}
+/// As above, for little-endian descrs only (kept for existing callers).
+inline bool npy_descr_dtype(const std::string& d, dtype& t) {
+  dtype r = dtype::f32;
+  bool big = false;
+  if (!npy_descr_dtype(d, r, big) || big) return false;
+  t = r;
+  return true;
 }
 
 /// Reads a whole file.
@@ -3940,22 +3983,83 @@ void write_npy(const std::string& path, const T& tensor) {
   write_npy(path, to_view(tensor));
 }
 
-/// Reads a .npy file (format 1.0 or 2.0) with a strict header parser: the magic, the version, a header length
-/// within the file, a dict with exactly 'descr', 'fortran_order' and 'shape', a supported little-endian descr
-/// (see npy_descr; '<i1'/'<u1' accepted too), and data of exactly the size the shape says (a shorter file and
-/// trailing bytes are both errors). Fortran-ordered data is transposed into row-major order. Throws
-/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
-inline npy_array read_npy(const std::string& path) {
-  const std::vector<unsigned char> f = detail::npy_read_file(path);
-  if (f.size() < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(f.size()) + " bytes");
-  if (std::memcmp(f.data(), "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
+/// Options of parse_npy().
+struct npy_parse_options {
+  /// Accept big-endian ('>f4', ...) data; npy_layout::needs_swap() then tells that the bytes must be swapped.
+  bool allow_big_endian = true;
+  /// The dtype of raw void descrs ('|V2', '<V2', '|V1', '<V1'): numpy.save writes those for ml_dtypes.bfloat16
+  /// and most ml_dtypes fp8 types, and nothing in the file says which one. When `void_type` is set and has the
+  /// descr's size, the data is read as that dtype; otherwise a void descr is an error.
+  bool has_void_type = false;
+  dtype void_type = dtype::bf16;
+
+  npy_parse_options& with_big_endian(bool allow) {
+    allow_big_endian = allow;
+    return *this;
+  }
+  npy_parse_options& with_void_type(dtype t) {
+    has_void_type = true;
+    void_type = t;
+    return *this;
+  }
+};
+
+/// Where the array of a .npy file is, found by parse_npy() in the file's bytes.
+struct npy_layout {
+  dtype type = dtype::f32;
+  std::string descr;                  ///< as written in the header
+  bool fortran_order = false;         ///< column-major data
+  bool big_endian = false;            ///< multi-byte elements stored big-endian ('>' descr)
+  std::vector<std::int64_t> shape;    ///< empty for a 0-d array (one element); at most max_rank extents
+  std::uint64_t numel = 0;            ///< elements
+  std::uint64_t data_offset = 0;      ///< the data starts this many bytes into the file
+  std::uint64_t data_size = 0;        ///< numel * size_of(type): exactly the rest of the file
+
+  /// True when the elements are not in the host's byte order (the bytes must be swapped before use).
+  bool needs_swap() const { return size_of(type) > 1 && big_endian != detail::npy_host_is_big_endian(); }
+  /// The array as a view of `file` (the bytes given to parse_npy): row-major strides, or column-major ones for
+  /// a Fortran-ordered file. Throws nanscope::error when needs_swap(). The view's elements are at
+  /// `file + data_offset`, which need not be aligned to the element size (format 1.0 aligns to 64 bytes, but a
+  /// hand-written header need not).
+  tensor_view view(const void* file, const char* name = nullptr) const {
+    if (needs_swap()) detail::fail(name, "npy_layout::view: the data is in the other byte order; swap it first");
+    tensor_view v;
+    v.data = numel == 0 ? nullptr : static_cast<const unsigned char*>(file) + data_offset;
+    v.type = type;
+    v.name = name;
+    v.rank = static_cast<int>(shape.size());
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
+    if (!fortran_order) {
+      v.set_contiguous_strides();
+    } else {
+      std::int64_t s = 1;
+      for (int i = 0; i < v.rank; ++i) {
+        v.strides[i] = s;
+        s *= (v.shape[i] > 0 ? v.shape[i] : 1);
+      }
+    }
+    return v;
+  }
+};
+
+/// Parses the complete contents of a .npy file (format 1.0 or 2.0) held in memory, e.g. a memory mapping:
+/// `size` is the whole file. The header parser is strict: the magic, the version, a header length within the
+/// file, printable ASCII, a dict with exactly 'descr', 'fortran_order' and 'shape', at most max_rank extents,
+/// a supported descr (see npy_descr_dtype; void descrs with options.void_type), and data of exactly the size
+/// the shape says (a shorter file and trailing bytes are both errors; the element count never overflows).
+/// Nothing outside [file, file + size) is read. Throws nanscope::error("nanscope: file '<path>': <problem>").
+inline npy_layout parse_npy(const void* file, std::size_t size, const std::string& path,
+                            const npy_parse_options& options = {}) {
+  const auto* f = static_cast<const unsigned char*>(file);
+  if (size < 10) detail::file_fail(path, "not an .npy file: only " + std::to_string(size) + " bytes");
+  if (std::memcmp(f, "\x93NUMPY", 6) != 0) detail::file_fail(path, "not an .npy file (bad magic)");
   const unsigned ver_major = f[6], ver_minor = f[7];
   std::size_t header_start, header_len;
   if (ver_major == 1 && ver_minor == 0) {
     header_start = 10;
     header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8;
   } else if (ver_major == 2 && ver_minor == 0) {
-    if (f.size() < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
+    if (size < 12) detail::file_fail(path, "truncated .npy 2.0 preamble");
     header_start = 12;
     header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8 |
                  static_cast<std::size_t>(f[10]) << 16 | static_cast<std::size_t>(f[11]) << 24;
@@ -3963,29 +4067,44 @@ inline npy_array read_npy(const std::string& path) {
     detail::file_fail(path, "unsupported .npy format version " + std::to_string(ver_major) + "." +
                                 std::to_string(ver_minor) + " (1.0 and 2.0 are supported)");
   }
-  if (header_len > f.size() - header_start)
-    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                                std::to_string(f.size()) + " bytes)");
-  const std::string header(reinterpret_cast<const char*>(f.data()) + header_start, header_len);
-  for (char c : header)
-    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t'))
-      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte");
-  std::string descr;
-  bool fortran = false;
-  npy_array a;
-  detail::npy_header_parser(path, header).parse(descr, fortran, a.shape);
-  if (!detail::npy_descr_dtype(descr, a.type)) {
-    std::string why = "unsupported dtype descr '" + descr + "'";
-    if (!descr.empty() && descr[0] == '>') why += " (big-endian data is not supported)";
+  if (header_len > size - header_start)
+    detail::file_fail(path, "truncated: the header length " + std::to_string(header_len) +
+                                " runs past the end of the file (" + std::to_string(size) + " bytes)");
+  const std::string_view header(reinterpret_cast<const char*>(f) + header_start, header_len);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    const char c = header[i];
+    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
+      detail::file_fail(path, "malformed .npy header: it contains a non-ASCII or control byte (at offset " +
+                                  std::to_string(header_start + i) + ")");
+  }
+  npy_layout a;
+  detail::npy_header_parser(path, header).parse(a.descr, a.fortran_order, a.shape);
+  bool known = detail::npy_descr_dtype(a.descr, a.type, a.big_endian);
+  const bool is_void = a.descr.size() == 3 && (a.descr[0] == '<' || a.descr[0] == '|' || a.descr[0] == '>') &&
+                       a.descr[1] == 'V' && (a.descr[2] == '1' || a.descr[2] == '2');
+  if (!known && is_void && options.has_void_type &&
+      size_of(options.void_type) == static_cast<std::size_t>(a.descr[2] - '0')) {
+    a.type = options.void_type;  // raw bytes as the writer's host (little-endian) order
+    a.big_endian = false;
+    known = true;
+  }
+  if (known && a.big_endian && !options.allow_big_endian)
+    detail::file_fail(path, "unsupported dtype descr '" + a.descr + "' (big-endian data is not supported)");
+  if (!known) {
+    std::string why = "unsupported dtype descr '" + a.descr + "'";
+    if (is_void)
+      why += " (a raw " + std::string(1, a.descr[2]) +
+             "-byte void type: numpy.save writes it for ml_dtypes' bfloat16 and fp8 types; name the dtype it holds"
+             " to read it)";
     why += "; supported: <f8 <f4 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1";
+    if (options.allow_big_endian) why += " (and '>' big-endian)";
+    why += ", bfloat16, float8_e4m3fn, float8_e5m2, <f1 (ml_dtypes float8_e5m2)";
     detail::file_fail(path, why);
   }
-  if (a.shape.size() > static_cast<std::size_t>(max_rank))
-    detail::file_fail(path, "rank " + std::to_string(a.shape.size()) + " exceeds nanscope's max_rank " + std::to_string(max_rank));
   const std::size_t es = size_of(a.type);
   const std::size_t data_start = header_start + header_len;
-  const std::size_t avail = f.size() - data_start;
-  // element count, stopping as soon as the data could not fit in the file (no overflow)
+  const std::size_t avail = size - data_start;
+  // element count; a byte count beyond 64 bits is only reported as such (no overflow)
   std::uint64_t n = 1;
   bool too_big = false;
   bool has_zero = false;
@@ -3995,21 +4114,40 @@ inline npy_array read_npy(const std::string& path) {
   } else {
     for (std::int64_t d : a.shape) {
       const auto u = static_cast<std::uint64_t>(d);
-      if (n > (avail / es) / u) too_big = true;
-      if (too_big) break;
+      if (n > (~std::uint64_t{0} / es) / u) {
+        too_big = true;
+        break;
+      }
       n *= u;
     }
   }
   if (too_big || n * es > avail)
     detail::file_fail(path, "truncated: the data is shorter than the shape says (" +
-                                (too_big ? std::string("far more") : std::to_string(n * es)) + " bytes needed, " +
+                                (too_big ? std::string("more than 2^64") : std::to_string(n * es)) + " bytes needed, " +
                                 std::to_string(avail) + " after the header)");
   if (n * es < avail)
     detail::file_fail(path, std::to_string(avail - n * es) + " unexpected trailing bytes after the data");
-  const unsigned char* src = f.data() + data_start;
+  a.numel = n;
+  a.data_offset = data_start;
+  a.data_size = n * es;
+  return a;
+}
+
+/// Reads a .npy file (format 1.0 or 2.0) with parse_npy()'s strict checks (big-endian descrs and void descrs
+/// are refused here). Fortran-ordered data is transposed into row-major order. Throws
+/// nanscope::error("nanscope: file '<path>': <problem>") for anything else.
+inline npy_array read_npy(const std::string& path) {
+  const std::vector<unsigned char> f = detail::npy_read_file(path);
+  const npy_layout lay = parse_npy(f.data(), f.size(), path, npy_parse_options{}.with_big_endian(false));
+  npy_array a;
+  a.type = lay.type;
+  a.shape = lay.shape;
+  const std::size_t es = size_of(a.type);
+  const std::uint64_t n = lay.numel;
+  const unsigned char* src = f.data() + lay.data_offset;
   a.bytes.resize(static_cast<std::size_t>(n) * es);
   const std::size_t rank = a.shape.size();
-  if (!fortran || rank < 2 || n == 0) {
+  if (!lay.fortran_order || rank < 2 || n == 0) {
     if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
   } else {
     // column-major source: stride of dimension i is the product of the extents before it
@@ -4038,6 +4176,677 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_NPY_HPP
 // ---- end nanscope/npy.hpp ----
+// ---- begin nanscope/safetensors.hpp ----
+// nanscope — safetensors.hpp: a strict parser of the .safetensors layout, for files already in memory.
+//
+//   const nanscope::safetensors_layout lay = nanscope::parse_safetensors(data, size, "model.safetensors");
+//   for (const nanscope::safetensors_tensor& t : lay.tensors)
+//     if (t.supported) nanscope::check(t.view(data));
+//
+// The format (https://github.com/huggingface/safetensors): an unsigned little-endian 64-bit header length N,
+// N bytes of UTF-8 JSON — an object mapping each tensor name to {"dtype": "F32", "shape": [2, 3],
+// "data_offsets": [begin, end]}, plus an optional "__metadata__" object of strings — then the data section:
+// offsets are relative to its start, elements are little-endian and row-major.
+//
+// What is an error (nanscope::error "nanscope: file '<path>': <problem>", naming the tensor where there is one):
+// fewer than 8 bytes; a header length beyond the file or above the format's 100 MB limit; a header that is not
+// UTF-8 or not strict JSON (RFC 8259: no trailing commas, no NaN, no leading zeros, no lone surrogates, control
+// characters escaped); anything but an object at the top; a tensor entry without "dtype" (a string), "shape" (an
+// array of at most max_rank non-negative integers) and "data_offsets" (two non-negative integers); a key twice in
+// one entry; a tensor name twice; "__metadata__" twice or not an object of strings; a shape whose byte size does
+// not fit in 64 bits; data_offsets with end before start, past the end of the data section, or of a length that
+// does not match dtype and shape; two tensors whose bytes overlap. Unknown keys inside a tensor entry are
+// ignored (as the reference implementation does). Bytes of the data section that belong to no tensor (gaps, a
+// tail) are not an error: they are reported in `warnings`. Dtypes nanscope cannot check (F4, F6_*, F8_E8M0, C64,
+// or a name it does not know) are parsed, their byte sizes checked where the width is known, and marked
+// `supported = false`. The parser reads nothing outside [file, file + size) and recurses at most 64 levels.
+// Needs only the standard library.
+#ifndef NANSCOPE_SAFETENSORS_HPP
+#define NANSCOPE_SAFETENSORS_HPP
+
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// One tensor entry of a .safetensors header.
+struct safetensors_tensor {
+  std::string name;            ///< valid UTF-8 (may contain any character, NUL included)
+  std::string dtype_name;      ///< as written: "BF16", "F8_E4M3", ...
+  bool supported = false;      ///< the dtype is one nanscope checks; `type` is then set
+  dtype type = dtype::f32;
+  int rank = 0;
+  std::int64_t shape[max_rank] = {};
+  std::uint64_t numel = 0;        ///< product of the shape (1 for rank 0)
+  std::uint64_t begin = 0;        ///< data_offsets[0], relative to the data section
+  std::uint64_t end = 0;          ///< data_offsets[1]
+  std::uint64_t file_offset = 0;  ///< where the tensor's bytes start in the file: 8 + header length + begin
+
+  std::uint64_t byte_size() const { return end - begin; }
+
+  /// A contiguous row-major view of the tensor inside `file` (the bytes given to parse_safetensors). The data
+  /// pointer need not be aligned to the element size. Throws nanscope::error for an unsupported dtype.
+  tensor_view view(const void* file) const {
+    if (!supported) detail::fail(name.c_str(), "dtype '" + dtype_name + "' is not supported by nanscope");
+    tensor_view v;
+    v.data = numel == 0 ? nullptr : static_cast<const unsigned char*>(file) + file_offset;
+    v.type = type;
+    v.name = name.c_str();
+    v.rank = rank;
+    for (int i = 0; i < rank; ++i) v.shape[i] = shape[i];
+    v.set_contiguous_strides();
+    return v;
+  }
+};
+
+/// The layout of a .safetensors file, from parse_safetensors().
+struct safetensors_layout {
+  std::uint64_t header_size = 0;  ///< N: the JSON header's length in bytes
+  std::uint64_t data_start = 0;   ///< 8 + N
+  std::uint64_t data_size = 0;    ///< bytes from data_start to the end of the file
+  std::vector<safetensors_tensor> tensors;                     ///< in data order (by begin, then end)
+  std::vector<std::pair<std::string, std::string>> metadata;  ///< "__metadata__", in header order
+  std::vector<std::string> warnings;                          ///< oddities that are not errors (unused bytes)
+};
+
+/// The nanscope dtype of a safetensors dtype name (F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I8 I16 I32 I64 U8 U16 U32
+/// U64 BOOL); false for anything else. F8_E4M3 is the "fn" variant (max 448, no infinities), as in PyTorch.
+inline bool safetensors_dtype(std::string_view name, dtype& t) {
+  static const struct {
+    const char* name;
+    dtype type;
+  } table[] = {{"F64", dtype::f64},       {"F32", dtype::f32},         {"F16", dtype::f16},  {"BF16", dtype::bf16},
+               {"F8_E4M3", dtype::f8_e4m3fn}, {"F8_E5M2", dtype::f8_e5m2}, {"I8", dtype::i8},    {"I16", dtype::i16},
+               {"I32", dtype::i32},       {"I64", dtype::i64},         {"U8", dtype::u8},    {"U16", dtype::u16},
+               {"U32", dtype::u32},       {"U64", dtype::u64},         {"BOOL", dtype::boolean}};
+  for (const auto& e : table)
+    if (name == e.name) {
+      t = e.type;
+      return true;
+    }
+  return false;
+}
+
+/// The safetensors dtype name of a nanscope dtype ("F32", "BF16", "F8_E4M3", "BOOL", ...).
+inline const char* safetensors_dtype_name(dtype t) {
+  switch (t) {
+    case dtype::f64: return "F64";
+    case dtype::f32: return "F32";
+    case dtype::f16: return "F16";
+    case dtype::bf16: return "BF16";
+    case dtype::f8_e4m3fn: return "F8_E4M3";
+    case dtype::f8_e5m2: return "F8_E5M2";
+    case dtype::i8: return "I8";
+    case dtype::i16: return "I16";
+    case dtype::i32: return "I32";
+    case dtype::i64: return "I64";
+    case dtype::u8: return "U8";
+    case dtype::u16: return "U16";
+    case dtype::u32: return "U32";
+    case dtype::u64: return "U64";
+    case dtype::boolean: return "BOOL";
+  }
+  return "?";
+}
+
+namespace detail {
+
+[[noreturn]] inline void st_fail(const std::string& path, const std::string& problem) {
+  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: file '" + path + "': " + problem));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+
+/// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one (overlong forms,
+/// surrogates and code points above U+10FFFF are invalid).
+inline std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) return 1;
+  std::size_t len;
+  unsigned lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;  // no overlong
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;  // no overlong
+    if (b0 == 0xF4) hi = 0x8F;  // <= U+10FFFF
+  } else {
+    return 0;
+  }
+  if (s.size() - i < len) return 0;
+  const auto b1 = static_cast<unsigned char>(s[i + 1]);
+  if (b1 < lo || b1 > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (b < 0x80 || b > 0xBF) return 0;
+  }
+  return len;
+}
+
+/// A tensor name for messages: quoted, cut after 120 bytes (at a character boundary). Quotes and backslashes
+/// are escaped with a backslash; invalid UTF-8 bytes, C0 and C1 control characters and DEL (which terminals act
+/// on) as \xNN; U+2028 and U+2029 (line breaks to some readers) as \u{2028} and \u{2029}.
+inline std::string st_quote(std::string_view name, std::size_t limit = 120) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out = "'";
+  std::size_t i = 0;
+  while (i < name.size()) {
+    if (out.size() > limit) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(name[i]);
+    const std::size_t len = utf8_sequence(name, i);
+    if (len == 2 && c == 0xC2 && static_cast<unsigned char>(name[i + 1]) < 0xA0) {  // C1 control U+0080..U+009F
+      const auto c1 = static_cast<unsigned char>(name[i + 1]);
+      out += "\\x";
+      out += hex[c1 >> 4];
+      out += hex[c1 & 15];
+      i += 2;
+    } else if (len == 3 && c == 0xE2 && static_cast<unsigned char>(name[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(name[i + 2]) == 0xA8 || static_cast<unsigned char>(name[i + 2]) == 0xA9)) {
+      out += static_cast<unsigned char>(name[i + 2]) == 0xA8 ? "\\u{2028}" : "\\u{2029}";
+      i += 3;
+    } else if (c < 0x20 || c == 0x7F || len == 0) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+      ++i;
+    } else if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else {
+      out.append(name.substr(i, len));
+      i += len;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+/// Strict JSON reader for the header, directed by the safetensors schema.
+class st_header_parser {
+ public:
+  st_header_parser(const std::string& path, std::string_view text) : path_(path), s_(text) {}
+
+  void parse(safetensors_layout& out) {
+    ws();
+    if (i_ >= s_.size()) bad_json("the header holds no JSON value");
+    if (s_[i_] != '{') bad_json("the header is not a JSON object");
+    ++i_;
+    ws();
+    bool have_metadata = false;
+    if (peek() == '}') {
+      ++i_;
+    } else {
+      for (;;) {
+        ws();
+        std::string key = string_value();
+        ws();
+        expect(':');
+        ws();
+        if (key == "__metadata__") {
+          if (have_metadata) bad("'__metadata__' appears twice in the header");
+          have_metadata = true;
+          metadata(out);
+        } else {
+          safetensors_tensor t;
+          t.name = std::move(key);
+          tensor_entry(t);
+          out.tensors.push_back(std::move(t));
+        }
+        ws();
+        const char c = peek();
+        ++i_;
+        if (c == '}') break;
+        if (c != ',') bad_json("expected ',' or '}' after a member of the header object");
+      }
+    }
+    ws();
+    if (i_ != s_.size()) bad_json("unexpected bytes after the header's JSON object");
+  }
+
+ private:
+  const std::string& path_;
+  std::string_view s_;
+  std::size_t i_ = 0;
+
+  [[noreturn]] void bad(const std::string& what) const { st_fail(path_, what); }
+  [[noreturn]] void bad_json(const std::string& what) const {
+    st_fail(path_, "malformed header JSON at byte " + std::to_string(i_ + 8) + ": " + what);
+  }
+  [[noreturn]] void bad_tensor(const std::string& name, const std::string& what) const {
+    st_fail(path_, "tensor " + st_quote(name) + ": " + what);
+  }
+  char peek() const {
+    if (i_ >= s_.size()) bad_json("the header ends early");
+    return s_[i_];
+  }
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad_json(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  void literal(const char* word) {
+    const std::size_t n = std::strlen(word);
+    if (s_.compare(i_, n, word) != 0) bad_json("invalid literal");
+    i_ += n;
+  }
+
+  unsigned hex4() {
+    if (s_.size() - i_ < 4) bad_json("truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s_[i_++];
+      unsigned d;
+      if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
+      else bad_json("invalid hex digit in a \\u escape");
+      v = v * 16 + d;
+    }
+    return v;
+  }
+  static void put_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  /// A JSON string (the header is already known to be valid UTF-8).
+  std::string string_value() {
+    if (peek() != '"') bad_json("expected a string");
+    ++i_;
+    std::string out;
+    for (;;) {
+      // copy the run of plain bytes at once
+      std::size_t j = i_;
+      while (j < s_.size() && s_[j] != '"' && s_[j] != '\\' && static_cast<unsigned char>(s_[j]) >= 0x20) ++j;
+      out.append(s_.substr(i_, j - i_));
+      i_ = j;
+      const char c = peek();
+      if (c == '"') {
+        ++i_;
+        return out;
+      }
+      if (c != '\\') bad_json("unescaped control character in a string");
+      ++i_;
+      const char e = peek();
+      ++i_;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) bad_json("lone low surrogate in a \\u escape (not valid Unicode)");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (s_.size() - i_ < 6 || s_[i_] != '\\' || s_[i_ + 1] != 'u')
+              bad_json("lone high surrogate in a \\u escape (not valid Unicode)");
+            i_ += 2;
+            const unsigned lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) bad_json("high surrogate not followed by a low one in a \\u escape");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          put_utf8(out, cp);
+          break;
+        }
+        default: bad_json("invalid escape sequence in a string");
+      }
+    }
+  }
+  /// A non-negative JSON integer (no sign, fraction or exponent) into v; `what` names it in messages.
+  std::uint64_t uint_value(const std::string& tensor, const char* what, std::uint64_t limit) {
+    const char c = peek();
+    if (c == '-') bad_tensor(tensor, std::string(what) + " must be non-negative");
+    if (c < '0' || c > '9') bad_tensor(tensor, std::string(what) + " must be a non-negative integer");
+    std::uint64_t v = 0;
+    const std::size_t start = i_;
+    bool overflow = false;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+      const auto d = static_cast<std::uint64_t>(s_[i_] - '0');
+      if (v > (limit - d) / 10) overflow = true;
+      if (!overflow) v = v * 10 + d;
+      ++i_;
+    }
+    if (i_ - start > 1 && s_[start] == '0') bad_json("a number with a leading zero");
+    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E'))
+      bad_tensor(tensor, std::string(what) + " must be an integer");
+    if (overflow) bad_tensor(tensor, std::string(what) + " " + std::string(s_.substr(start, i_ - start > 40 ? 40 : i_ - start)) +
+                                         (i_ - start > 40 ? "..." : "") + " is too large");
+    return v;
+  }
+  /// Skips any JSON value (unknown keys), at most 64 levels deep.
+  void skip_value(int depth) {
+    if (depth > 64) bad_json("values nested more than 64 levels deep");
+    const char c = peek();
+    if (c == '"') {
+      (void)string_value();
+    } else if (c == '{' || c == '[') {
+      const char close = c == '{' ? '}' : ']';
+      ++i_;
+      ws();
+      if (peek() == close) {
+        ++i_;
+        return;
+      }
+      for (;;) {
+        ws();
+        if (c == '{') {
+          (void)string_value();
+          ws();
+          expect(':');
+          ws();
+        }
+        skip_value(depth + 1);
+        ws();
+        const char d = peek();
+        ++i_;
+        if (d == close) return;
+        if (d != ',') bad_json(std::string("expected ',' or '") + close + "'");
+      }
+    } else if (c == 't') {
+      literal("true");
+    } else if (c == 'f') {
+      literal("false");
+    } else if (c == 'n') {
+      literal("null");
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      if (c == '-') ++i_;
+      if (peek() == '0') {
+        ++i_;
+      } else if (peek() >= '1' && peek() <= '9') {
+        while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      } else {
+        bad_json("invalid number");
+      }
+      if (i_ < s_.size() && s_[i_] == '.') {
+        ++i_;
+        if (peek() < '0' || peek() > '9') bad_json("invalid number");
+        while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      }
+      if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+        ++i_;
+        if (peek() == '+' || peek() == '-') ++i_;
+        if (peek() < '0' || peek() > '9') bad_json("invalid number");
+        while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      }
+    } else {
+      bad_json("expected a JSON value");
+    }
+  }
+  void metadata(safetensors_layout& out) {
+    if (peek() != '{') bad("'__metadata__' must be an object of strings");
+    ++i_;
+    ws();
+    if (peek() == '}') {
+      ++i_;
+      return;
+    }
+    for (;;) {
+      ws();
+      std::string key = string_value();
+      ws();
+      expect(':');
+      ws();
+      if (peek() != '"') bad("'__metadata__' value of " + st_quote(key) + " is not a string");
+      std::string value = string_value();
+      out.metadata.emplace_back(std::move(key), std::move(value));
+      ws();
+      const char c = peek();
+      ++i_;
+      if (c == '}') return;
+      if (c != ',') bad_json("expected ',' or '}' in '__metadata__'");
+    }
+  }
+  void tensor_entry(safetensors_tensor& t) {
+    if (peek() != '{') bad_tensor(t.name, "the entry is not an object with dtype, shape and data_offsets");
+    ++i_;
+    bool have_dtype = false, have_shape = false, have_offsets = false;
+    ws();
+    if (peek() == '}') {
+      ++i_;
+    } else {
+      for (;;) {
+        ws();
+        const std::string key = string_value();
+        ws();
+        expect(':');
+        ws();
+        if (key == "dtype") {
+          if (have_dtype) bad_tensor(t.name, "'dtype' appears twice");
+          if (peek() != '"') bad_tensor(t.name, "'dtype' is not a string");
+          t.dtype_name = string_value();
+          have_dtype = true;
+        } else if (key == "shape") {
+          if (have_shape) bad_tensor(t.name, "'shape' appears twice");
+          if (peek() != '[') bad_tensor(t.name, "'shape' is not an array");
+          ++i_;
+          ws();
+          if (peek() == ']') {
+            ++i_;
+          } else {
+            for (;;) {
+              ws();
+              if (t.rank == max_rank)
+                bad_tensor(t.name, "'shape' has more than " + std::to_string(max_rank) +
+                                       " dimensions (nanscope's max_rank)");
+              t.shape[t.rank++] = static_cast<std::int64_t>(
+                  uint_value(t.name, "a 'shape' extent", static_cast<std::uint64_t>(INT64_MAX)));
+              ws();
+              const char c = peek();
+              ++i_;
+              if (c == ']') break;
+              if (c != ',') bad_json("expected ',' or ']' in 'shape'");
+            }
+          }
+          have_shape = true;
+        } else if (key == "data_offsets") {
+          if (have_offsets) bad_tensor(t.name, "'data_offsets' appears twice");
+          if (peek() != '[') bad_tensor(t.name, "'data_offsets' is not an array");
+          ++i_;
+          ws();
+          if (peek() == ']') bad_tensor(t.name, "'data_offsets' must hold two integers [begin, end]");
+          t.begin = uint_value(t.name, "'data_offsets' begin", ~std::uint64_t{0});
+          ws();
+          if (peek() != ',') bad_tensor(t.name, "'data_offsets' must hold two integers [begin, end]");
+          ++i_;
+          ws();
+          t.end = uint_value(t.name, "'data_offsets' end", ~std::uint64_t{0});
+          ws();
+          if (peek() != ']') bad_tensor(t.name, "'data_offsets' must hold two integers [begin, end]");
+          ++i_;
+          have_offsets = true;
+        } else {
+          skip_value(1);  // unknown keys are ignored, as by the reference implementation
+        }
+        ws();
+        const char c = peek();
+        ++i_;
+        if (c == '}') break;
+        if (c != ',') bad_json("expected ',' or '}' in the entry of tensor " + st_quote(t.name));
+      }
+    }
+    if (!have_dtype) bad_tensor(t.name, "the entry has no 'dtype'");
+    if (!have_shape) bad_tensor(t.name, "the entry has no 'shape'");
+    if (!have_offsets) bad_tensor(t.name, "the entry has no 'data_offsets'");
+  }
+};
+
+/// Bits per element of the safetensors dtypes nanscope does not check (0: unknown name).
+inline unsigned st_unsupported_bits(std::string_view name) {
+  if (name == "F4") return 4;
+  if (name == "F6_E2M3" || name == "F6_E3M2") return 6;
+  if (name == "F8_E8M0") return 8;
+  if (name == "C64") return 64;
+  return 0;
+}
+
+inline std::string st_offsets(const safetensors_tensor& t) {
+  return "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
+}
+
+inline std::string st_shape(const safetensors_tensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i != 0) s += ", ";
+    s += std::to_string(t.shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace detail
+
+/// Parses the layout of a .safetensors file held in memory (e.g. a memory mapping: `size` is the whole file) and
+/// checks it as described at the top of this header. Throws nanscope::error("nanscope: file '<path>': ...").
+inline safetensors_layout parse_safetensors(const void* file, std::size_t size, const std::string& path) {
+  const auto* f = static_cast<const unsigned char*>(file);
+  if (size < 8)
+    detail::st_fail(path, "not a .safetensors file: only " + std::to_string(size) +
+                              " bytes, less than the 8-byte header length");
+  std::uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = (n << 8) | f[k];
+  if (n > size - 8)
+    detail::st_fail(path, "truncated: the header length " + std::to_string(n) + " runs past the end of the file (" +
+                              std::to_string(size) + " bytes)");
+  constexpr std::uint64_t max_header = 100000000;  // the reference implementation's limit
+  if (n > max_header)
+    detail::st_fail(path, "the header length " + std::to_string(n) + " exceeds the format's limit of " +
+                              std::to_string(max_header) + " bytes");
+  safetensors_layout lay;
+  lay.header_size = n;
+  lay.data_start = 8 + n;
+  lay.data_size = size - lay.data_start;
+  const std::string_view header(reinterpret_cast<const char*>(f) + 8, static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < header.size();) {
+    const std::size_t len = detail::utf8_sequence(header, i);
+    if (len == 0) {
+      static const char hex[] = "0123456789ABCDEF";
+      const auto b = static_cast<unsigned char>(header[i]);
+      detail::st_fail(path, std::string("the header is not valid UTF-8 (byte 0x") + hex[b >> 4] + hex[b & 15] +
+                                " at offset " + std::to_string(i + 8) + ")");
+    }
+    i += len;
+  }
+  detail::st_header_parser(path, header).parse(lay);
+
+  // Per tensor: dtype, element count, offsets within the data section, byte size.
+  for (safetensors_tensor& t : lay.tensors) {
+    const std::string who = "tensor " + detail::st_quote(t.name) + ": ";
+    t.supported = safetensors_dtype(t.dtype_name, t.type);
+    const std::uint64_t bits = t.supported ? info(t.type).bits : detail::st_unsupported_bits(t.dtype_name);
+    bool empty = false;
+    for (int i = 0; i < t.rank; ++i) empty = empty || t.shape[i] == 0;
+    std::uint64_t count = 1;
+    if (empty) {
+      count = 0;
+    } else {
+      // bytes must fit in 64 bits (elements * bits / 8), and elements in int64 for views
+      const std::uint64_t limit = static_cast<std::uint64_t>(INT64_MAX) / (bits == 0 ? 8 : bits);
+      for (int i = 0; i < t.rank; ++i) {
+        const auto d = static_cast<std::uint64_t>(t.shape[i]);
+        if (count > limit / d)
+          detail::st_fail(path, who + "shape " + detail::st_shape(t) + " has more elements than fit in 64 bits");
+        count *= d;
+      }
+    }
+    t.numel = count;
+    if (t.end < t.begin) detail::st_fail(path, who + detail::st_offsets(t) + " end before start");
+    if (t.end > lay.data_size)
+      detail::st_fail(path, who + detail::st_offsets(t) + " run past the end of the data section (" +
+                                std::to_string(lay.data_size) + " bytes)");
+    if (bits != 0) {
+      const std::uint64_t total_bits = count * bits;  // no overflow: count <= INT64_MAX / bits
+      if (total_bits % 8 != 0 || total_bits / 8 != t.byte_size())
+        detail::st_fail(path, who + detail::st_offsets(t) + " hold " + std::to_string(t.byte_size()) + " bytes, but " +
+                                  t.dtype_name + " " + detail::st_shape(t) + " needs " +
+                                  (total_bits % 8 != 0 ? std::to_string(total_bits) + " bits"
+                                                       : std::to_string(total_bits / 8) + " bytes"));
+    }
+    t.file_offset = lay.data_start + t.begin;
+  }
+
+  // Names are unique.
+  {
+    std::vector<std::size_t> order(lay.tensors.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return lay.tensors[a].name < lay.tensors[b].name; });
+    for (std::size_t i = 1; i < order.size(); ++i)
+      if (lay.tensors[order[i]].name == lay.tensors[order[i - 1]].name)
+        detail::st_fail(path, "tensor " + detail::st_quote(lay.tensors[order[i]].name) + " appears twice in the header");
+  }
+
+  // Data order; no two tensors share a byte; bytes of no tensor are reported.
+  std::stable_sort(lay.tensors.begin(), lay.tensors.end(), [](const safetensors_tensor& a, const safetensors_tensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0, unused = 0, gaps = 0, first_gap_begin = 0, first_gap_end = 0;
+  const safetensors_tensor* last = nullptr;
+  for (const safetensors_tensor& t : lay.tensors) {
+    if (t.byte_size() == 0) continue;
+    if (t.begin < covered)
+      detail::st_fail(path, "tensor " + detail::st_quote(t.name) + ": " + detail::st_offsets(t) + " overlap tensor " +
+                                detail::st_quote(last->name) + " (" + detail::st_offsets(*last) + ")");
+    if (t.begin > covered) {
+      if (gaps == 0) {
+        first_gap_begin = covered;
+        first_gap_end = t.begin;
+      }
+      ++gaps;
+      unused += t.begin - covered;
+    }
+    covered = t.end;
+    last = &t;
+  }
+  if (gaps != 0)
+    lay.warnings.push_back(std::to_string(unused) + " bytes of the data section in " + std::to_string(gaps) +
+                           (gaps == 1 ? " gap" : " gaps") + " belong to no tensor (the first: [" +
+                           std::to_string(first_gap_begin) + ", " + std::to_string(first_gap_end) + "))");
+  if (covered < lay.data_size)
+    lay.warnings.push_back("the last " + std::to_string(lay.data_size - covered) +
+                           " bytes of the data section belong to no tensor");
+  return lay;
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SAFETENSORS_HPP
+// ---- end nanscope/safetensors.hpp ----
 // ---- begin nanscope/recorder.hpp ----
 // nanscope — recorder.hpp: the frame recorder. Scopes name the modules of a forward pass; every tensor
 // recorded inside a scope (parameters, inputs, outputs) is checked with the fused pass; a ring buffer keeps
@@ -4124,6 +4933,7 @@ struct tensor_record {
   health_result health;
   bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
   bool is_none = false;    ///< an absent optional argument ("None" line)
+  std::string repr;        ///< a non-tensor argument's text (what Python's repr() would show); "None" for is_none
   bool allowed = false;    ///< non-finite values here were allowed by a rule
   unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
   bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
@@ -4241,6 +5051,21 @@ struct recorder_options {
 
 class recorder;
 class scope;
+
+/// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
+/// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
+/// not throw. Attach with recorder::set_listener while no scope of the recorder is open.
+class scope_listener {
+ public:
+  virtual ~scope_listener() = default;
+  /// A scope opened; `outermost`: no enclosing scope of the same recorder on this thread.
+  virtual void scope_opened(const frame& f, bool outermost) noexcept = 0;
+  /// A tensor (or a non-tensor argument) was recorded into the open frame `f`; `rec.view` is valid during the
+  /// call. Checkpoints (DETECT_OVERFLOW) arrive with a frame whose `checkpoint` is true.
+  virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
+  /// The scope is closing (also during stack unwinding).
+  virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+};
 
 namespace detail {
 inline bool glob_match(std::string_view pat, std::string_view s) {
@@ -4413,6 +5238,11 @@ class recorder {
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
+  /// Installs the listener of scope events (one per recorder; nullptr removes it) and returns the previous one.
+  /// Do it while no scope of this recorder is open.
+  scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
+  scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
     std::lock_guard<std::mutex> lk(m_);
@@ -4450,7 +5280,7 @@ class recorder {
   /// storage moves as more tensors are recorded).
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
                        allow allowed);
-  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none);
+  void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
   friend class scope;
@@ -4513,6 +5343,7 @@ class recorder {
   std::string stop_message_;
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
+  std::atomic<scope_listener*> listener_{nullptr};
 };
 
 /// The process-wide default recorder used by the macros.
@@ -4544,12 +5375,14 @@ class scope {
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
+    if (scope_listener* l = r.listener()) l->scope_opened(frame_, same_parent_ == nullptr);
   }
   scope(std::string_view name, std::string_view class_name, source_location where = {})
       : scope(default_recorder(), name, class_name, where) {}
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
   ~scope() {
+    if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
     detail::thread_top_scope() = parent_;
     frame_.complete = true;
     rec_.complete(std::move(frame_), same_parent_ == nullptr);
@@ -4583,7 +5416,18 @@ class scope {
   }
   /// Records a non-tensor argument ("not a tensor") or an absent one ("None"), as the HF report shows them.
   void non_tensor_input(bool is_none = false) {
-    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none);
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", is_none,
+                           is_none ? "None" : "");
+  }
+  /// Records a non-tensor positional argument with its text (an int, a config object: what repr() shows). The
+  /// layer tree writes the text; the reports show "not a tensor".
+  void value_input(std::string_view repr) {
+    rec_.record_non_tensor(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", false,
+                           std::string(repr));
+  }
+  /// Records a named non-tensor argument (a keyword argument) with its text.
+  void value_input(std::string_view repr, std::string_view name) {
+    rec_.record_non_tensor(frame_, tensor_role::input, std::string(name), false, std::string(repr));
   }
 
   const std::string& module_path() const { return frame_.module_path; }
@@ -4614,13 +5458,16 @@ inline scope* current_scope(recorder& r) {
 // recorder implementation
 // ------------------------------------------------------------------------------------------------------
 
-inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none) {
+inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
+                                         std::string repr) {
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.is_tensor = false;
   rec.is_none = is_none;
+  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
   f.tensors.push_back(std::move(rec));
+  if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
@@ -4648,6 +5495,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
     detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     f.tensors.push_back(std::move(rec));
+    if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
     return f.tensors.back().health;
   }
   if (skip) {
@@ -4667,6 +5515,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
   maybe_warn(f, stored);
+  if (scope_listener* l = listener()) l->tensor_recorded(f, stored);
   const health_result result = stored.health;
   if (bad) detect(f, stored);
   return result;
@@ -5279,6 +6128,1410 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_MACROS_HPP
 // ---- end nanscope/macros.hpp ----
+// ---- begin nanscope/tree.hpp ----
+// nanscope — tree.hpp: the layer-tree JSON writer. While a forward pass runs inside recorder scopes, it writes
+// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (shared/FORMATS.md §3),
+// so a C++ port's tree can be read — and diffed with tools/nanscope-diff — side by side with a Python run.
+//
+//   nanscope::tree_writer tree(nanscope::default_recorder(), nanscope::tree_options{}.in("debug"));
+//   { NANSCOPE_SCOPE("", "LlamaModel"); ... }   // on leaving the outermost scope: debug/LlamaModel_debug_tree_*.json
+//
+// Nodes: `module_path` ("{Class}" for the outermost scope, "{Class}.{dotted.path}" below), `inputs`
+// ({"args": [...], "kwargs": {...}}: positional inputs, then named ones; empty parts dropped except on the root,
+// as the Python tool does), `outputs` on leaf nodes only (a tensor, a list for output[i], null when none),
+// `children` in call order. Tensors: `shape`, `dtype`, `value` (FULL_TENSORS file only), then `mean`, `std`,
+// `min`, `max` with torch's semantics (NaN propagates; statistics only for float16/float32/bfloat16 in the
+// torch_repr style, as HuggingFace writes them). nanscope's own keys follow (`health`, `abs_max`,
+// `abs_min_nonzero`, `headroom_bits`, `first_nonfinite`, `parameters`, `source`, and a root `nanscope` object
+// with step, rank and whether the pass completed); HF readers ignore them, `extras(false)` drops them.
+//
+// Styles: torch_repr (byte-compatible strings: "torch.Size([2, 3])", "torch.float16", "tensor(1.2345e+00)",
+// value = the lines of print(tensor) in sci mode, linewidth 120) and numeric (shape as an array, statistics as
+// JSON numbers, value as nested arrays with "..." where torch would summarise; NaN/Inf as "nan"/"inf"/"-inf").
+//
+// Layer pruning (default on, as in the Python tool): among the children of a node, the layer blocks — paths
+// ending in ".<n>" that have children whose paths contain ".<n>." — keep only the first and the last, at every
+// level. Output is streamed: the files are written while the pass runs, and only a run of numbered siblings that
+// pruning may still drop is held in memory (one layer block and what follows it), so memory stays bounded for
+// deep and wide trees. Files are written atomically (a temporary file renamed over the target when the
+// outermost scope ends): a crash leaves the previous file or the complete new one.
+//
+// Ranks: by default only rank 0 writes (the rank comes from tree_options::rank or the first of RANK,
+// LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK that is set); every_rank writes "{Class}_rank{r}_debug_tree_*.json".
+//
+// Threads: the tree follows the thread that opened the outermost scope; scopes of other threads are ignored.
+// Errors while writing (a full disk) are reported through tree_options::on_error (default: stderr) and abandon
+// that pass's files; a scope never throws because of the tree.
+#ifndef NANSCOPE_TREE_HPP
+#define NANSCOPE_TREE_HPP
+
+// #include "config.hpp": inlined above
+// #include "check.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "margins.hpp": inlined above
+// #include "recorder.hpp": inlined above
+// #include "view.hpp": inlined above
+// #include "detail/atomic_file.hpp": inlined above
+// ---- begin nanscope/detail/torch_print.hpp ----
+// nanscope — detail/torch_print.hpp: PyTorch's printed form of a tensor, byte for byte, for the layer-tree
+// writer's torch_repr style (what HuggingFace's model_addition_debugger stores: `print(tensor)` lines under
+// torch.set_printoptions(sci_mode=True, linewidth=120), `repr(tensor.mean())`, `repr(tensor.shape)`).
+//
+// The rules reproduced (torch/_tensor_str.py):
+//  - more than `threshold` (1000) elements: every dimension longer than 2*edgeitems shows its first and last
+//    `edgeitems` (3) entries around "...";
+//  - the element width is measured over the shown non-zero finite values, in the notation torch would have
+//    chosen without sci_mode (integers "{:.0f}" + 1, fixed "{:.4f}", or sci "{:.4e}"), and every value is then
+//    printed "{:{width}.4e}" because sci_mode is forced: so columns line up only when torch's own choice was sci;
+//  - elements per line = max(1, floor((linewidth - indent) / (width + 2))), continuation lines indented;
+//  - suffixes (device, dtype unless float32/int64/bool, size of an empty tensor) as torch adds them.
+// Floating values are formatted from their exact double value (f16/bf16/fp8 convert exactly, as torch's
+// `self.float()` does); snprintf rounds exactly like Python's format().
+#ifndef NANSCOPE_DETAIL_TORCH_PRINT_HPP
+#define NANSCOPE_DETAIL_TORCH_PRINT_HPP
+
+#if !defined(NANSCOPE_TREE_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/torch_print.hpp is internal: include <nanscope/tree.hpp> or <nanscope/nanscope.hpp>"
+#endif
+
+// #include "../config.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+// #include "../health.hpp": inlined above
+// #include "../view.hpp": inlined above
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Print options (torch's defaults, with HuggingFace's sci_mode and linewidth).
+struct torch_print_options {
+  std::uint64_t threshold = 1000;
+  int edge_items = 3;
+  int line_width = 120;
+  int precision = 4;
+};
+
+/// Python's "{:.{p}e}" / "{:.{p}f}" of a double; non-finite values as Python writes them ("nan", "inf", "-inf").
+inline std::string py_format(double v, int precision, char conv) {
+  const std::uint64_t b = double_to_bits(v);
+  const bool neg = (b >> 63) != 0;
+  if ((b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) {
+    if ((b & 0x000FFFFFFFFFFFFFull) != 0) return "nan";
+    return neg ? "-inf" : "inf";
+  }
+  char fmt_buf[16];
+  std::snprintf(fmt_buf, sizeof fmt_buf, "%%.%d%c", precision, conv);
+  char stack_buf[64];
+  const int n = std::snprintf(stack_buf, sizeof stack_buf, fmt_buf, v);
+  if (n < 0) return "?";
+  if (static_cast<std::size_t>(n) < sizeof stack_buf) return std::string(stack_buf, static_cast<std::size_t>(n));
+  std::string big(static_cast<std::size_t>(n) + 1, '\0');  // "{:.4f}" of 1e300 has 305 characters
+  std::snprintf(&big[0], big.size(), fmt_buf, v);
+  big.resize(static_cast<std::size_t>(n));
+  return big;
+}
+
+inline std::string pad_left(std::string s, std::size_t width) {
+  if (s.size() < width) s.insert(0, width - s.size(), ' ');
+  return s;
+}
+
+/// Reads element values of a host view by flat storage offset (in elements).
+struct element_reader {
+  const unsigned char* base;
+  dtype type;
+  std::size_t size;
+
+  explicit element_reader(const tensor_view& v)
+      : base(static_cast<const unsigned char*>(v.data)), type(v.type), size(size_of(v.type)) {}
+  std::uint64_t bits(std::int64_t off) const {
+    std::uint64_t b = 0;
+    const unsigned char* p = base + static_cast<std::size_t>(off) * size;
+    switch (size) {
+      case 1: b = p[0]; break;
+      case 2: { std::uint16_t x; std::memcpy(&x, p, 2); b = x; break; }
+      case 4: { std::uint32_t x; std::memcpy(&x, p, 4); b = x; break; }
+      default: std::memcpy(&b, p, 8); break;
+    }
+    return b;
+  }
+  double as_double(std::int64_t off) const { return decode(type, bits(off)); }
+  /// Integer text ("True"/"False" for bool).
+  std::string as_int_text(std::int64_t off) const {
+    const std::uint64_t b = bits(off);
+    switch (type) {
+      case dtype::boolean: return b != 0 ? "True" : "False";
+      case dtype::i8: return std::to_string(static_cast<std::int8_t>(b));
+      case dtype::i16: return std::to_string(static_cast<std::int16_t>(b));
+      case dtype::i32: return std::to_string(static_cast<std::int32_t>(b));
+      case dtype::i64: return std::to_string(static_cast<std::int64_t>(b));
+      default: return std::to_string(b);
+    }
+  }
+};
+
+/// The indices torch shows along a dimension of length n, in order; -1 stands for the "..." entry.
+inline std::vector<std::int64_t> torch_shown_indices(std::int64_t n, bool summarize, int edge) {
+  std::vector<std::int64_t> out;
+  const std::int64_t e = edge < 0 ? 0 : edge;
+  if (summarize && n > 2 * e) {
+    for (std::int64_t i = 0; i < e; ++i) out.push_back(i);
+    out.push_back(-1);
+    for (std::int64_t i = n - e; i < n; ++i) out.push_back(i);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+/// Visits the storage offsets of the elements torch shows, in print order. `emit(offset)` for an element;
+/// the structure callbacks are handled by the printer below, this one is for the formatter's width pass.
+template <class F>
+void torch_shown_elements(const tensor_view& v, bool summarize, int edge, F&& f) {
+  if (v.rank == 0) {
+    f(std::int64_t{0});
+    return;
+  }
+  struct rec_t {
+    const tensor_view& v;
+    bool summarize;
+    int edge;
+    F& f;
+    void run(int d, std::int64_t off) {
+      for (std::int64_t i : torch_shown_indices(v.shape[d], summarize, edge)) {
+        if (i < 0) continue;
+        const std::int64_t o = off + i * v.strides[d];
+        if (d + 1 == v.rank) {
+          f(o);
+        } else {
+          run(d + 1, o);
+        }
+      }
+    }
+  } r{v, summarize, edge, f};
+  r.run(0, 0);
+}
+
+/// torch's _Formatter, with sci_mode forced on.
+struct torch_formatter {
+  bool floating = true;
+  std::size_t width = 1;
+  int precision = 4;
+
+  std::string format_float(double x) const { return pad_left(py_format(x, precision, 'e'), width); }
+  std::string format_int(const std::string& s) const { return pad_left(s, width); }
+};
+
+inline torch_formatter make_torch_formatter(const tensor_view& v, bool summarize, const torch_print_options& o) {
+  torch_formatter fm;
+  fm.precision = o.precision;
+  const element_reader rd(v);
+  if (!is_float(v.type)) {
+    fm.floating = false;
+    torch_shown_elements(v, summarize, o.edge_items, [&](std::int64_t off) {
+      const std::size_t len = rd.as_int_text(off).size();
+      if (len > fm.width) fm.width = len;
+    });
+    return fm;
+  }
+  // Pass 1: non-zero finite values: integral?, min and max of |x|.
+  bool any = false, int_mode = true;
+  double amin = 0.0, amax = 0.0;
+  torch_shown_elements(v, summarize, o.edge_items, [&](std::int64_t off) {
+    const double x = rd.as_double(off);
+    if (!is_finite_bits(x) || x == 0.0) return;
+    const double a = std::fabs(x);
+    if (!any) {
+      amin = amax = a;
+      any = true;
+    } else {
+      if (a < amin) amin = a;
+      if (a > amax) amax = a;
+    }
+    if (int_mode && std::ceil(x) != x) int_mode = false;
+  });
+  if (!any) return fm;  // width 1
+  char notation;
+  bool plus_one = false;
+  if (int_mode) {
+    if (amax / amin > 1000.0 || amax > 1.0e8) {
+      notation = 'e';
+    } else {
+      notation = 'i';
+      plus_one = true;
+    }
+  } else {
+    notation = (amax / amin > 1000.0 || amax > 1.0e8 || amin < 1.0e-4) ? 'e' : 'f';
+  }
+  torch_shown_elements(v, summarize, o.edge_items, [&](std::int64_t off) {
+    const double x = rd.as_double(off);
+    if (!is_finite_bits(x) || x == 0.0) return;
+    std::size_t len;
+    if (notation == 'e') len = py_format(x, o.precision, 'e').size();
+    else if (notation == 'f') len = py_format(x, o.precision, 'f').size();
+    else len = py_format(x, 0, 'f').size() + (plus_one ? 1 : 0);
+    if (len > fm.width) fm.width = len;
+  });
+  return fm;
+}
+
+inline std::string torch_format_at(const torch_formatter& fm, const element_reader& rd, std::int64_t off) {
+  return fm.floating ? fm.format_float(rd.as_double(off)) : fm.format_int(rd.as_int_text(off));
+}
+
+struct torch_printer {
+  const tensor_view& v;
+  const torch_print_options& o;
+  const torch_formatter& fm;
+  element_reader rd;
+  bool summarize;
+
+  std::string vector_str(std::int64_t off, int d, std::size_t indent) const {
+    const std::size_t element_length = fm.width + 2;
+    const double avail = static_cast<double>(o.line_width) - static_cast<double>(indent);
+    double per = std::floor(avail / static_cast<double>(element_length));
+    if (per < 1.0) per = 1.0;
+    const std::size_t per_line = static_cast<std::size_t>(per);
+    std::vector<std::string> data;
+    for (std::int64_t i : torch_shown_indices(v.shape[d], summarize, o.edge_items)) {
+      if (i < 0) data.emplace_back(o.edge_items > 0 ? " ..." : "...");
+      else data.push_back(torch_format_at(fm, rd, off + i * v.strides[d]));
+    }
+    std::string out = "[";
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (i != 0) {
+        if (i % per_line == 0) {
+          out += ",\n";
+          out.append(indent + 1, ' ');
+        } else {
+          out += ", ";
+        }
+      }
+      out += data[i];
+    }
+    return out + "]";
+  }
+
+  std::string tensor_str(std::int64_t off, int d, std::size_t indent) const {
+    const int dims_left = v.rank - d;
+    if (dims_left == 1) return vector_str(off, d, indent);
+    std::string sep = ",";
+    sep.append(static_cast<std::size_t>(dims_left - 1), '\n');
+    sep.append(indent + 1, ' ');
+    std::string out = "[";
+    bool first = true;
+    for (std::int64_t i : torch_shown_indices(v.shape[d], summarize, o.edge_items)) {
+      if (!first) out += sep;
+      first = false;
+      if (i < 0) out += "...";
+      else out += tensor_str(off + i * v.strides[d], d + 1, indent + 1);
+    }
+    return out + "]";
+  }
+};
+
+/// "torch.Size([2, 3])"
+inline std::string torch_size_repr(const tensor_view& v) {
+  std::string s = "torch.Size([";
+  for (int i = 0; i < v.rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v.shape[i]);
+  }
+  return s + "])";
+}
+
+/// Appends torch's suffixes (", dtype=torch.float16", on a new line when the line would pass the width).
+inline std::string torch_add_suffixes(std::string s, const std::vector<std::string>& suffixes, std::size_t indent,
+                                      int line_width) {
+  const std::size_t nl = s.rfind('\n');
+  // Python: len(s) - s.rfind("\n") + 1, with rfind = -1 when there is no newline.
+  long long last = static_cast<long long>(s.size()) - (nl == std::string::npos ? -1LL : static_cast<long long>(nl)) + 1;
+  for (const auto& suf : suffixes) {
+    const long long len = static_cast<long long>(suf.size());
+    if (last + len + 2 > line_width) {
+      s += ",\n";
+      s.append(indent, ' ');
+      s += suf;
+      last = static_cast<long long>(indent) + len;
+    } else {
+      s += ", ";
+      s += suf;
+      last += len + 2;
+    }
+  }
+  return s + ")";
+}
+
+inline std::string torch_device_suffix(const tensor_view& v) {
+  if (v.space == memory_space::cuda_device || v.space == memory_space::cuda_managed)
+    return "device='cuda:" + std::to_string(v.device_id < 0 ? 0 : v.device_id) + "'";
+  return {};
+}
+
+/// Whether torch prints "dtype=..." for a non-empty tensor of this type.
+inline bool torch_default_dtype(dtype t) { return t == dtype::f32 || t == dtype::i64 || t == dtype::boolean; }
+
+/// The full text of print(tensor) (without the final newline).
+inline std::string torch_tensor_repr(const tensor_view& v, const torch_print_options& o) {
+  const std::string prefix = "tensor(";
+  const std::size_t indent = prefix.size();
+  std::vector<std::string> suffixes;
+  const std::string dev = torch_device_suffix(v);
+  if (!dev.empty()) suffixes.push_back(dev);
+  const std::uint64_t n = v.numel();
+  std::string body;
+  if (n == 0) {
+    if (v.rank != 1) {
+      std::string sz = "size=(";
+      for (int i = 0; i < v.rank; ++i) {
+        if (i) sz += ", ";
+        sz += std::to_string(v.shape[i]);
+      }
+      suffixes.push_back(sz + ")");
+    }
+    if (v.type != dtype::f32) suffixes.push_back(std::string("dtype=") + info(v.type).torch_name);
+    body = "[]";
+  } else {
+    if (!torch_default_dtype(v.type)) suffixes.push_back(std::string("dtype=") + info(v.type).torch_name);
+    const bool summarize = n > o.threshold;
+    const torch_formatter fm = make_torch_formatter(v, summarize, o);
+    if (v.rank == 0) {
+      body = torch_format_at(fm, element_reader(v), 0);
+    } else {
+      const torch_printer pr{v, o, fm, element_reader(v), summarize};
+      body = pr.tensor_str(0, 0, indent);
+    }
+  }
+  return torch_add_suffixes(prefix + body, suffixes, indent, o.line_width);
+}
+
+/// repr() of a 0-d tensor of type t holding x (x already rounded to t), e.g. "tensor(-8.9514e-01)".
+inline std::string torch_scalar_repr(double x, dtype t, const tensor_view& like, const torch_print_options& o) {
+  // a one-element view over a double: the formatter only needs the value
+  const double stored = x;
+  tensor_view v;
+  v.data = &stored;
+  v.type = dtype::f64;
+  v.rank = 0;
+  const torch_formatter fm = make_torch_formatter(v, false, o);
+  std::vector<std::string> suffixes;
+  const std::string dev = torch_device_suffix(like);
+  if (!dev.empty()) suffixes.push_back(dev);
+  if (!torch_default_dtype(t)) suffixes.push_back(std::string("dtype=") + info(t).torch_name);
+  return torch_add_suffixes("tensor(" + fm.format_float(x), suffixes, 7, o.line_width);
+}
+
+/// x rounded to dtype t (round to nearest even), as torch stores a reduction's result.
+inline double round_to_dtype(double x, dtype t) {
+  switch (t) {
+    case dtype::f32: return exact_double(static_cast<float>(x));
+    case dtype::f16: return decode(t, encode_small_float<5, 10, true>(x));
+    case dtype::bf16: return decode(t, encode_small_float<8, 7, true>(x));
+    case dtype::f8_e4m3fn: return decode(t, encode_small_float<4, 3, false>(x));
+    case dtype::f8_e5m2: return decode(t, encode_small_float<5, 2, true>(x));
+    default: return x;
+  }
+}
+
+/// mean, std, min, max as torch computes them (NaN propagates; an inf makes the mean inf, both signs NaN; any
+/// non-finite value makes the std NaN), derived from nanscope's counts and finite-value statistics.
+struct torch_stats {
+  double mean, std, min, max;
+};
+inline torch_stats torch_stats_of(const health_result& h, bool round) {
+  torch_stats s{qnan, qnan, qnan, qnan};
+  const double inf = std::numeric_limits<double>::infinity();
+  if (h.count == 0 || h.nan != 0) return s;
+  s.min = h.min;
+  s.max = h.max;
+  if (h.pos_inf != 0 && h.neg_inf != 0) {
+    s.mean = qnan;
+  } else if (h.pos_inf != 0) {
+    s.mean = inf;
+  } else if (h.neg_inf != 0) {
+    s.mean = -inf;
+  } else {
+    s.mean = h.mean;
+    s.std = h.std;
+  }
+  if (round) {
+    s.mean = round_to_dtype(s.mean, h.type);
+    s.std = round_to_dtype(s.std, h.type);
+  }
+  return s;
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_TORCH_PRINT_HPP
+// ---- end nanscope/detail/torch_print.hpp ----
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+enum class tree_style : std::uint8_t {
+  torch_repr,  ///< HuggingFace's strings, byte for byte
+  numeric,     ///< plain JSON numbers (NaN/Inf as strings), nested arrays for values
+};
+enum class tree_ranks : std::uint8_t {
+  rank0_only,  ///< only rank 0 writes (the Python tool's behaviour)
+  every_rank,  ///< each rank writes its own files, "{Class}_rank{r}_debug_tree_*.json"
+};
+
+struct tree_options {
+  std::string directory = ".";  ///< created (one level) when missing
+  std::string class_name;       ///< root name; empty: the outermost scope's class name (else its name, else "Model")
+  tree_style style = tree_style::torch_repr;
+  bool prune_layers = true;   ///< keep only the first and last of a run of numbered layer blocks
+  bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
+  bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
+  bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  tree_ranks ranks = tree_ranks::rank0_only;
+  int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
+  std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
+  std::uint64_t value_threshold = 1000;  ///< torch's print threshold: above it values are summarised
+  int edge_items = 3;                    ///< shown at each end of a summarised dimension (at least 1)
+  int line_width = 120;                  ///< HuggingFace's linewidth
+  int precision = 4;                     ///< digits after the point
+  std::function<void(std::string_view)> on_error;  ///< default: print to stderr
+
+  tree_options& in(std::string dir) { directory = std::move(dir); return *this; }
+  tree_options& with_style(tree_style s) { style = s; return *this; }
+  tree_options& with_pruning(bool on) { prune_layers = on; return *this; }
+  tree_options& with_rank(int r) { rank = r; return *this; }
+  tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
+  tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
+};
+
+namespace detail {
+
+/// Throws nanscope::error("nanscope: tree_writer: <problem>").
+[[noreturn]] inline void tree_fail(const std::string& problem) {
+  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: tree_writer: " + problem));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+
+/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
+inline bool make_directories(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
+  }
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
+inline int env_rank() {
+  static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+  for (const char* var : vars) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    long long r = 0;
+    const char* end = v + std::strlen(v);
+    auto res = std::from_chars(v, end, r);
+    if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF)
+      tree_fail(std::string("environment variable ") + var + "='" + v + "' is not a rank (a non-negative integer)");
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+/// A JSON string literal as Python's json.dumps writes it (ensure_ascii): \" \\ \n \r \t \b \f named, other
+/// control characters and DEL as \u00XX, every non-ASCII character as \uXXXX (surrogate pairs above U+FFFF).
+/// Bytes that are not valid UTF-8 become \ufffd, so the result is always valid JSON.
+inline void py_json_quote_to(std::string& out, std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  auto u16 = [&](unsigned cp) {
+    out += "\\u";
+    out += hex[(cp >> 12) & 15];
+    out += hex[(cp >> 8) & 15];
+    out += hex[(cp >> 4) & 15];
+    out += hex[cp & 15];
+  };
+  out += '"';
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20 || c == 0x7F) u16(c);
+          else out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
+    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
+    if (!ok) {
+      u16(0xFFFD);
+      ++i;
+      continue;
+    }
+    unsigned cp = len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3Fu);
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      u16(0xD800 + (cp >> 10));
+      u16(0xDC00 + (cp & 0x3FF));
+    } else {
+      u16(cp);
+    }
+    i += len;
+  }
+  out += '"';
+}
+inline std::string py_json_quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  py_json_quote_to(out, s);
+  return out;
+}
+
+/// The Python tool's address sanitiser: "object at 0x<hex>" becomes "object at 0xXXXXXXXX".
+inline std::string sanitize_addresses(std::string_view s) {
+  static const std::string_view key = "object at 0x";
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t at = s.find(key, i);
+    if (at == std::string_view::npos) break;
+    std::size_t j = at + key.size();
+    std::size_t k = j;
+    while (k < s.size() && ((s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'f') || (s[k] >= 'A' && s[k] <= 'F'))) ++k;
+    out.append(s.substr(i, j - i));
+    if (k > j) {
+      out += "XXXXXXXX";
+      i = k;
+    } else {
+      i = j;
+    }
+  }
+  out.append(s.substr(i));
+  return out;
+}
+
+/// A JSON number for x as Python's repr() writes a float ("7.0", "0.0001", "1e-05", "1.5e+16"), from the
+/// shortest digits that round-trip — for the value's own type when it is no wider than float ("0.1" for 0.1f).
+/// Non-finite values become the strings "nan", "inf", "-inf".
+inline std::string json_number(double x, bool as_float) {
+  const std::uint64_t b = double_to_bits(x);
+  if ((b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) {
+    if ((b & 0x000FFFFFFFFFFFFFull) != 0) return "\"nan\"";
+    return (b >> 63) ? "\"-inf\"" : "\"inf\"";
+  }
+  char buf[64];
+  std::to_chars_result r = as_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(x), std::chars_format::scientific)
+                                    : std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  // buf: [-]d[.ddd]e[+-]XX
+  const char* p = buf;
+  std::string out;
+  if (*p == '-') {
+    out += '-';
+    ++p;
+  }
+  std::string digits;
+  const char* q = p;
+  for (; q < r.ptr && *q != 'e'; ++q)
+    if (*q != '.') digits += *q;
+  int e10 = 0;
+  (void)std::from_chars(q + 1 + (q[1] == '+' ? 1 : 0), r.ptr, e10);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  if (e10 >= -4 && e10 < 16) {
+    if (e10 >= 0) {
+      const std::size_t int_len = static_cast<std::size_t>(e10) + 1;
+      if (digits.size() <= int_len) {
+        out += digits;
+        out.append(int_len - digits.size(), '0');
+        out += ".0";
+      } else {
+        out += digits.substr(0, int_len);
+        out += '.';
+        out += digits.substr(int_len);
+      }
+    } else {
+      out += "0.";
+      out.append(static_cast<std::size_t>(-e10 - 1), '0');
+      out += digits;
+    }
+    return out;
+  }
+  out += digits[0];
+  if (digits.size() > 1) {
+    out += '.';
+    out += digits.substr(1);
+  }
+  out += e10 < 0 ? "e-" : "e+";
+  const int a = e10 < 0 ? -e10 : e10;
+  if (a < 10) out += '0';
+  out += std::to_string(a);
+  return out;
+}
+
+/// Appends a JSON fragment rendered at indentation level 0, re-indented to `level`.
+inline void append_at(std::string& out, const std::string& frag, int level) {
+  const std::size_t pad = static_cast<std::size_t>(level) * 2;
+  for (char c : frag) {
+    out += c;
+    if (c == '\n') out.append(pad, ' ');
+  }
+}
+/// Python json.dump(indent=2) layout of an array / object whose items are fragments at level 0.
+inline std::string py_array(const std::vector<std::string>& items) {
+  if (items.empty()) return "[]";
+  std::string out = "[";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += i ? ",\n  " : "\n  ";
+    append_at(out, items[i], 1);
+  }
+  return out + "\n]";
+}
+inline std::string py_object(const std::vector<std::pair<std::string, std::string>>& items) {
+  if (items.empty()) return "{}";
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += i ? ",\n  " : "\n  ";
+    py_json_quote_to(out, items[i].first);
+    out += ": ";
+    append_at(out, items[i].second, 1);
+  }
+  return out + "\n}";
+}
+
+/// Python's `(.*)\.(\d+)$` matched against a module path: the digits after the last '.', when the path ends
+/// with them (or with them and one '\n', as Python's `$` allows) and has no newline before that '.'.
+inline bool layer_number(const std::string& path, std::string& number) {
+  std::size_t end = path.size();
+  if (end > 0 && path[end - 1] == '\n') --end;
+  std::size_t b = end;
+  while (b > 0 && path[b - 1] >= '0' && path[b - 1] <= '9') --b;
+  if (b == end || b == 0 || path[b - 1] != '.') return false;
+  if (path.find('\n') < b - 1) return false;
+  number = path.substr(b, end - b);
+  return true;
+}
+
+inline std::string indent(int level) {
+  std::string s = "\n";
+  s.append(static_cast<std::size_t>(level) * 2, ' ');
+  return s;
+}
+
+/// One serialised input/output: a tensor or a non-tensor's text.
+struct tree_io {
+  bool is_tensor = false;
+  std::string name;  ///< kwargs name / output context
+  std::string text;  ///< non-tensor: the JSON string
+  std::string shape, type;                 ///< JSON fragments (level 0)
+  std::string value;                       ///< FULL only: JSON fragment (level 0); empty when not written
+  std::vector<std::pair<const char*, std::string>> fields;  ///< statistics and extras, JSON fragments (level 0)
+
+  void render(std::string& out, int level, bool full) const {
+    if (!is_tensor) {
+      out += text;
+      return;
+    }
+    const std::string in1 = indent(level + 1);
+    out += '{';
+    out += in1;
+    out += "\"shape\": ";
+    append_at(out, shape, level + 1);
+    out += ',';
+    out += in1;
+    out += "\"dtype\": ";
+    out += type;
+    if (full && !value.empty()) {
+      out += ',';
+      out += in1;
+      out += "\"value\": ";
+      append_at(out, value, level + 1);
+    }
+    for (const auto& f : fields) {
+      out += ',';
+      out += in1;
+      out += '"';
+      out += f.first;
+      out += "\": ";
+      append_at(out, f.second, level + 1);
+    }
+    out += indent(level);
+    out += '}';
+  }
+};
+
+/// Text for both files at once.
+struct tree_text {
+  std::string summary, full;
+  void add(std::string_view s) {
+    summary.append(s.data(), s.size());
+    full.append(s.data(), s.size());
+  }
+  void add(const tree_text& t) {
+    summary += t.summary;
+    full += t.full;
+  }
+  void add_io(const tree_io& io, int level) {
+    io.render(summary, level, false);
+    io.render(full, level, true);
+  }
+  std::size_t size() const { return summary.size() + full.size(); }
+  bool empty() const { return summary.empty() && full.empty(); }
+  void clear() {
+    summary.clear();
+    full.clear();
+  }
+};
+
+}  // namespace detail
+
+/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as the
+/// recorder's scope listener for its lifetime; construct and destroy it while no scope of the recorder is open.
+class tree_writer final : public scope_listener {
+ public:
+  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
+    rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
+    if (rank_ < 0) rank_ = 0;
+    active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
+    if (opts_.directory.empty()) opts_.directory = ".";
+    if (active_) {
+      if (!detail::make_directories(opts_.directory))
+        detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
+    }
+    previous_ = rec_.set_listener(this);
+  }
+  tree_writer(const tree_writer&) = delete;
+  tree_writer& operator=(const tree_writer&) = delete;
+  ~tree_writer() override {
+    if (rec_.listener() == this) rec_.set_listener(previous_);
+  }
+
+  /// Whether this process writes trees (rank selection).
+  bool active() const { return active_; }
+  int rank() const { return rank_; }
+  /// Trees written completely so far.
+  std::uint64_t trees_written() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return written_;
+  }
+  /// Bytes of JSON written to the SUMMARY / FULL_TENSORS files so far (all passes).
+  std::uint64_t summary_bytes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return summary_bytes_;
+  }
+  std::uint64_t full_bytes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return full_bytes_;
+  }
+  /// Paths of the last pass's files ("" before the first pass).
+  std::string summary_path() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return summary_path_;
+  }
+  std::string full_path() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return full_path_;
+  }
+  /// The last error reported (empty if none).
+  std::string last_error() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return last_error_;
+  }
+  const tree_options& options() const { return opts_; }
+
+  void scope_opened(const frame& f, bool outermost) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!active_) return;
+      if (outermost) {
+        if (in_pass_) return;  // another thread's outermost scope while a pass runs
+        begin_pass(f);
+        return;
+      }
+      if (!in_pass_ || std::this_thread::get_id() != thread_) return;
+      open_node(f);
+    });
+  }
+
+  void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      node& n = nodes_.back();
+      if (n.fp != &f) return;
+      add_record(n, rec);
+    });
+  }
+
+  void scope_closed(const frame& f, bool outermost) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty() || nodes_.back().fp != &f) return;
+      close_node();
+      if (outermost || nodes_.empty()) end_pass();
+    });
+  }
+
+ private:
+  struct piece {
+    detail::tree_text text;
+    bool layer;
+  };
+  struct node {
+    const frame* fp = nullptr;
+    std::string path;
+    int depth = 0;
+    bool numbered = false;
+    std::string number;
+    bool buffered = false;  ///< writes into `own` (pruning may drop it) instead of its parent's stream
+    int out = -1;           ///< index of the node whose `own` receives this node's text; -1: the files
+    detail::tree_text own;
+    bool header_done = false;
+    bool has_children = false;
+    bool child_has_number = false;
+    int emitted = 0;      ///< children written into this node's "children" array
+    int layer_blocks = 0; ///< layer-block children seen
+    std::vector<piece> pending;  ///< after the 2nd layer block: the latest block and what followed it
+    std::vector<detail::tree_io> args, kwargs, outputs, params;
+    source_location where;
+  };
+
+  template <class F>
+  void guarded(F&& fn) noexcept {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      abandon(e.what());
+    } catch (...) {
+      abandon("unknown error");
+    }
+#else
+    fn();
+#endif
+  }
+
+  void report(const std::string& msg) {
+    last_error_ = msg;
+    const std::string line = "nanscope: tree_writer: " + msg + "\n";
+    if (opts_.on_error) {
+      opts_.on_error(line);
+    } else {
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+  void abandon(const std::string& why) {
+    report(why + " (this pass's tree files are not written)");
+    nodes_.clear();
+    root_.clear();
+    summary_file_.reset();
+    full_file_.reset();
+    in_pass_ = false;
+  }
+
+  bool step_selected(std::uint64_t s) const {
+    if (opts_.steps.empty()) return true;
+    for (auto x : opts_.steps)
+      if (x == s) return true;
+    return false;
+  }
+
+  void begin_pass(const frame& f) {
+    if (!step_selected(f.step)) return;
+    class_name_ = !opts_.class_name.empty() ? opts_.class_name
+                  : !f.class_name.empty()   ? f.class_name
+                  : !f.module_path.empty()  ? f.module_path
+                                            : std::string("Model");
+    root_prefix_ = f.module_path;
+    step_ = f.step;
+    const std::string base = opts_.directory + "/" + detail::file_safe(class_name_) +
+                             (opts_.ranks == tree_ranks::every_rank ? "_rank" + std::to_string(rank_) : std::string()) +
+                             "_debug_tree_";
+    summary_path_ = opts_.write_summary ? base + "SUMMARY.json" : std::string();
+    full_path_ = opts_.write_full ? base + "FULL_TENSORS.json" : std::string();
+    if (opts_.write_summary) summary_file_ = std::make_unique<detail::atomic_file>(summary_path_);
+    if (opts_.write_full) full_file_ = std::make_unique<detail::atomic_file>(full_path_);
+    in_pass_ = true;
+    thread_ = std::this_thread::get_id();
+    root_.clear();
+    pass_summary_bytes_ = pass_full_bytes_ = 0;
+    node r;
+    r.fp = &f;
+    r.path = class_name_;
+    r.depth = 0;
+    r.where = f.where;
+    nodes_.push_back(std::move(r));
+  }
+
+  std::string hf_path(const std::string& p) const {
+    std::string rel;
+    if (root_prefix_.empty()) {
+      rel = p;
+    } else if (p.size() > root_prefix_.size() && p.compare(0, root_prefix_.size(), root_prefix_) == 0 &&
+               p[root_prefix_.size()] == '.') {
+      rel = p.substr(root_prefix_.size() + 1);
+    } else if (p == root_prefix_) {
+      rel.clear();
+    } else {
+      rel = p;
+    }
+    return rel.empty() ? class_name_ : class_name_ + "." + rel;
+  }
+
+  detail::tree_text& stream_of(int idx) { return idx < 0 ? root_ : nodes_[static_cast<std::size_t>(idx)].own; }
+  int target_of(int idx) const {
+    const node& n = nodes_[static_cast<std::size_t>(idx)];
+    return n.buffered ? idx : n.out;
+  }
+
+  void open_node(const frame& f) {
+    const int parent_idx = static_cast<int>(nodes_.size()) - 1;
+    node& parent = nodes_.back();
+    write_header(parent_idx);
+    if (!parent.has_children) {
+      parent.has_children = true;
+      detail::tree_text& w = stream_of(target_of(parent_idx));
+      w.add(",");
+      w.add(detail::indent(parent.depth * 2 + 1));
+      w.add("\"children\": [");
+    }
+    node c;
+    c.fp = &f;
+    c.path = hf_path(f.module_path);
+    c.depth = parent.depth + 1;
+    c.where = f.where;
+    if (parent.numbered && c.path.find("." + parent.number + ".") != std::string::npos) parent.child_has_number = true;
+    c.numbered = detail::layer_number(c.path, c.number);
+    c.buffered = opts_.prune_layers && (c.numbered || !parent.pending.empty());
+    c.out = target_of(parent_idx);
+    nodes_.push_back(std::move(c));
+  }
+
+  /// Writes "{ module_path, inputs, "children": [" of node idx into its target (once, at its first child).
+  void write_header(int idx) {
+    node& n = nodes_[static_cast<std::size_t>(idx)];
+    if (n.header_done) return;
+    n.header_done = true;
+    detail::tree_text& w = stream_of(target_of(idx));
+    if (!n.buffered && idx > 0) {
+      node& parent = nodes_[static_cast<std::size_t>(idx - 1)];
+      w.add(parent.emitted++ ? "," : "");
+      w.add(detail::indent(n.depth * 2));
+    }
+    const int k = n.depth * 2 + 1;
+    std::string head = "{" + detail::indent(k) + "\"module_path\": ";
+    detail::py_json_quote_to(head, n.path);
+    head += ",";
+    head += detail::indent(k);
+    head += "\"inputs\": ";
+    w.add(head);
+    write_inputs(w, n, k);
+    maybe_flush();
+  }
+
+  void write_inputs(detail::tree_text& w, const node& n, int k) {
+    const bool root = n.depth == 0;
+    const bool has_args = !n.args.empty() || root;
+    const bool has_kwargs = !n.kwargs.empty() || root;
+    if (!has_args && !has_kwargs) {
+      w.add("{}");
+      return;
+    }
+    w.add("{");
+    if (has_args) {
+      w.add(detail::indent(k + 1));
+      w.add("\"args\": ");
+      if (n.args.empty()) {
+        w.add("[]");
+      } else {
+        w.add("[");
+        for (std::size_t i = 0; i < n.args.size(); ++i) {
+          if (i) w.add(",");
+          w.add(detail::indent(k + 2));
+          w.add_io(n.args[i], k + 2);
+        }
+        w.add(detail::indent(k + 1));
+        w.add("]");
+      }
+      if (has_kwargs) w.add(",");
+    }
+    if (has_kwargs) {
+      w.add(detail::indent(k + 1));
+      w.add("\"kwargs\": ");
+      write_named(w, n.kwargs, k + 1);
+    }
+    w.add(detail::indent(k));
+    w.add("}");
+  }
+
+  static void write_named(detail::tree_text& w, const std::vector<detail::tree_io>& items, int level) {
+    if (items.empty()) {
+      w.add("{}");
+      return;
+    }
+    w.add("{");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i) w.add(",");
+      w.add(detail::indent(level + 1));
+      w.add(detail::py_json_quote(items[i].name));
+      w.add(": ");
+      w.add_io(items[i], level + 1);
+    }
+    w.add(detail::indent(level));
+    w.add("}");
+  }
+
+  void write_outputs(detail::tree_text& w, const node& n, int k) {
+    // a single "output" → the tensor; output[i] → a list by index (gaps as null)
+    if (n.outputs.size() == 1 && n.outputs[0].name == "output") {
+      w.add_io(n.outputs[0], k);
+      return;
+    }
+    std::vector<const detail::tree_io*> slots;
+    for (const auto& o : n.outputs) {
+      std::size_t i = slots.size();
+      if (o.name.size() > 8 && o.name.compare(0, 7, "output[") == 0) i = std::strtoul(o.name.c_str() + 7, nullptr, 10);
+      if (i > slots.size() + 4096) i = slots.size();  // a absurd index: append
+      if (i >= slots.size()) slots.resize(i + 1, nullptr);
+      slots[i] = &o;
+    }
+    w.add("[");
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (i) w.add(",");
+      w.add(detail::indent(k + 1));
+      if (slots[i]) w.add_io(*slots[i], k + 1);
+      else w.add("null");
+    }
+    w.add(detail::indent(k));
+    w.add("]");
+  }
+
+  void close_node() {
+    const int idx = static_cast<int>(nodes_.size()) - 1;
+    node& n = nodes_.back();
+    const bool root = idx == 0;
+    const int k = n.depth * 2 + 1;
+    const bool leaf = !n.has_children;
+    const bool header_was_done = n.header_done;
+    write_header(idx);
+    detail::tree_text& w = stream_of(target_of(idx));
+    if (header_was_done) {
+      // children: flush what pruning held back, close the array
+      for (auto& p : n.pending) emit_child(idx, p.text);
+      n.pending.clear();
+      w.add(detail::indent(k));
+      w.add("]");
+    } else if (leaf) {
+      // the root drops a missing output (Python: falsy keys removed); other leaves write null
+      if (!root || !n.outputs.empty()) {
+        w.add(",");
+        w.add(detail::indent(k));
+        w.add("\"outputs\": ");
+        if (n.outputs.empty()) w.add("null");
+        else write_outputs(w, n, k);
+      }
+    }
+    if (opts_.extras) write_node_extras(w, n, k, root);
+    w.add(detail::indent(n.depth * 2));
+    w.add("}");
+    const bool layer_block = n.numbered && n.has_children && n.child_has_number;
+    if (n.buffered) {
+      detail::tree_text text = std::move(n.own);
+      nodes_.pop_back();
+      accept_child(idx - 1, std::move(text), layer_block);
+    } else {
+      nodes_.pop_back();
+    }
+    maybe_flush();
+  }
+
+  void write_node_extras(detail::tree_text& w, const node& n, int k, bool root) {
+    if (!n.params.empty()) {
+      w.add(",");
+      w.add(detail::indent(k));
+      w.add("\"parameters\": ");
+      write_named(w, n.params, k);
+    }
+    if (n.where.file != nullptr && n.where.file[0] != '\0') {
+      w.add(",");
+      w.add(detail::indent(k));
+      w.add("\"source\": ");
+      w.add(detail::py_json_quote(std::string(n.where.file) + ":" + std::to_string(n.where.line)));
+    }
+    if (root) {
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string s = "\"nanscope\": ";
+      detail::append_at(s,
+                        detail::py_object({{"format", "1"},
+                                           {"style", opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\""},
+                                           {"step", std::to_string(step_)},
+                                           {"rank", std::to_string(rank_)},
+                                           {"pruned", opts_.prune_layers ? "true" : "false"},
+                                           {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}}),
+                        k);
+      w.add(s);
+    }
+  }
+
+  /// A buffered child of node `pidx` has closed.
+  void accept_child(int pidx, detail::tree_text text, bool layer_block) {
+    node& p = nodes_[static_cast<std::size_t>(pidx)];
+    if (layer_block) {
+      ++p.layer_blocks;
+      if (p.layer_blocks == 1) {
+        emit_child(pidx, text);
+        return;
+      }
+      if (!p.pending.empty()) {
+        // the previous candidate for "last" is a middle block now: drop it, keep what followed it
+        for (std::size_t i = 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
+        p.pending.clear();
+      }
+      p.pending.push_back(piece{std::move(text), true});
+      return;
+    }
+    if (!p.pending.empty()) {
+      p.pending.push_back(piece{std::move(text), false});
+    } else {
+      emit_child(pidx, text);
+    }
+  }
+
+  void emit_child(int pidx, const detail::tree_text& text) {
+    node& p = nodes_[static_cast<std::size_t>(pidx)];
+    detail::tree_text& w = stream_of(target_of(pidx));
+    w.add(p.emitted++ ? "," : "");
+    w.add(detail::indent((p.depth + 1) * 2));
+    w.add(text);
+  }
+
+  void maybe_flush(bool force = false) {
+    constexpr std::size_t chunk = std::size_t{1} << 20;
+    if (!force && root_.summary.size() < chunk && root_.full.size() < chunk) return;
+    if (summary_file_) summary_file_->write(root_.summary.data(), root_.summary.size());
+    if (full_file_) full_file_->write(root_.full.data(), root_.full.size());
+    pass_summary_bytes_ += root_.summary.size();
+    pass_full_bytes_ += root_.full.size();
+    root_.clear();
+  }
+
+  void end_pass() {
+    maybe_flush(true);
+    if (summary_file_) summary_file_->commit();
+    if (full_file_) full_file_->commit();
+    summary_file_.reset();
+    full_file_.reset();
+    summary_bytes_ += pass_summary_bytes_;
+    full_bytes_ += pass_full_bytes_;
+    ++written_;
+    nodes_.clear();
+    in_pass_ = false;
+  }
+
+  // --- tensors ------------------------------------------------------------------------------------------
+
+  void add_record(node& n, const tensor_record& rec) {
+    detail::tree_io io;
+    io.name = rec.context;
+    if (!rec.is_tensor) {
+      io.is_tensor = false;
+      io.text = detail::py_json_quote(detail::sanitize_addresses(rec.repr.empty() ? std::string("None") : rec.repr));
+    } else {
+      describe(io, rec);
+    }
+    switch (rec.role) {
+      case tensor_role::input:
+        if (rec.context.size() > 6 && rec.context.compare(0, 6, "input[") == 0) n.args.push_back(std::move(io));
+        else n.kwargs.push_back(std::move(io));
+        break;
+      case tensor_role::output: n.outputs.push_back(std::move(io)); break;
+      case tensor_role::parameter:
+        if (opts_.extras) n.params.push_back(std::move(io));
+        break;
+      case tensor_role::checkpoint: break;
+    }
+  }
+
+  void describe(detail::tree_io& io, const tensor_record& rec) {
+    io.is_tensor = true;
+    const tensor_view& v = rec.view;
+    const bool torch = opts_.style == tree_style::torch_repr;
+    detail::torch_print_options po;
+    po.threshold = opts_.value_threshold;
+    po.edge_items = opts_.edge_items < 1 ? 1 : opts_.edge_items;  // torch's edgeitems=0 mode is not reproduced
+    po.line_width = opts_.line_width;
+    po.precision = opts_.precision;
+    const health_result* h = &rec.health;
+    health_result own;
+    const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
+                                                v.space == memory_space::cuda_managed);
+    if (is_float(v.type) && h->mode != check_mode::stats && readable) {
+      own = (check)(v, check_options{}.with_mode(check_mode::stats));
+      h = &own;
+    }
+    if (torch) {
+      io.shape = detail::py_json_quote(detail::torch_size_repr(v));
+      io.type = detail::py_json_quote(info(v.type).torch_name);
+    } else {
+      std::vector<std::string> dims;
+      for (int i = 0; i < v.rank; ++i) dims.push_back(std::to_string(v.shape[i]));
+      io.shape = detail::py_array(dims);
+      io.type = detail::py_json_quote(info(v.type).torch_name);
+    }
+    if (opts_.write_full && readable) {
+      if (torch) {
+        const std::string text = detail::torch_tensor_repr(v, po);
+        std::vector<std::string> lines;
+        std::size_t b = 0;
+        while (true) {
+          const std::size_t e = text.find('\n', b);
+          lines.push_back(detail::py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
+          if (e == std::string::npos) break;
+          b = e + 1;
+        }
+        io.value = detail::py_array(lines);
+      } else {
+        io.value = numeric_value(v, po);
+      }
+    }
+    const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
+    if (is_float(v.type) && (torch ? hf_stats : true)) {
+      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (torch) {
+        io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
+        io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
+        io.fields.emplace_back("min", detail::py_json_quote(detail::torch_scalar_repr(s.min, v.type, v, po)));
+        io.fields.emplace_back("max", detail::py_json_quote(detail::torch_scalar_repr(s.max, v.type, v, po)));
+      } else {
+        io.fields.emplace_back("mean", detail::json_number(s.mean, false));
+        io.fields.emplace_back("std", detail::json_number(s.std, false));
+        io.fields.emplace_back("min", detail::json_number(s.min, size_of(v.type) <= 4));
+        io.fields.emplace_back("max", detail::json_number(s.max, size_of(v.type) <= 4));
+      }
+    }
+    if (!opts_.extras) return;
+    if (is_float(v.type)) {
+      io.fields.emplace_back("health", detail::py_object({{"negative", std::to_string(h->negative)},
+                                                          {"zero", std::to_string(h->zero)},
+                                                          {"positive", std::to_string(h->positive)},
+                                                          {"neg_inf", std::to_string(h->neg_inf)},
+                                                          {"pos_inf", std::to_string(h->pos_inf)},
+                                                          {"nan", std::to_string(h->nan)}}));
+      const bool narrow = size_of(v.type) <= 4;
+      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, narrow));
+      io.fields.emplace_back("abs_min_nonzero", detail::json_number(h->abs_min_nonzero, narrow));
+      if (detail::is_finite_bits(h->abs_max)) {
+        std::vector<std::pair<std::string, std::string>> hr;
+        static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
+        for (dtype t : targets) hr.emplace_back(name(t), detail::json_number(headroom_bits(h->abs_max, t), false));
+        io.fields.emplace_back("headroom_bits", detail::py_object(hr));
+      }
+      if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+    } else if (detail::is_finite_bits(h->abs_max)) {
+      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
+    }
+  }
+
+  /// Nested arrays of the values torch would show ("..." where it summarises).
+  static std::string numeric_value(const tensor_view& v, const detail::torch_print_options& po) {
+    const detail::element_reader rd(v);
+    const bool summarize = v.numel() > po.threshold;
+    const bool as_float = size_of(v.type) <= 4;
+    auto one = [&](std::int64_t off) -> std::string {
+      if (v.type == dtype::boolean) return rd.bits(off) != 0 ? "true" : "false";
+      if (!is_float(v.type)) return rd.as_int_text(off);
+      return detail::json_number(rd.as_double(off), as_float);
+    };
+    if (v.rank == 0) return one(0);
+    struct rec_t {
+      const tensor_view& v;
+      const detail::torch_print_options& po;
+      bool summarize;
+      decltype(one)& f;
+      std::string run(int d, std::int64_t off) {
+        std::vector<std::string> items;
+        for (std::int64_t i : detail::torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
+          if (i < 0) {
+            items.emplace_back("\"...\"");
+            continue;
+          }
+          const std::int64_t o = off + i * v.strides[d];
+          items.push_back(d + 1 == v.rank ? f(o) : run(d + 1, o));
+        }
+        return detail::py_array(items);
+      }
+    } r{v, po, summarize, one};
+    return r.run(0, 0);
+  }
+
+  recorder& rec_;
+  tree_options opts_;
+  scope_listener* previous_ = nullptr;
+  int rank_ = 0;
+  bool active_ = true;
+
+  mutable std::mutex m_;
+  bool in_pass_ = false;
+  std::thread::id thread_;
+  std::string class_name_;
+  std::string root_prefix_;
+  std::uint64_t step_ = 0;
+  std::deque<node> nodes_;
+  detail::tree_text root_;
+  std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
+  std::string summary_path_, full_path_;
+  std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;
+  std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
+  std::uint64_t written_ = 0;
+  std::string last_error_;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_TREE_HPP
+// ---- end nanscope/tree.hpp ----
 
 #endif  // NANSCOPE_NANSCOPE_HPP
 // ---- end nanscope/nanscope.hpp ----

@@ -15,8 +15,8 @@
 #ifndef NANSCOPE_DETAIL_TORCH_PRINT_HPP
 #define NANSCOPE_DETAIL_TORCH_PRINT_HPP
 
-#if !defined(NANSCOPE_TREE_HPP) && !defined(NANSCOPE_AMALGAMATED)
-#error "nanscope/detail/torch_print.hpp is internal: include <nanscope/tree.hpp>"
+#if !defined(NANSCOPE_TREE_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/torch_print.hpp is internal: include <nanscope/tree.hpp> or <nanscope/nanscope.hpp>"
 #endif
 
 #include "../config.hpp"
@@ -52,10 +52,10 @@ inline std::string py_format(double v, int precision, char conv) {
   }
   char fmt_buf[16];
   std::snprintf(fmt_buf, sizeof fmt_buf, "%%.%d%c", precision, conv);
-  char small[64];
-  const int n = std::snprintf(small, sizeof small, fmt_buf, v);
+  char stack_buf[64];
+  const int n = std::snprintf(stack_buf, sizeof stack_buf, fmt_buf, v);
   if (n < 0) return "?";
-  if (static_cast<std::size_t>(n) < sizeof small) return std::string(small, static_cast<std::size_t>(n));
+  if (static_cast<std::size_t>(n) < sizeof stack_buf) return std::string(stack_buf, static_cast<std::size_t>(n));
   std::string big(static_cast<std::size_t>(n) + 1, '\0');  // "{:.4f}" of 1e300 has 305 characters
   std::snprintf(&big[0], big.size(), fmt_buf, v);
   big.resize(static_cast<std::size_t>(n));
