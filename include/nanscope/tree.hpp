@@ -73,7 +73,7 @@ enum class tree_ranks : std::uint8_t {
 };
 
 struct tree_options {
-  std::string directory = ".";  ///< created (one level) when missing
+  std::string directory = ".";  ///< created (with its parents) when missing
   std::string class_name;       ///< root name; empty: the outermost scope's class name (else its name, else "Model")
   tree_style style = tree_style::torch_repr;
   bool prune_layers = true;   ///< keep only the first and last of a run of numbered layer blocks
