@@ -282,10 +282,13 @@ inline std::string json_number(double x, bool as_float) {
 /// Appends a JSON fragment rendered at indentation level 0, re-indented to `level`.
 inline void append_at(std::string& out, const std::string& frag, int level) {
   const std::size_t pad = static_cast<std::size_t>(level) * 2;
-  for (char c : frag) {
-    out += c;
-    if (c == '\n') out.append(pad, ' ');
+  std::size_t b = 0;
+  for (std::size_t nl = frag.find('\n'); nl != std::string::npos; nl = frag.find('\n', b)) {
+    out.append(frag, b, nl + 1 - b);
+    out.append(pad, ' ');
+    b = nl + 1;
   }
+  out.append(frag, b, std::string::npos);
 }
 /// Python json.dump(indent=2) layout of an array / object whose items are fragments at level 0.
 inline std::string py_array(const std::vector<std::string>& items) {
@@ -370,20 +373,21 @@ struct tree_io {
   }
 };
 
-/// Text for both files at once.
+/// Text for both files at once (only for the files being written).
 struct tree_text {
   std::string summary, full;
+  bool with_summary = true, with_full = true;
   void add(std::string_view s) {
-    summary.append(s.data(), s.size());
-    full.append(s.data(), s.size());
+    if (with_summary) summary.append(s.data(), s.size());
+    if (with_full) full.append(s.data(), s.size());
   }
   void add(const tree_text& t) {
     summary += t.summary;
     full += t.full;
   }
   void add_io(const tree_io& io, int level) {
-    io.render(summary, level, false);
-    io.render(full, level, true);
+    if (with_summary) io.render(summary, level, false);
+    if (with_full) io.render(full, level, true);
   }
   std::size_t size() const { return summary.size() + full.size(); }
   bool empty() const { return summary.empty() && full.empty(); }
@@ -565,12 +569,16 @@ class tree_writer final : public scope_listener {
     in_pass_ = true;
     thread_ = std::this_thread::get_id();
     root_.clear();
+    root_.with_summary = opts_.write_summary;
+    root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
     r.fp = &f;
     r.path = class_name_;
     r.depth = 0;
     r.where = f.where;
+    r.own.with_summary = opts_.write_summary;
+    r.own.with_full = opts_.write_full;
     nodes_.push_back(std::move(r));
   }
 
@@ -615,6 +623,8 @@ class tree_writer final : public scope_listener {
     c.numbered = detail::layer_number(c.path, c.number);
     c.buffered = opts_.prune_layers && (c.numbered || !parent.pending.empty());
     c.out = target_of(parent_idx);
+    c.own.with_summary = opts_.write_summary;
+    c.own.with_full = opts_.write_full;
     nodes_.push_back(std::move(c));
   }
 

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <charconv>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ inline std::string py_format(double v, int precision, char conv) {
     if ((b & 0x000FFFFFFFFFFFFFull) != 0) return "nan";
     return neg ? "-inf" : "inf";
   }
+  // std::to_chars with a precision is specified as printf's %.{p}e / %.{p}f in the C locale (exactly rounded),
+  // and is several times faster than snprintf; snprintf is the fallback for "{:.4f}" of very large values.
+  char fast[64];
+  const std::to_chars_result r = std::to_chars(
+      fast, fast + sizeof fast, v, conv == 'e' ? std::chars_format::scientific : std::chars_format::fixed, precision);
+  if (r.ec == std::errc()) return std::string(fast, static_cast<std::size_t>(r.ptr - fast));
   char fmt_buf[16];
   std::snprintf(fmt_buf, sizeof fmt_buf, "%%.%d%c", precision, conv);
   char stack_buf[64];
