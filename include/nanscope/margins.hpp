@@ -332,6 +332,13 @@ inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, m
 // ---------------------------------------------------------------------------------------------------------
 #define NANSCOPE_IMPL_M512 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) static inline
 #define NANSCOPE_IMPL_M256 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) static inline
+// nvcc's front end does not know `#pragma GCC unroll` (warning 1675): the hint is dropped there.
+#if defined(__CUDACC__)
+#define NANSCOPE_IMPL_UNROLL(n)
+#else
+#define NANSCOPE_IMPL_PRAGMA(x) _Pragma(#x)
+#define NANSCOPE_IMPL_UNROLL(n) NANSCOPE_IMPL_PRAGMA(GCC unroll n)
+#endif
 
 template <class Mask>
 struct m512_common {
@@ -473,7 +480,7 @@ struct m256_u64 : m256_common {
     using M = typename L::mask;                                                                                  \
     constexpr std::size_t W = L::lanes;                                                                          \
     V bnd[mb_count];                                                                                             \
-    _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) bnd[k] = L::bound(mb.b[k]);                      \
+    NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) bnd[k] = L::bound(mb.b[k]);                      \
     const V small_hi = L::bound(margin_small_hi(mb));                                                            \
     const V large_lo = L::bound(margin_large_lo(mb));                                                            \
     const V absm = L::set1(mb.abs_mask);                                                                         \
@@ -482,7 +489,7 @@ struct m256_u64 : m256_common {
     while (i < n) {                                                                                              \
       const std::size_t end = (n - i) / W > L::flush_vectors ? i + L::flush_vectors * W : n;                     \
       V acc[mb_count];                                                                                           \
-      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
+      NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
       V vmax = L::zero();                                                                                        \
       for (; i < end; i += W) {                                                                                  \
         const U* src = p + i;                                                                                    \
@@ -494,12 +501,12 @@ struct m256_u64 : m256_common {
           _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);        \
         const V a = L::band(L::load(src), absm);                                                                 \
         const M nz = L::ge(a, bnd[mb_nonzero]);                                                                  \
-        _Pragma("GCC unroll 3") for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
+        NANSCOPE_IMPL_UNROLL(3) for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
         if (L::any(L::andnot(L::ge(a, small_hi), nz))) {                                                         \
-          _Pragma("GCC unroll 6") for (int k : mb_small) acc[k] = L::count(acc[k], L::andnot(L::ge(a, bnd[k]), nz)); \
+          NANSCOPE_IMPL_UNROLL(6) for (int k : mb_small) acc[k] = L::count(acc[k], L::andnot(L::ge(a, bnd[k]), nz)); \
         }                                                                                                        \
         if (L::any(L::ge(a, large_lo))) {                                                                        \
-          _Pragma("GCC unroll 6") for (int k : mb_large) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));            \
+          NANSCOPE_IMPL_UNROLL(6) for (int k : mb_large) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));            \
           vmax = L::vmax_not(vmax, a, L::ge(a, bnd[mb_nan]));                                                    \
         } else {                                                                                                 \
           vmax = L::vmax(vmax, a);                                                                               \
@@ -507,7 +514,7 @@ struct m256_u64 : m256_common {
       }                                                                                                          \
       if (end < i) i = end;                                                                                      \
       std::uint64_t block[mb_count];                                                                             \
-      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) block[k] = L::sum(acc[k]);                     \
+      NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) block[k] = L::sum(acc[k]);                     \
       margin_add_block(out, block);                                                                              \
       U lane_max[W];                                                                                             \
       L::store(lane_max, vmax);                                                                                  \
@@ -522,6 +529,8 @@ NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
 #undef NANSCOPE_IMPL_MARGINS_SIMD_KERNEL
 #undef NANSCOPE_IMPL_M512
 #undef NANSCOPE_IMPL_M256
+#undef NANSCOPE_IMPL_UNROLL
+#undef NANSCOPE_IMPL_PRAGMA
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -169,14 +169,26 @@ inline void py_json_quote_to(std::string& out, std::string_view s) {
       ++i;
       continue;
     }
+    // Invalid UTF-8 becomes U+FFFD once per maximal subpart (Unicode's recommended practice, what Python's
+    // bytes.decode("utf-8", "replace") does): a lead byte and the continuation bytes that could still have
+    // completed it.
     const std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-    bool ok = len != 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
-    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
-    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
-    if (!ok) {
+    std::size_t got = 1;
+    while (len != 0 && got < len && i + got < n) {
+      const unsigned char b = p[i + got];
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (got == 1) {
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;  // no surrogates
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+      }
+      if (b < lo || b > hi) break;
+      ++got;
+    }
+    if (len == 0 || got < len) {
       u16(0xFFFD);
-      ++i;
+      i += got;
       continue;
     }
     unsigned cp = len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);

@@ -3096,6 +3096,13 @@ inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, m
 // ---------------------------------------------------------------------------------------------------------
 #define NANSCOPE_IMPL_M512 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) static inline
 #define NANSCOPE_IMPL_M256 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) static inline
+// nvcc's front end does not know `#pragma GCC unroll` (warning 1675): the hint is dropped there.
+#if defined(__CUDACC__)
+#define NANSCOPE_IMPL_UNROLL(n)
+#else
+#define NANSCOPE_IMPL_PRAGMA(x) _Pragma(#x)
+#define NANSCOPE_IMPL_UNROLL(n) NANSCOPE_IMPL_PRAGMA(GCC unroll n)
+#endif
 
 template <class Mask>
 struct m512_common {
@@ -3237,7 +3244,7 @@ struct m256_u64 : m256_common {
     using M = typename L::mask;                                                                                  \
     constexpr std::size_t W = L::lanes;                                                                          \
     V bnd[mb_count];                                                                                             \
-    _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) bnd[k] = L::bound(mb.b[k]);                      \
+    NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) bnd[k] = L::bound(mb.b[k]);                      \
     const V small_hi = L::bound(margin_small_hi(mb));                                                            \
     const V large_lo = L::bound(margin_large_lo(mb));                                                            \
     const V absm = L::set1(mb.abs_mask);                                                                         \
@@ -3246,7 +3253,7 @@ struct m256_u64 : m256_common {
     while (i < n) {                                                                                              \
       const std::size_t end = (n - i) / W > L::flush_vectors ? i + L::flush_vectors * W : n;                     \
       V acc[mb_count];                                                                                           \
-      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
+      NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
       V vmax = L::zero();                                                                                        \
       for (; i < end; i += W) {                                                                                  \
         const U* src = p + i;                                                                                    \
@@ -3258,12 +3265,12 @@ struct m256_u64 : m256_common {
           _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);        \
         const V a = L::band(L::load(src), absm);                                                                 \
         const M nz = L::ge(a, bnd[mb_nonzero]);                                                                  \
-        _Pragma("GCC unroll 3") for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
+        NANSCOPE_IMPL_UNROLL(3) for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
         if (L::any(L::andnot(L::ge(a, small_hi), nz))) {                                                         \
-          _Pragma("GCC unroll 6") for (int k : mb_small) acc[k] = L::count(acc[k], L::andnot(L::ge(a, bnd[k]), nz)); \
+          NANSCOPE_IMPL_UNROLL(6) for (int k : mb_small) acc[k] = L::count(acc[k], L::andnot(L::ge(a, bnd[k]), nz)); \
         }                                                                                                        \
         if (L::any(L::ge(a, large_lo))) {                                                                        \
-          _Pragma("GCC unroll 6") for (int k : mb_large) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));            \
+          NANSCOPE_IMPL_UNROLL(6) for (int k : mb_large) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));            \
           vmax = L::vmax_not(vmax, a, L::ge(a, bnd[mb_nan]));                                                    \
         } else {                                                                                                 \
           vmax = L::vmax(vmax, a);                                                                               \
@@ -3271,7 +3278,7 @@ struct m256_u64 : m256_common {
       }                                                                                                          \
       if (end < i) i = end;                                                                                      \
       std::uint64_t block[mb_count];                                                                             \
-      _Pragma("GCC unroll 15") for (int k = 0; k < mb_count; ++k) block[k] = L::sum(acc[k]);                     \
+      NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) block[k] = L::sum(acc[k]);                     \
       margin_add_block(out, block);                                                                              \
       U lane_max[W];                                                                                             \
       L::store(lane_max, vmax);                                                                                  \
@@ -3286,6 +3293,8 @@ NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
 #undef NANSCOPE_IMPL_MARGINS_SIMD_KERNEL
 #undef NANSCOPE_IMPL_M512
 #undef NANSCOPE_IMPL_M256
+#undef NANSCOPE_IMPL_UNROLL
+#undef NANSCOPE_IMPL_PRAGMA
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -6706,14 +6715,26 @@ inline void py_json_quote_to(std::string& out, std::string_view s) {
       ++i;
       continue;
     }
+    // Invalid UTF-8 becomes U+FFFD once per maximal subpart (Unicode's recommended practice, what Python's
+    // bytes.decode("utf-8", "replace") does): a lead byte and the continuation bytes that could still have
+    // completed it.
     const std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-    bool ok = len != 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
-    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
-    if (ok && len == 4) ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
-    if (!ok) {
+    std::size_t got = 1;
+    while (len != 0 && got < len && i + got < n) {
+      const unsigned char b = p[i + got];
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (got == 1) {
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;  // no surrogates
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+      }
+      if (b < lo || b > hi) break;
+      ++got;
+    }
+    if (len == 0 || got < len) {
       u16(0xFFFD);
-      ++i;
+      i += got;
       continue;
     }
     unsigned cp = len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);

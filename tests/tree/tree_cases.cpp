@@ -42,6 +42,34 @@ struct data {
   }
 };
 
+/// 400 names of 1..12 bytes drawn from ASCII letters, continuation bytes, every lead byte and invalid bytes.
+const std::vector<std::string>& utf8_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    std::uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto next = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<unsigned>(state >> 33);
+    };
+    for (int i = 0; i < 400; ++i) {
+      std::string n = "u" + std::to_string(i) + "_";
+      const unsigned len = 1 + next() % 12;
+      for (unsigned k = 0; k < len; ++k) {
+        const unsigned pick = next() % 8;
+        unsigned char b;
+        if (pick < 2) b = static_cast<unsigned char>('a' + next() % 26);
+        else if (pick < 5) b = static_cast<unsigned char>(0x80 + next() % 64);   // continuation
+        else if (pick < 7) b = static_cast<unsigned char>(0xC0 + next() % 53);   // leads C0..F4
+        else b = static_cast<unsigned char>(0xF5 + next() % 11);                 // never valid
+        n += static_cast<char>(b);
+      }
+      out.push_back(n);
+    }
+    return out;
+  }();
+  return names;
+}
+
 tensor_view view(const void* p, dtype t, std::initializer_list<std::int64_t> shape) {
   return tensor_view::contiguous(p, t, shape);
 }
@@ -118,6 +146,14 @@ void run_model(nanscope::recorder& rec, const data& d) {
   {
     scope empty(rec, "empty", "Identity");  // a leaf with no inputs and no outputs
   }
+  {
+    // random byte strings rich in UTF-8 lead and continuation bytes: tree_check.py compares each module path
+    // with Python's bytes.decode("utf-8", "replace") of the bytes listed in utf8_names.bin
+    scope list(rec, "utf8", "ModuleList");
+    for (const auto& n : utf8_names()) {
+      scope leaf(rec, n, "Leaf");
+    }
+  }
 }
 }  // namespace
 
@@ -127,6 +163,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  {
+    FILE* f = std::fopen((dir + "/utf8_names.bin").c_str(), "wb");
+    if (f == nullptr) return 2;
+    for (const auto& n : utf8_names()) {
+      const unsigned char len = static_cast<unsigned char>(n.size());
+      std::fwrite(&len, 1, 1, f);
+      std::fwrite(n.data(), 1, n.size(), f);
+    }
+    std::fclose(f);
+  }
   const data d(2000);
   // The model plants a NaN in attention_mask: report it silently and go on, the tree must still be complete.
   nanscope::recorder_options ro;

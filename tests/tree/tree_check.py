@@ -152,9 +152,23 @@ def main():
     names = [c["module_path"] for c in trees[("numeric", "unpruned")]["children"]]
     for expected in ["TinyModel.ctl" + "".join(chr(c) for c in range(1, 32)) + "\x7f", "TinyModel.q\"uo\\te'",
                      "TinyModel.caf\u00e9 \u20ac \U0001F600", "TinyModel.x.9\n",
-                     "TinyModel.bad\ufffd\ufffd utf8 \ufffd\ufffd \ufffd\ufffd\ufffd \ufffd\ufffd"]:
+                     "TinyModel." + b"bad\xff\xfe utf8 \xc0\x80 \xed\xa0\x80 \xe2\x82".decode("utf-8", "replace")]:
         if expected not in names:
             fail(f"hostile name {expected!r} not found in {[n[:40] for n in names]}")
+    # invalid UTF-8: one U+FFFD per maximal subpart, as Python's decode("utf-8", "replace")
+    with open(os.path.join(work, "utf8_names.bin"), "rb") as f:
+        raw = f.read()
+    expected, i = [], 0
+    while i < len(raw):
+        n = raw[i]
+        expected.append("TinyModel.utf8." + raw[i + 1:i + 1 + n].decode("utf-8", "replace"))
+        i += 1 + n
+    utf8 = next(c for c in trees[("numeric", "unpruned")]["children"] if c["module_path"] == "TinyModel.utf8")
+    got = [c["module_path"] for c in utf8["children"]]
+    if got != expected:
+        bad = [(e, g) for e, g in zip(expected, got) if e != g]
+        fail(f"{len(bad)} of {len(expected)} invalid-UTF-8 names differ from Python's decoding, e.g. {bad[:3]!r}")
+    print(f"utf8: {len(expected)} random byte-string names decoded as Python does")
     print(f"tree_check: {len(errors)} failures")
     return 1 if errors else 0
 
