@@ -19,5 +19,6 @@
 #include "report.hpp"
 #include "macros.hpp"
 #include "tree.hpp"
+#include "deferred.hpp"
 
 #endif  // NANSCOPE_NANSCOPE_HPP

@@ -410,6 +410,9 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
+  health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
+                                  source_location where = {}, allow allowed = allow::none);
 
   /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
   /// the scope that completes a step cannot throw from its destructor).
@@ -428,8 +431,10 @@ class recorder {
   void complete(frame&& f, bool outermost);
   /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
   /// storage moves as more tensors are recorded).
+  /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
+  /// is then not read at all (no margins, no integer ranges) and device pointers are dropped from the record.
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed);
+                       allow allowed, const health_result* known = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -462,6 +467,8 @@ class recorder {
   }
   void complete_step();
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
+  health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
+                                const health_result* known);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -580,6 +587,16 @@ class scope {
     rec_.record_non_tensor(frame_, tensor_role::input, std::string(name), false, std::string(repr));
   }
 
+  /// Records a tensor whose health was computed elsewhere (a device check resolved at the step boundary, see
+  /// deferred.hpp): as input()/output()/parameter(), without reading the data. An empty `context` for an input
+  /// is the next positional one (`input[k]`).
+  health_result record_result(tensor_role role, std::string_view context, const tensor_view& v,
+                              const health_result& h, source_location where = {}) {
+    std::string ctx = role == tensor_role::input && context.empty() ? "input[" + std::to_string(inputs_++) + "]"
+                                                                      : std::string(context);
+    return rec_.record(frame_, role, std::move(ctx), v, where, allow::none, &h);
+  }
+
   const std::string& module_path() const { return frame_.module_path; }
   const frame& current() const { return frame_; }
   recorder& owner() const { return rec_; }
@@ -621,12 +638,13 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed) {
+                                      source_location where, allow allowed, const health_result* known) {
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.where = where;
   rec.view = v;
+  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
   bool skip = false;
   check_mode mode;
   unsigned threads;
@@ -640,15 +658,38 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
   }
+  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
+  auto known_as = [&](check_mode m) {
+    health_result h = *known;
+    if (m == check_mode::shape || m == check_mode::no_tensor) {
+      health_result s;
+      s.type = h.type;
+      s.mode = m;
+      s.rank = h.rank;
+      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
+      s.count = h.count;
+      return s;
+    }
+    return h;
+  };
   if (!is_float(v.type)) {
-    if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
-    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-    detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    if (known != nullptr) {
+      rec.health = known_as(check_mode::shape);
+      if (skip_int) return rec.health;
+      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
+        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    } else {
+      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    }
     f.tensors.push_back(std::move(rec));
     if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
     return f.tensors.back().health;
   }
-  if (skip) {
+  if (known != nullptr) {
+    rec.health = known_as(skip ? check_mode::shape : known->mode);
+  } else if (skip) {
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
@@ -855,6 +896,16 @@ inline void recorder::complete_step() {
 
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
+}
+
+inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
+                                                 std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(v, context, where, allowed, &h);
+}
+
+inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
+                                               allow allowed, const health_result* known) {
   scope* s = detail::current_scope(*this);
   // The frame is completed into the ring even when the check throws (throw_exception policy).
   struct pending {
@@ -872,7 +923,7 @@ health_result recorder::checkpoint(const T& tensor, std::string_view context, so
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
 }
 
 NANSCOPE_NAMESPACE_END

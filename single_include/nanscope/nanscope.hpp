@@ -5269,6 +5269,9 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
+  health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
+                                  source_location where = {}, allow allowed = allow::none);
 
   /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
   /// the scope that completes a step cannot throw from its destructor).
@@ -5287,8 +5290,10 @@ class recorder {
   void complete(frame&& f, bool outermost);
   /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
   /// storage moves as more tensors are recorded).
+  /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
+  /// is then not read at all (no margins, no integer ranges) and device pointers are dropped from the record.
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed);
+                       allow allowed, const health_result* known = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -5321,6 +5326,8 @@ class recorder {
   }
   void complete_step();
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
+  health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
+                                const health_result* known);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -5439,6 +5446,16 @@ class scope {
     rec_.record_non_tensor(frame_, tensor_role::input, std::string(name), false, std::string(repr));
   }
 
+  /// Records a tensor whose health was computed elsewhere (a device check resolved at the step boundary, see
+  /// deferred.hpp): as input()/output()/parameter(), without reading the data. An empty `context` for an input
+  /// is the next positional one (`input[k]`).
+  health_result record_result(tensor_role role, std::string_view context, const tensor_view& v,
+                              const health_result& h, source_location where = {}) {
+    std::string ctx = role == tensor_role::input && context.empty() ? "input[" + std::to_string(inputs_++) + "]"
+                                                                      : std::string(context);
+    return rec_.record(frame_, role, std::move(ctx), v, where, allow::none, &h);
+  }
+
   const std::string& module_path() const { return frame_.module_path; }
   const frame& current() const { return frame_; }
   recorder& owner() const { return rec_; }
@@ -5480,12 +5497,13 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed) {
+                                      source_location where, allow allowed, const health_result* known) {
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.where = where;
   rec.view = v;
+  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
   bool skip = false;
   check_mode mode;
   unsigned threads;
@@ -5499,15 +5517,38 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
   }
+  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
+  auto known_as = [&](check_mode m) {
+    health_result h = *known;
+    if (m == check_mode::shape || m == check_mode::no_tensor) {
+      health_result s;
+      s.type = h.type;
+      s.mode = m;
+      s.rank = h.rank;
+      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
+      s.count = h.count;
+      return s;
+    }
+    return h;
+  };
   if (!is_float(v.type)) {
-    if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
-    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-    detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    if (known != nullptr) {
+      rec.health = known_as(check_mode::shape);
+      if (skip_int) return rec.health;
+      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
+        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    } else {
+      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    }
     f.tensors.push_back(std::move(rec));
     if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
     return f.tensors.back().health;
   }
-  if (skip) {
+  if (known != nullptr) {
+    rec.health = known_as(skip ? check_mode::shape : known->mode);
+  } else if (skip) {
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
@@ -5714,6 +5755,16 @@ inline void recorder::complete_step() {
 
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
+}
+
+inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
+                                                 std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(v, context, where, allowed, &h);
+}
+
+inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
+                                               allow allowed, const health_result* known) {
   scope* s = detail::current_scope(*this);
   // The frame is completed into the ring even when the check throws (throw_exception policy).
   struct pending {
@@ -5731,7 +5782,7 @@ health_result recorder::checkpoint(const T& tensor, std::string_view context, so
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), to_view(tensor), where, allowed);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
 }
 
 NANSCOPE_NAMESPACE_END
@@ -7570,6 +7621,187 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_TREE_HPP
 // ---- end nanscope/tree.hpp ----
+// ---- begin nanscope/deferred.hpp ----
+// nanscope — deferred.hpp: record a step whose tensor results arrive later (asynchronous device checks), then
+// replay it into a recorder at the step boundary. The replay opens the same scopes in the same order and
+// records the same tensors with their resolved results, so the recorder's frames, detections, reports,
+// warnings, step counting and its listener (the layer-tree writer) see exactly what the direct path shows.
+// Needs only the standard library; the CUDA backend (cuda.cuh) builds nanscope::cuda::deferred_recorder on it.
+#ifndef NANSCOPE_DEFERRED_HPP
+#define NANSCOPE_DEFERRED_HPP
+
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "recorder.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The log of one step. `Result` is any copyable type with `health_result get() const` (nanscope::cuda::pending;
+/// a host type in tests). Single-threaded: one log per recording thread.
+template <class Result>
+class deferred_log {
+ public:
+  explicit deferred_log(recorder& r) : rec_(&r) {}
+  deferred_log(const deferred_log&) = delete;
+  deferred_log& operator=(const deferred_log&) = delete;
+
+  recorder& owner() const { return *rec_; }
+  /// Tensors logged since the last replay.
+  std::size_t pending_tensors() const { return tensors_; }
+  bool empty() const { return events_.empty(); }
+
+  /// A module scope of the log (RAII, same naming as nanscope::scope). Tensors are logged with their (still
+  /// unresolved) result.
+  class scope {
+   public:
+    scope(deferred_log& log, std::string_view name, std::string_view class_name, source_location where = {})
+        : log_(log) {
+      event e;
+      e.what = kind::open;
+      e.text.assign(name.data(), name.size());
+      e.text2.assign(class_name.data(), class_name.size());
+      e.where = where;
+      log_.events_.push_back(std::move(e));
+      ++log_.depth_;
+    }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+    ~scope() {
+      event e;
+      e.what = kind::close;
+      log_.events_.push_back(std::move(e));
+      --log_.depth_;
+    }
+
+    /// The next positional input (`input[k]`), or a named one.
+    void input(const tensor_view& v, Result r, source_location where = {}) {
+      log_.add(tensor_role::input, std::string(), v, std::move(r), where);
+    }
+    void input(const tensor_view& v, Result r, std::string_view name, source_location where = {}) {
+      log_.add(tensor_role::input, std::string(name), v, std::move(r), where);
+    }
+    /// The output (`output`), or output `i` of several (`output[i]`).
+    void output(const tensor_view& v, Result r, source_location where = {}) {
+      log_.add(tensor_role::output, "output", v, std::move(r), where);
+    }
+    void output(const tensor_view& v, Result r, int i, source_location where = {}) {
+      log_.add(tensor_role::output, "output[" + std::to_string(i) + "]", v, std::move(r), where);
+    }
+    void parameter(const tensor_view& v, Result r, std::string_view name, source_location where = {}) {
+      log_.add(tensor_role::parameter, std::string(name), v, std::move(r), where);
+    }
+    /// A non-tensor argument ("not a tensor") or an absent one ("None").
+    void non_tensor_input(bool is_none = false) {
+      event e;
+      e.what = kind::non_tensor;
+      e.is_none = is_none;
+      log_.events_.push_back(std::move(e));
+    }
+    /// A non-tensor positional argument with its text.
+    void value_input(std::string_view repr) {
+      event e;
+      e.what = kind::value;
+      e.text.assign(repr.data(), repr.size());
+      log_.events_.push_back(std::move(e));
+    }
+
+   private:
+    deferred_log& log_;
+  };
+
+  /// Resolves every logged result (in logging order) and replays the step into the recorder: scopes open and
+  /// close, tensors are recorded with their results, detections and warnings fire as they would have. Call it
+  /// with every scope of the log closed. The log is empty afterwards, whatever happens (a detection_error of the
+  /// throw_exception policy propagates after the open replay scopes have completed their frames).
+  void replay() {
+    if (depth_ != 0)
+      detail::fail(nullptr, "deferred_log::replay with " + std::to_string(depth_) + " scope(s) still open");
+    std::vector<event> events;
+    events.swap(events_);
+    tensors_ = 0;
+    std::vector<std::unique_ptr<::nanscope::scope>> open;
+    // Scopes close innermost first, also while an exception (detection_error) unwinds the replay, as they do on
+    // the direct path.
+    struct closer {
+      std::vector<std::unique_ptr<::nanscope::scope>>& v;
+      ~closer() {
+        while (!v.empty()) v.pop_back();
+      }
+    } close_all{open};
+    for (event& e : events) {
+      switch (e.what) {
+        case kind::open: open.push_back(std::make_unique<::nanscope::scope>(*rec_, e.text, e.text2, e.where)); break;
+        case kind::close:
+          if (!open.empty()) open.pop_back();
+          break;
+        case kind::tensor: {
+          const health_result h = e.result.get();
+          // a checkpoint is its own frame under the innermost open scope, as recorder::checkpoint makes it
+          if (e.role == tensor_role::checkpoint || open.empty()) {
+            rec_->checkpoint_result(e.view, h, e.text, e.where);
+          } else {
+            open.back()->record_result(e.role, e.text, e.view, h, e.where);
+          }
+          break;
+        }
+        case kind::non_tensor:
+          if (!open.empty()) open.back()->non_tensor_input(e.is_none);
+          break;
+        case kind::value:
+          if (!open.empty()) open.back()->value_input(e.text);
+          break;
+      }
+    }
+  }
+
+  /// A tensor outside any scope: a checkpoint frame (DETECT_OVERFLOW) named by `context`.
+  void checkpoint(const tensor_view& v, Result r, std::string_view context, source_location where = {}) {
+    add(tensor_role::checkpoint, std::string(context), v, std::move(r), where);
+  }
+
+ private:
+  enum class kind : std::uint8_t { open, close, tensor, non_tensor, value };
+  struct event {
+    kind what = kind::open;
+    tensor_role role = tensor_role::output;
+    bool is_none = false;
+    std::string text;   // scope name, tensor context, value repr
+    std::string text2;  // class name
+    source_location where;
+    tensor_view view;
+    Result result{};
+  };
+  void add(tensor_role role, std::string context, const tensor_view& v, Result r, source_location where) {
+    event e;
+    e.what = kind::tensor;
+    e.role = role;
+    e.text = std::move(context);
+    e.view = v;
+    e.view.name = nullptr;  // the caller's name may not outlive the step; contexts name tensors in reports
+    e.result = std::move(r);
+    e.where = where;
+    events_.push_back(std::move(e));
+    ++tensors_;
+  }
+
+  recorder* rec_;
+  std::vector<event> events_;
+  std::size_t tensors_ = 0;
+  int depth_ = 0;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DEFERRED_HPP
+// ---- end nanscope/deferred.hpp ----
 
 #endif  // NANSCOPE_NANSCOPE_HPP
 // ---- end nanscope/nanscope.hpp ----
