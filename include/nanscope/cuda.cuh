@@ -13,7 +13,8 @@
 // Numerics (shared/FORMATS.md §6 semantics, identical to the host pass): counts, extrema, abs_min(_nonzero)
 // and the first non-finite index are exact and equal the host's bit for bit. mean and std are computed in
 // double with per-thread shifts and Chan's combination in a fixed order: deterministic run to run on a given
-// device and launch shape, and within 1e-9 relative (of max(|mean|, std)) of the host's values.
+// device and launch shape, and within 1e-9 relative (of max(|mean|, std)) of the host's portable kernel
+// (check_options::with_isa(isa::scalar)); the host's AVX2/AVX-512 kernels sum in f32 and are within ~1e-7.
 #ifndef NANSCOPE_CUDA_CUH
 #define NANSCOPE_CUDA_CUH
 
@@ -75,6 +76,13 @@ namespace detail {
 }
 inline void cuda_check(cudaError_t e, const char* tensor, const char* what) {
   if (e != cudaSuccess) cuda_fail(tensor, e, what);
+}
+/// cudaEventQuery's "not ready" is recorded as the thread's last error: clear it, so that the launch check of
+/// a later check does not mistake it for a failure.
+inline cudaError_t query_event(cudaEvent_t ev) {
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+  return e;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -390,6 +398,25 @@ __device__ __forceinline__ unsigned load32_bits(const unsigned char* p, dtype t)
   }
 }
 
+/// Element at a byte address that may not be aligned to the element size: assembled from byte loads.
+template <int L>
+__device__ __forceinline__ void visit_bytes(thread_acc& t, thread_acc32& t32, const unsigned char* p, dtype ty, int es,
+                                            unsigned normal, long long index) {
+  unsigned long long bits = 0;
+  for (int b = es - 1; b >= 0; --b) bits = (bits << 8) | __ldg(p + b);
+  if (ty == dtype::f64) {
+    visit64<L>(t, bits, index);
+    return;
+  }
+  const unsigned raw = static_cast<unsigned>(bits);
+  const unsigned fb = ty == dtype::f32         ? raw
+                      : ty == dtype::f16       ? f16_to_f32_bits(raw)
+                      : ty == dtype::bf16      ? raw << 16
+                      : ty == dtype::f8_e4m3fn ? e4m3_to_f32_bits(raw)
+                                               : e5m2_to_f32_bits(raw);
+  visit32<L>(t, t32, fb, normal, index);
+}
+
 template <int L>
 __device__ __forceinline__ void visit_at(thread_acc& t, thread_acc32& t32, const unsigned char* p, dtype ty,
                                          unsigned normal, long long index) {
@@ -458,6 +485,8 @@ __device__ void run_tensor(thread_acc& t, thread_acc32& t32, const tensor_desc& 
   const unsigned normal = normal32_of(ty);
   const auto* base = static_cast<const unsigned char*>(d.data);
   const unsigned long long n = d.n;
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
+  const bool aligned = addr % static_cast<unsigned long long>(es) == 0;  // then every element is (strides count elements)
   if (layout != nullptr) {  // strided: element by element, logical (row-major) index order
     for (unsigned long long i = g; i < n; i += stride) {
       unsigned long long rest = i;
@@ -467,28 +496,17 @@ __device__ void run_tensor(thread_acc& t, thread_acc32& t32, const tensor_desc& 
         off += static_cast<long long>(rest % ext) * layout->strides[dim];
         rest /= ext;
       }
-      visit_at<L>(t, t32, base + off * es, ty, normal, static_cast<long long>(i));
+      if (aligned) {
+        visit_at<L>(t, t32, base + off * es, ty, normal, static_cast<long long>(i));
+      } else {
+        visit_bytes<L>(t, t32, base + off * es, ty, es, normal, static_cast<long long>(i));
+      }
     }
     return;
   }
-  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
-  if (addr % static_cast<unsigned long long>(es) != 0) {  // misaligned elements: byte-exact element loads
-    for (unsigned long long i = g; i < n; i += stride) {
-      const unsigned char* p = base + i * es;
-      unsigned long long bits = 0;
-      for (int b = es - 1; b >= 0; --b) bits = (bits << 8) | __ldg(p + b);
-      if (ty == dtype::f64) {
-        visit64<L>(t, bits, static_cast<long long>(i));
-      } else {
-        const unsigned raw = static_cast<unsigned>(bits);
-        const unsigned fb = ty == dtype::f32    ? raw
-                            : ty == dtype::f16  ? f16_to_f32_bits(raw)
-                            : ty == dtype::bf16 ? raw << 16
-                            : ty == dtype::f8_e4m3fn ? e4m3_to_f32_bits(raw)
-                                                     : e5m2_to_f32_bits(raw);
-        visit32<L>(t, t32, fb, normal, static_cast<long long>(i));
-      }
-    }
+  if (!aligned) {  // misaligned elements: byte-exact element loads
+    for (unsigned long long i = g; i < n; i += stride)
+      visit_bytes<L>(t, t32, base + i * es, ty, es, normal, static_cast<long long>(i));
     return;
   }
   const unsigned long long epv = 16u / static_cast<unsigned>(es);
@@ -846,6 +864,10 @@ inline void check_async(void* temp_storage, std::size_t& temp_storage_bytes, con
   for (std::size_t i = 0; i < count; ++i)
     if (detail::level_of(mode, views[i].view.type, views[i].view.numel()) != 0) detail::validate_device_view(views[i]);
   const int level = detail::mode_level(mode);
+  // An error left pending by earlier CUDA calls (not ours) would otherwise be reported as a launch failure.
+  const cudaError_t earlier = cudaGetLastError();
+  if (earlier != cudaSuccess && earlier != cudaErrorNotReady)
+    detail::cuda_fail(first_name, earlier, "an earlier CUDA call (the error was pending before nanscope's launch)");
   auto* counters = static_cast<unsigned*>(temp_storage);
   auto* partials = reinterpret_cast<device_result*>(static_cast<unsigned char*>(temp_storage) +
                                                     detail::storage_bytes(static_cast<std::size_t>(detail::batch_cap), 0));
@@ -992,7 +1014,9 @@ struct checker_state {
     for (std::size_t i = 0; i < free_tickets.size(); ++i) {
       ticket* t = free_tickets[i];
       if (t->capacity < count) continue;
-      if (t->launched && !t->captured && cudaEventQuery(t->event) == cudaErrorNotReady) continue;
+      // During capture no event may be queried: only tickets that never launched (reserve() leaves them so)
+      if (capturing && t->launched) continue;
+      if (!capturing && t->launched && query_event(t->event) == cudaErrorNotReady) continue;
       free_tickets.erase(free_tickets.begin() + static_cast<std::ptrdiff_t>(i));
       t->refs.store(1, std::memory_order_relaxed);
       return t;
@@ -1089,7 +1113,7 @@ class pending {
   bool ready() const {
     require("ready");
     if (!tk_->launched) return true;
-    const cudaError_t e = cudaEventQuery(tk_->event);
+    const cudaError_t e = detail::query_event(tk_->event);
     if (e == cudaSuccess) return true;
     if (e == cudaErrorNotReady) return false;
     detail::cuda_fail(name(), e, "cudaEventQuery");
@@ -1166,11 +1190,18 @@ class checker {
     const detail::device_props props = detail::current_props(nullptr);
     const unsigned per = detail::blocks_for(elements * 8, props);
     std::size_t blocks = tensors * per;
-    if (blocks > detail::max_blocks_per_launch) blocks = detail::max_blocks_per_launch;
+    // plan() gives each tensor at least one block after scaling a batch down to the launch limit
+    if (blocks > detail::max_blocks_per_launch + detail::batch_cap)
+      blocks = detail::max_blocks_per_launch + detail::batch_cap;
     st_->storage_for(stream, detail::storage_bytes(static_cast<std::size_t>(detail::batch_cap), blocks), false, nullptr);
     std::vector<detail::ticket*> held;
     for (std::size_t i = 0; i < tickets; ++i) held.push_back(st_->acquire(tensors, false, nullptr));
-    for (detail::ticket* t : held) st_->release(t);
+    // capture takes only tickets that never launched (it may not query events): finish and reset them
+    for (detail::ticket* t : held) {
+      if (t->launched) detail::cuda_check(cudaEventSynchronize(t->event), nullptr, "cudaEventSynchronize");
+      t->launched = false;
+      st_->release(t);
+    }
   }
 
   /// Queues the check of one device tensor on its stream and returns at once.
@@ -1182,6 +1213,11 @@ class checker {
     if (views == nullptr) ::nanscope::detail::fail(nullptr, "check_batch: null views");
     const char* name0 = views[0].view.name;
     const cudaStream_t stream = views[0].stream;
+    int current = 0;
+    detail::cuda_check(cudaGetDevice(&current), name0, "cudaGetDevice");
+    if (current != st_->device)
+      ::nanscope::detail::fail(name0, "the current CUDA device is " + std::to_string(current) + " but this checker is for device " +
+                                          std::to_string(st_->device) + " (one checker per device)");
     for (std::size_t i = 1; i < count; ++i)
       if (views[i].stream != stream)
         ::nanscope::detail::fail(views[i].view.name, "check_batch: every view of a batch must be on the same stream");
@@ -1206,7 +1242,14 @@ class checker {
     t->captured = capturing;
     if (needs_device) {
       void* storage = st_->storage_for(stream, bytes, capturing, name0);
-      check_async(storage, bytes, views, count, t->records, opt.mode, stream);
+      try {
+        check_async(storage, bytes, views, count, t->records, opt.mode, stream);
+      } catch (...) {
+        // earlier groups of the batch may have launched: the records stay out of the pool until they finish
+        if (!capturing && cudaEventRecord(t->event, stream) == cudaSuccess) t->launched = true;
+        t->captured = false;  // a failed capture is invalid anyway: the ticket may return to the pool
+        throw;
+      }
       const cudaError_t e = capturing ? cudaEventRecordWithFlags(t->event, stream, cudaEventRecordExternal)
                                       : cudaEventRecord(t->event, stream);
       detail::cuda_check(e, name0, "cudaEventRecord");
@@ -1271,18 +1314,23 @@ class deferred_recorder {
   std::size_t pending_tensors() const { return log_.pending_tensors(); }
   /// The step boundary: waits once for the step's checks, then replays the step into the recorder.
   void end_step() {
-    ck_.synchronize();
+    // One wait: for the step's last check (the checks of one stream finish in order; replay's get() calls wait
+    // for any other stream's). Not checker::synchronize(), which would touch every stream the checker knows.
+    if (last_.valid()) last_.wait();
+    last_ = pending{};
     log_.replay();
     mode_ = log_.owner().options().mode;  // options changed during the step apply from the next one
   }
 
  private:
   pending check(const buffer_view& b) {
-    return ck_.check(b, check_options{}.with_mode(mode_));
+    last_ = ck_.check(b, check_options{}.with_mode(mode_));
+    return last_;
   }
   log_type log_;
   checker& ck_;
   check_mode mode_;
+  pending last_;
 };
 
 }  // namespace cuda
