@@ -1,0 +1,812 @@
+// nanscope — detail/cuda_pass.cuh: the arithmetic of the CUDA backend's fused pass (element decoding,
+// classification, per-thread accumulation, records and their merge), its launch planning and the host-side
+// finalisation of a record. Internal: include <nanscope/cuda.cuh>.
+//
+// Everything here also compiles as plain C++ when NANSCOPE_IMPL_CUDA_EMULATION is defined (the CUDA intrinsics
+// it uses have exact host stand-ins below). tests/unit/cuda_emulation_test.cpp does that: it runs the device
+// code on the CPU, thread by thread, and compares it with the host pass, so the kernel's logic is tested on
+// machines without a GPU. Only that test defines the macro; it must never be mixed with CUDA translation units
+// in one program (the same names would have different stream types).
+#ifndef NANSCOPE_DETAIL_CUDA_PASS_CUH
+#define NANSCOPE_DETAIL_CUDA_PASS_CUH
+
+#if !defined(__CUDACC__) && !defined(NANSCOPE_IMPL_CUDA_EMULATION)
+#error "nanscope/detail/cuda_pass.cuh is internal CUDA code: include <nanscope/cuda.cuh> (compiled by nvcc)"
+#endif
+
+#include "../check.hpp"
+#include "../health.hpp"
+#include "../view.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+#define NANSCOPE_IMPL_DEV __device__ __forceinline__
+#define NANSCOPE_IMPL_DEV_FN __device__ inline
+#define NANSCOPE_IMPL_HD __host__ __device__ inline
+#define NANSCOPE_IMPL_UNROLL_ALL _Pragma("unroll")
+#else
+#define NANSCOPE_IMPL_UNROLL_ALL
+#define NANSCOPE_IMPL_DEV inline
+#define NANSCOPE_IMPL_DEV_FN inline
+#define NANSCOPE_IMPL_HD inline
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace cuda {
+
+#if defined(__CUDACC__)
+using stream_type = cudaStream_t;
+#else
+struct emulated_stream;
+using stream_type = emulated_stream*;
+#endif
+
+namespace detail {
+// The CUDA intrinsics of the pass, and exact host stand-ins for the emulation.
+#if defined(__CUDACC__)
+using vec16 = uint4;
+NANSCOPE_IMPL_DEV int dev_clz(int x) { return __clz(x); }
+NANSCOPE_IMPL_DEV double dev_as_double(long long b) { return __longlong_as_double(b); }
+NANSCOPE_IMPL_DEV double dev_fma(double a, double b, double c) { return fma(a, b, c); }
+template <class T>
+NANSCOPE_IMPL_DEV T dev_ldg(const T* p) {
+  return __ldg(p);
+}
+#else
+struct vec16 {
+  unsigned x, y, z, w;
+};
+inline int dev_clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline double dev_as_double(long long b) {
+  double d;
+  std::memcpy(&d, &b, sizeof d);
+  return d;
+}
+inline double dev_fma(double a, double b, double c) { return std::fma(a, b, c); }
+template <class T>
+inline T dev_ldg(const T* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+#endif
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------------------
+// Views of raw CUDA buffers
+// ---------------------------------------------------------------------------------------------------------
+
+/// A raw CUDA buffer: device pointer, dtype, shape (and strides) in a tensor_view, plus the stream the data
+/// is produced on. The check is ordered after the work already queued on that stream.
+struct buffer_view {
+  tensor_view view;
+  stream_type stream = nullptr;
+};
+
+/// A contiguous row-major device buffer.
+inline buffer_view device_buffer(const void* device_ptr, dtype t, std::initializer_list<std::int64_t> shape,
+                                 stream_type stream = nullptr, const char* name = nullptr) {
+  buffer_view b;
+  b.view = tensor_view::contiguous(device_ptr, t, shape, name);
+  b.view.space = memory_space::cuda_device;
+  b.stream = stream;
+  return b;
+}
+/// A strided device view (any tensor_view whose data is device memory).
+inline buffer_view device_buffer(tensor_view v, stream_type stream = nullptr) {
+  if (v.space == memory_space::host) v.space = memory_space::cuda_device;
+  return buffer_view{v, stream};
+}
+
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------------------
+// Device-side records
+// ---------------------------------------------------------------------------------------------------------
+
+/// (n, mean, m2) of one magnitude class of finite values. Part 0: f32-range values and f64 values within
+/// [2^-480, 2^480] (or zero); part 1: larger f64 values, scaled by 2^-600; part 2: smaller non-zero f64
+/// values, scaled by 2^600. Scaling keeps every square and every Chan merge inside double's range; the host
+/// unscales in long double.
+struct moments {
+  unsigned long long n;
+  double mean;
+  double m2;
+};
+
+inline constexpr int moment_parts = 3;
+inline constexpr double huge_scale = 0x1p-600;
+inline constexpr double tiny_scale = 0x1p600;
+
+}  // namespace detail
+
+/// What the device writes for one tensor (a POD record; `check_async` callers allocate these in pinned host
+/// memory or device memory and turn them into a health_result with finalize()). Extrema are raw: keys of f64
+/// bit patterns (see detail::key64) that stay at their identities when no value was seen.
+struct device_result {
+  unsigned long long neg, zero, sub, nan, pinf, ninf;
+  long long kmin, kmax;          // over non-NaN values
+  unsigned long long amin_nz;    // |x| bits over non-NaN non-zero values (f64 +inf bits when none)
+  long long first_nf;            // flat row-major index of the first NaN/Inf; INT64_MAX when none
+  detail::moments m[detail::moment_parts];
+};
+
+namespace detail {
+
+inline constexpr int block_threads = 256;
+inline constexpr int unroll = 4;                      // 16-byte loads in flight per thread
+inline constexpr long long no_index = 0x7FFFFFFFFFFFFFFFll;
+inline constexpr std::int64_t key64_pos_inf = 0x7FF0000000000000ll;
+inline constexpr std::int64_t key64_neg_inf = static_cast<std::int64_t>(0x800FFFFFFFFFFFFFull);
+
+NANSCOPE_IMPL_HD device_result identity_result() {
+  device_result r{};
+  r.kmin = key64_pos_inf;
+  r.kmax = key64_neg_inf;
+  r.amin_nz = 0x7FF0000000000000ull;
+  r.first_nf = no_index;
+  return r;
+}
+
+NANSCOPE_IMPL_HD moments merge_moments_d(const moments& a, const moments& b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const double na = static_cast<double>(a.n), nb = static_cast<double>(b.n), nt = na + nb;
+  const double delta = b.mean - a.mean;
+  moments r;
+  r.n = a.n + b.n;
+  r.mean = a.mean + delta * (nb / nt);
+  r.m2 = a.m2 + b.m2 + delta * delta * (na * (nb / nt));
+  return r;
+}
+
+/// Combines two records (a's elements, b's elements: the order matters only for the moments, whose merge
+/// order is fixed by the launch shape).
+struct merge_op {
+  NANSCOPE_IMPL_HD device_result operator()(const device_result& a, const device_result& b) const {
+    device_result r;
+    r.neg = a.neg + b.neg;
+    r.zero = a.zero + b.zero;
+    r.sub = a.sub + b.sub;
+    r.nan = a.nan + b.nan;
+    r.pinf = a.pinf + b.pinf;
+    r.ninf = a.ninf + b.ninf;
+    r.kmin = b.kmin < a.kmin ? b.kmin : a.kmin;
+    r.kmax = b.kmax > a.kmax ? b.kmax : a.kmax;
+    r.amin_nz = b.amin_nz < a.amin_nz ? b.amin_nz : a.amin_nz;
+    r.first_nf = b.first_nf < a.first_nf ? b.first_nf : a.first_nf;
+    for (int p = 0; p < moment_parts; ++p) r.m[p] = merge_moments_d(a.m[p], b.m[p]);
+    return r;
+  }
+};
+
+NANSCOPE_IMPL_DEV long long dev_key64(unsigned long long bits) {
+  return static_cast<long long>(bits ^ (static_cast<unsigned long long>(static_cast<long long>(bits) >> 63) >> 1));
+}
+NANSCOPE_IMPL_DEV int dev_key32(unsigned bits) {
+  return static_cast<int>(bits ^ (static_cast<unsigned>(static_cast<int>(bits) >> 31) >> 1));
+}
+
+/// Exact f32 -> f64 bit pattern with integer operations only (immune to flush-to-zero).
+NANSCOPE_IMPL_DEV unsigned long long f32_to_f64_bits_dev(unsigned b) {
+  const unsigned long long sign = static_cast<unsigned long long>(b >> 31) << 63;
+  const unsigned e = (b >> 23) & 0xFFu;
+  const unsigned m = b & 0x7FFFFFu;
+  if (e == 0xFFu) return sign | 0x7FF0000000000000ull | (static_cast<unsigned long long>(m) << 29);
+  if (e != 0) return sign | (static_cast<unsigned long long>(e + 896u) << 52) | (static_cast<unsigned long long>(m) << 29);
+  if (m == 0) return sign;
+  const int p = 31 - dev_clz(static_cast<int>(m));  // top bit position, 0..22; value = m * 2^-149
+  const unsigned long long mant = (static_cast<unsigned long long>(m) << (52 - p)) & 0xFFFFFFFFFFFFFull;
+  return sign | (static_cast<unsigned long long>(p - 149 + 1023) << 52) | mant;
+}
+/// Finite f32 bits -> double, exactly (integer conversion for subnormals: FP64 arithmetic never flushes).
+NANSCOPE_IMPL_DEV double f32_finite_to_double(unsigned b) {
+  const unsigned a = b & 0x7FFFFFFFu;
+  double x;
+  if (a >= 0x00800000u) {
+    x = dev_as_double(static_cast<long long>((static_cast<unsigned long long>(a) << 29) + (896ull << 52)));
+  } else {
+    x = static_cast<double>(a) * 0x1p-149;
+  }
+  return (b >> 31) != 0 ? -x : x;
+}
+
+/// f16 bits -> f32 bits, exact, integer-only.
+NANSCOPE_IMPL_DEV unsigned f16_to_f32_bits(unsigned h) {
+  const unsigned sign = (h & 0x8000u) << 16;
+  const unsigned e = (h >> 10) & 0x1Fu;
+  const unsigned m = h & 0x3FFu;
+  if (e == 0x1Fu) return sign | 0x7F800000u | (m << 13);
+  if (e != 0) return sign | ((e + 112u) << 23) | (m << 13);
+  if (m == 0) return sign;
+  const int p = 31 - dev_clz(static_cast<int>(m));  // 0..9; value = m * 2^-24
+  return sign | (static_cast<unsigned>(p + 103) << 23) | ((m << (23 - p)) & 0x7FFFFFu);
+}
+/// fp8 e4m3fn bits -> f32 bits (no infinities; S.1111.111 is NaN).
+NANSCOPE_IMPL_DEV unsigned e4m3_to_f32_bits(unsigned b) {
+  const unsigned sign = (b & 0x80u) << 24;
+  if ((b & 0x7Fu) == 0x7Fu) return sign | 0x7FC00000u;
+  const unsigned e = (b >> 3) & 0xFu;
+  const unsigned m = b & 7u;
+  if (e != 0) return sign | ((e + 120u) << 23) | (m << 20);
+  if (m == 0) return sign;
+  const int p = 31 - dev_clz(static_cast<int>(m));  // 0..2; value = m * 2^-9
+  return sign | (static_cast<unsigned>(p + 118) << 23) | ((m << (23 - p)) & 0x7FFFFFu);
+}
+/// fp8 e5m2 is the top byte of an f16.
+NANSCOPE_IMPL_DEV unsigned e5m2_to_f32_bits(unsigned b) { return f16_to_f32_bits(b << 8); }
+
+/// Min normal of each float dtype, as f32 bits (f64 uses 2^-1022 directly).
+NANSCOPE_IMPL_DEV unsigned normal32_of(dtype t) {
+  switch (t) {
+    case dtype::f16:
+    case dtype::f8_e5m2: return 113u << 23;   // 2^-14
+    case dtype::f8_e4m3fn: return 121u << 23;  // 2^-6
+    default: return 0x00800000u;               // f32, bf16: 2^-126
+  }
+}
+
+/// Per-thread accumulators. Counts fit 32 bits: a thread sees at most n / (threads in its tensor's blocks)
+/// elements, and the host bounds that.
+struct thread_acc {
+  unsigned neg = 0, zero = 0, sub = 0, nan = 0, pinf = 0, ninf = 0;
+  long long kmin = key64_pos_inf, kmax = key64_neg_inf;
+  unsigned long long amin = 0x7FF0000000000000ull;
+  long long first = no_index;
+  // moments of each part: count, shift, shifted sums
+  unsigned cnt[moment_parts] = {0, 0, 0};
+  double k[moment_parts] = {0.0, 0.0, 0.0};
+  double s1[moment_parts] = {0.0, 0.0, 0.0};
+  double s2[moment_parts] = {0.0, 0.0, 0.0};
+};
+
+/// The 32-bit state of the common path (f32, f16, bf16, fp8): extrema as f32 keys.
+struct thread_acc32 {
+  int kmin = 0x7F800000, kmax = static_cast<int>(0x807FFFFFu);
+  unsigned amin = 0x7F800000u;
+};
+
+NANSCOPE_IMPL_DEV void add_moment(thread_acc& t, int part, double x) {
+  if (t.cnt[part] == 0) t.k[part] = x;
+  const double d = x - t.k[part];
+  t.s1[part] += d;
+  t.s2[part] = dev_fma(d, d, t.s2[part]);
+  ++t.cnt[part];
+}
+
+/// One element given as f32 bits (every dtype but f64). L: 1 non-finite only, 2 counts, 3 stats.
+template <int L>
+NANSCOPE_IMPL_DEV void visit32(thread_acc& t, thread_acc32& t32, unsigned b, unsigned normal,
+                                        long long index) {
+  const unsigned a = b & 0x7FFFFFFFu;
+  const bool sgn = (b >> 31) != 0;
+  if (a >= 0x7F800000u) {  // rare: NaN or Inf
+    const bool is_nan = a > 0x7F800000u;
+    t.nan += is_nan;
+    t.pinf += !is_nan && !sgn;
+    t.ninf += !is_nan && sgn;
+    if (index < t.first) t.first = index;
+    if (L >= 2 && !is_nan) {
+      const int key = dev_key32(b);
+      t32.kmin = key < t32.kmin ? key : t32.kmin;
+      t32.kmax = key > t32.kmax ? key : t32.kmax;
+    }
+    return;
+  }
+  if (L >= 2) {
+    const bool z = a == 0;
+    t.zero += z;
+    t.neg += !z && sgn;
+    t.sub += !z && a < normal;
+    const int key = dev_key32(b);
+    t32.kmin = key < t32.kmin ? key : t32.kmin;
+    t32.kmax = key > t32.kmax ? key : t32.kmax;
+    if (L >= 3) {
+      const unsigned am = z ? 0x7F800000u : a;
+      t32.amin = am < t32.amin ? am : t32.amin;
+      add_moment(t, 0, f32_finite_to_double(b));
+    }
+  }
+}
+
+inline constexpr unsigned long long f64_hi_bits = static_cast<unsigned long long>(1023 + 480) << 52;
+inline constexpr unsigned long long f64_lo_bits = static_cast<unsigned long long>(1023 - 480) << 52;
+
+/// One f64 element.
+template <int L>
+NANSCOPE_IMPL_DEV void visit64(thread_acc& t, unsigned long long b, long long index) {
+  const unsigned long long a = b & 0x7FFFFFFFFFFFFFFFull;
+  const bool sgn = (b >> 63) != 0;
+  if (a >= 0x7FF0000000000000ull) {
+    const bool is_nan = a > 0x7FF0000000000000ull;
+    t.nan += is_nan;
+    t.pinf += !is_nan && !sgn;
+    t.ninf += !is_nan && sgn;
+    if (index < t.first) t.first = index;
+    if (L >= 2 && !is_nan) {
+      const long long key = dev_key64(b);
+      t.kmin = key < t.kmin ? key : t.kmin;
+      t.kmax = key > t.kmax ? key : t.kmax;
+    }
+    return;
+  }
+  if (L >= 2) {
+    const bool z = a == 0;
+    t.zero += z;
+    t.neg += !z && sgn;
+    t.sub += !z && a < 0x0010000000000000ull;
+    const long long key = dev_key64(b);
+    t.kmin = key < t.kmin ? key : t.kmin;
+    t.kmax = key > t.kmax ? key : t.kmax;
+    if (L >= 3) {
+      const unsigned long long am = z ? 0x7FF0000000000000ull : a;
+      t.amin = am < t.amin ? am : t.amin;
+      const double x = dev_as_double(static_cast<long long>(b));
+      if (a > f64_hi_bits) {
+        add_moment(t, 1, x * huge_scale);
+      } else if (!z && a < f64_lo_bits) {
+        add_moment(t, 2, x * tiny_scale);
+      } else {
+        add_moment(t, 0, x);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Launch parameters: passed by value (the driver copies them at launch: nothing to keep alive, and a
+// captured graph keeps its own copy)
+// ---------------------------------------------------------------------------------------------------------
+
+struct tensor_desc {
+  const void* data;
+  unsigned long long n;
+  unsigned block_begin;  // first block of this tensor in the grid (blocks run to the next tensor's begin)
+  unsigned char type;    // dtype
+  unsigned char layout;  // 0: contiguous; k > 0: strided, layouts[k - 1]
+  unsigned short result;  // record index relative to launch_params::results
+};
+
+struct strided_layout {
+  int rank;
+  int pad;
+  long long shape[max_rank];
+  long long strides[max_rank];
+};
+
+template <int Cap, int StridedCap>
+struct launch_params {
+  device_result* partials;  // one per block
+  unsigned* counters;       // one per tensor: blocks finished (reset to 0 by the last one)
+  device_result* results;   // one per tensor (pinned host or device memory)
+  int count;
+  unsigned total_blocks;
+  tensor_desc desc[Cap];
+  strided_layout layouts[StridedCap];
+};
+
+inline constexpr int batch_cap = 1000;     // tensors per launch (kernel parameters are limited to 32764 bytes)
+inline constexpr int batch_strided_cap = 8;
+using single_params = launch_params<1, 1>;
+using batch_params = launch_params<batch_cap, batch_strided_cap>;
+static_assert(sizeof(batch_params) <= 32764, "kernel parameters exceed CUDA's limit");
+
+/// The launch's tensor that block `block` works on: the last descriptor whose block_begin <= block.
+template <class Params>
+NANSCOPE_IMPL_HD int tensor_of_block(const Params& prm, unsigned block) {
+  if constexpr (sizeof(Params::desc) / sizeof(tensor_desc) == 1) {
+    (void)prm;
+    (void)block;
+    return 0;
+  } else {
+    int lo = 0, hi = prm.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (prm.desc[mid].block_begin <= block) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+}
+
+/// One past the last block of tensor `ti` of the launch.
+template <class Params>
+NANSCOPE_IMPL_HD unsigned tensor_block_end(const Params& prm, int ti) {
+  if constexpr (sizeof(Params::desc) / sizeof(tensor_desc) == 1) {
+    (void)ti;
+    return prm.total_blocks;
+  } else {
+    return ti + 1 < prm.count ? prm.desc[ti + 1].block_begin : prm.total_blocks;
+  }
+}
+
+/// Element bytes of a dtype index (float dtypes only reach the kernel).
+NANSCOPE_IMPL_DEV int esize_of(dtype t) {
+  switch (t) {
+    case dtype::f64: return 8;
+    case dtype::f32: return 4;
+    case dtype::f16:
+    case dtype::bf16: return 2;
+    default: return 1;
+  }
+}
+
+/// Raw bits of element at byte address p (as f32 bits; f64 handled apart).
+NANSCOPE_IMPL_DEV unsigned load32_bits(const unsigned char* p, dtype t) {
+  switch (t) {
+    case dtype::f32: return dev_ldg(reinterpret_cast<const unsigned*>(p));
+    case dtype::f16: return f16_to_f32_bits(dev_ldg(reinterpret_cast<const unsigned short*>(p)));
+    case dtype::bf16: return static_cast<unsigned>(dev_ldg(reinterpret_cast<const unsigned short*>(p))) << 16;
+    case dtype::f8_e4m3fn: return e4m3_to_f32_bits(dev_ldg(p));
+    default: return e5m2_to_f32_bits(dev_ldg(p));
+  }
+}
+
+/// Element at a byte address that may not be aligned to the element size: assembled from byte loads.
+template <int L>
+NANSCOPE_IMPL_DEV void visit_bytes(thread_acc& t, thread_acc32& t32, const unsigned char* p, dtype ty, int es,
+                                            unsigned normal, long long index) {
+  unsigned long long bits = 0;
+  for (int b = es - 1; b >= 0; --b) bits = (bits << 8) | dev_ldg(p + b);
+  if (ty == dtype::f64) {
+    visit64<L>(t, bits, index);
+    return;
+  }
+  const unsigned raw = static_cast<unsigned>(bits);
+  const unsigned fb = ty == dtype::f32         ? raw
+                      : ty == dtype::f16       ? f16_to_f32_bits(raw)
+                      : ty == dtype::bf16      ? raw << 16
+                      : ty == dtype::f8_e4m3fn ? e4m3_to_f32_bits(raw)
+                                               : e5m2_to_f32_bits(raw);
+  visit32<L>(t, t32, fb, normal, index);
+}
+
+template <int L>
+NANSCOPE_IMPL_DEV void visit_at(thread_acc& t, thread_acc32& t32, const unsigned char* p, dtype ty,
+                                         unsigned normal, long long index) {
+  if (ty == dtype::f64) {
+    visit64<L>(t, static_cast<unsigned long long>(dev_ldg(reinterpret_cast<const long long*>(p))), index);
+  } else {
+    visit32<L>(t, t32, load32_bits(p, ty), normal, index);
+  }
+}
+
+/// The elements of one 16-byte word.
+template <int L, dtype T>
+NANSCOPE_IMPL_DEV void visit_vec(thread_acc& t, thread_acc32& t32, const vec16& v, unsigned normal,
+                                          long long index) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (T == dtype::f64) {
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int j = 0; j < 2; ++j)
+      visit64<L>(t, (static_cast<unsigned long long>(w[2 * j + 1]) << 32) | w[2 * j], index + j);
+  } else if constexpr (T == dtype::f32) {
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int j = 0; j < 4; ++j) visit32<L>(t, t32, w[j], normal, index + j);
+  } else if constexpr (T == dtype::f16 || T == dtype::bf16) {
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int j = 0; j < 8; ++j) {
+      const unsigned h = (w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu;
+      visit32<L>(t, t32, T == dtype::f16 ? f16_to_f32_bits(h) : h << 16, normal, index + j);
+    }
+  } else {
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int j = 0; j < 16; ++j) {
+      const unsigned b = (w[j >> 2] >> ((j & 3) * 8)) & 0xFFu;
+      visit32<L>(t, t32, T == dtype::f8_e4m3fn ? e4m3_to_f32_bits(b) : e5m2_to_f32_bits(b), normal, index + j);
+    }
+  }
+}
+
+/// Contiguous, 16-byte aligned body: `unroll` loads in flight per thread, grid-stride over the tensor's
+/// blocks.
+template <int L, dtype T>
+NANSCOPE_IMPL_DEV_FN void run_body(thread_acc& t, thread_acc32& t32, const vec16* vec, unsigned long long nvec,
+                         long long index0, unsigned long long g, unsigned long long stride) {
+  constexpr int epv = 16 / static_cast<int>(T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1);
+  const unsigned normal = normal32_of(T);
+  for (unsigned long long base = g; base < nvec; base += stride * unroll) {
+    vec16 v[unroll];
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int u = 0; u < unroll; ++u) {
+      const unsigned long long i = base + static_cast<unsigned long long>(u) * stride;
+      if (i < nvec) v[u] = dev_ldg(vec + i);
+    }
+NANSCOPE_IMPL_UNROLL_ALL
+    for (int u = 0; u < unroll; ++u) {
+      const unsigned long long i = base + static_cast<unsigned long long>(u) * stride;
+      if (i < nvec) visit_vec<L, T>(t, t32, v[u], normal, index0 + static_cast<long long>(i) * epv);
+    }
+  }
+}
+
+/// The thread's share of one tensor.
+template <int L>
+NANSCOPE_IMPL_DEV_FN void run_tensor(thread_acc& t, thread_acc32& t32, const tensor_desc& d, const strided_layout* layout,
+                           unsigned long long g, unsigned long long stride) {
+  const dtype ty = static_cast<dtype>(d.type);
+  const int es = esize_of(ty);
+  const unsigned normal = normal32_of(ty);
+  const auto* base = static_cast<const unsigned char*>(d.data);
+  const unsigned long long n = d.n;
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
+  const bool aligned = addr % static_cast<unsigned long long>(es) == 0;  // then every element is (strides count elements)
+  if (layout != nullptr) {  // strided: element by element, logical (row-major) index order
+    for (unsigned long long i = g; i < n; i += stride) {
+      unsigned long long rest = i;
+      long long off = 0;
+      for (int dim = layout->rank - 1; dim >= 0; --dim) {
+        const unsigned long long ext = static_cast<unsigned long long>(layout->shape[dim]);
+        off += static_cast<long long>(rest % ext) * layout->strides[dim];
+        rest /= ext;
+      }
+      if (aligned) {
+        visit_at<L>(t, t32, base + off * es, ty, normal, static_cast<long long>(i));
+      } else {
+        visit_bytes<L>(t, t32, base + off * es, ty, es, normal, static_cast<long long>(i));
+      }
+    }
+    return;
+  }
+  if (!aligned) {  // misaligned elements: byte-exact element loads
+    for (unsigned long long i = g; i < n; i += stride)
+      visit_bytes<L>(t, t32, base + i * es, ty, es, normal, static_cast<long long>(i));
+    return;
+  }
+  const unsigned long long epv = 16u / static_cast<unsigned>(es);
+  unsigned long long head = ((16u - addr % 16u) % 16u) / static_cast<unsigned>(es);
+  if (head > n) head = n;
+  const unsigned long long nvec = (n - head) / epv;
+  const unsigned long long tail_begin = head + nvec * epv;
+  // head and tail: a few elements, taken by the first threads of the tensor
+  if (g < head) visit_at<L>(t, t32, base + g * es, ty, normal, static_cast<long long>(g));
+  if (g < n - tail_begin) {
+    const unsigned long long i = tail_begin + g;
+    visit_at<L>(t, t32, base + i * es, ty, normal, static_cast<long long>(i));
+  }
+  const auto* vec = reinterpret_cast<const vec16*>(base + head * es);
+  const auto h = static_cast<long long>(head);
+  switch (ty) {
+    case dtype::f64: run_body<L, dtype::f64>(t, t32, vec, nvec, h, g, stride); break;
+    case dtype::f32: run_body<L, dtype::f32>(t, t32, vec, nvec, h, g, stride); break;
+    case dtype::f16: run_body<L, dtype::f16>(t, t32, vec, nvec, h, g, stride); break;
+    case dtype::bf16: run_body<L, dtype::bf16>(t, t32, vec, nvec, h, g, stride); break;
+    case dtype::f8_e4m3fn: run_body<L, dtype::f8_e4m3fn>(t, t32, vec, nvec, h, g, stride); break;
+    default: run_body<L, dtype::f8_e5m2>(t, t32, vec, nvec, h, g, stride); break;
+  }
+}
+
+/// Per-thread state -> record (f32 keys and abs bits become f64 ones).
+NANSCOPE_IMPL_DEV_FN device_result to_record(const thread_acc& t, const thread_acc32& t32, bool f64) {
+  device_result r = identity_result();
+  r.neg = t.neg;
+  r.zero = t.zero;
+  r.sub = t.sub;
+  r.nan = t.nan;
+  r.pinf = t.pinf;
+  r.ninf = t.ninf;
+  r.first_nf = t.first;
+  if (f64) {
+    r.kmin = t.kmin;
+    r.kmax = t.kmax;
+    r.amin_nz = t.amin;
+  } else {
+    // keys are their own inverse; the identities (+inf / -inf) convert to the f64 identities
+    r.kmin = dev_key64(f32_to_f64_bits_dev(static_cast<unsigned>(dev_key32(static_cast<unsigned>(t32.kmin)))));
+    r.kmax = dev_key64(f32_to_f64_bits_dev(static_cast<unsigned>(dev_key32(static_cast<unsigned>(t32.kmax)))));
+    r.amin_nz = f32_to_f64_bits_dev(t32.amin);
+  }
+  for (int p = 0; p < moment_parts; ++p) {
+    if (t.cnt[p] == 0) continue;
+    const double n = static_cast<double>(t.cnt[p]);
+    r.m[p].n = t.cnt[p];
+    r.m[p].mean = t.k[p] + t.s1[p] / n;
+    const double m2 = t.s2[p] - t.s1[p] * (t.s1[p] / n);
+    r.m[p].m2 = m2 > 0.0 ? m2 : 0.0;
+  }
+  return r;
+}
+
+struct device_props {
+  int sm_count = 0;
+  int blocks_per_sm = 0;
+};
+
+inline constexpr unsigned max_blocks_per_launch = 1u << 16;
+/// Bytes a block should read at least before the grid grows (keeps short tensors to few blocks).
+inline constexpr unsigned long long bytes_per_block = 64ull << 10;
+
+/// Blocks for one tensor of `bytes` bytes: enough to fill the device, never more than useful.
+inline unsigned blocks_for(unsigned long long bytes, const device_props& p) {
+  const unsigned long long full = static_cast<unsigned long long>(p.sm_count) * static_cast<unsigned long long>(p.blocks_per_sm);
+  unsigned long long b = (bytes + bytes_per_block - 1) / bytes_per_block;
+  if (b < 1) b = 1;
+  if (b > full) b = full;
+  return static_cast<unsigned>(b);
+}
+
+/// Level of a mode (0: nothing to read on the device).
+inline int level_of(check_mode m, dtype t, std::uint64_t n) {
+  if (!is_float(t) || n == 0) return 0;
+  switch (m) {
+    case check_mode::stats: return 3;
+    case check_mode::full_health: return 2;
+    case check_mode::concise_health:
+    case check_mode::curt_health: return 1;
+    default: return 0;
+  }
+}
+
+/// Storage layout of check_async's temporary storage for `count` tensors and `blocks` blocks.
+inline std::size_t storage_bytes(std::size_t count, std::size_t blocks) {
+  const std::size_t counters = ((count * sizeof(unsigned) + 255) / 256) * 256;
+  return counters + blocks * sizeof(device_result);
+}
+
+/// Plans the blocks of views[first, first + m) at one level, filling params. Returns the block count.
+template <class Params>
+inline unsigned plan(const buffer_view* views, const std::size_t* idx, std::size_t m, std::size_t group_base,
+                     const device_props& props, Params& prm, int strided_cap) {
+  unsigned blocks = 0;
+  int strided = 0;
+  // scale per-tensor blocks down when the sum would exceed a launch's limit
+  unsigned long long want = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    const tensor_view& v = views[idx[j]].view;
+    want += blocks_for(v.numel() * size_of(v.type), props);
+  }
+  const unsigned long long budget = max_blocks_per_launch;
+  for (std::size_t j = 0; j < m; ++j) {
+    const tensor_view& v = views[idx[j]].view;
+    const std::uint64_t n = v.numel();
+    unsigned b = blocks_for(n * size_of(v.type), props);
+    if (want > budget) {
+      const unsigned long long scaled = static_cast<unsigned long long>(b) * budget / want;
+      b = scaled < 1 ? 1u : static_cast<unsigned>(scaled);
+    }
+    // per-thread counters are 32-bit: at most 2^31 elements per thread
+    while (static_cast<unsigned long long>(b) * block_threads * (1ull << 31) < n) b *= 2;
+    tensor_desc& d = prm.desc[j];
+    d = tensor_desc{};
+    d.data = v.data;
+    d.n = n;
+    d.block_begin = blocks;
+    d.type = static_cast<unsigned char>(v.type);
+    d.layout = 0;
+    d.result = static_cast<unsigned short>(idx[j] - group_base);
+    if (!v.is_contiguous()) {
+      if (strided >= strided_cap) ::nanscope::detail::fail(v.name, "internal: too many strided views in one launch");
+      strided_layout& l = prm.layouts[strided++];
+      l = strided_layout{};
+      l.rank = v.rank;
+      for (int i = 0; i < v.rank; ++i) {
+        l.shape[i] = v.shape[i];
+        l.strides[i] = v.strides[i];
+      }
+      d.layout = static_cast<unsigned char>(strided);
+    }
+    blocks += b;
+  }
+  prm.count = static_cast<int>(m);
+  prm.total_blocks = blocks;
+  return blocks;
+}
+
+/// Splits views[0, count) into launch groups: at most batch_cap views with device work, batch_strided_cap
+/// strided ones, and a span of at most 65535 views (record offsets are 16-bit). Calls f(begin, idx, m).
+template <class F>
+inline void for_each_group(const buffer_view* views, std::size_t count, check_mode mode, std::vector<std::size_t>& idx,
+                           F&& f) {
+  std::size_t i = 0;
+  while (i < count) {
+    idx.clear();
+    int strided = 0;
+    std::size_t j = i;
+    for (; j < count && idx.size() < static_cast<std::size_t>(batch_cap) && j - i < 65535; ++j) {
+      const tensor_view& v = views[j].view;
+      if (level_of(mode, v.type, v.numel()) == 0) continue;
+      if (!v.is_contiguous()) {
+        if (strided == batch_strided_cap) break;
+        ++strided;
+      }
+      idx.push_back(j);
+    }
+    if (!idx.empty()) f(i, idx.data(), idx.size());
+    i = j;
+  }
+}
+
+inline int mode_level(check_mode mode) {
+  switch (mode) {
+    case check_mode::stats: return 3;
+    case check_mode::full_health: return 2;
+    case check_mode::concise_health:
+    case check_mode::curt_health: return 1;
+    default: return 0;
+  }
+}
+
+
+}  // namespace detail
+
+/// The health_result of a view from its device record (the record is ignored for views that needed no
+/// device work). Same fields, same semantics as nanscope::check on the host.
+inline health_result finalize(const device_result& rec, const tensor_view& v, check_mode mode) {
+  health_result r;
+  r.type = v.type;
+  r.mode = mode;
+  r.rank = v.rank;
+  for (int i = 0; i < v.rank; ++i) r.shape[i] = v.shape[i];
+  const std::uint64_t n = v.numel();
+  r.count = n;
+  if (detail::level_of(mode, v.type, n) == 0) {
+    if (mode == check_mode::stats) r.m2 = 0.0L;
+    return r;
+  }
+  r.any_nonfinite = (rec.nan + rec.pinf + rec.ninf) != 0;
+  r.first_nonfinite = rec.first_nf == detail::no_index ? -1 : static_cast<std::int64_t>(rec.first_nf);
+  if (mode == check_mode::curt_health) return r;
+  r.nan = rec.nan;
+  r.pos_inf = rec.pinf;
+  r.neg_inf = rec.ninf;
+  if (mode == check_mode::concise_health) return r;
+  r.negative = rec.neg;
+  r.zero = rec.zero;
+  r.subnormal = rec.sub;
+  r.positive = n - rec.nan - rec.pinf - rec.ninf - rec.neg - rec.zero;
+  const std::uint64_t not_nan = n - rec.nan;
+  double mn = ::nanscope::detail::qnan, mx = ::nanscope::detail::qnan;
+  if (not_nan != 0) {
+    const std::uint64_t bmin = ::nanscope::detail::unkey64(rec.kmin), bmax = ::nanscope::detail::unkey64(rec.kmax);
+    mn = ::nanscope::detail::bits_to_double(bmin);
+    mx = ::nanscope::detail::bits_to_double(bmax);
+    const std::uint64_t amn = bmin & 0x7FFFFFFFFFFFFFFFull, amx = bmax & 0x7FFFFFFFFFFFFFFFull;
+    r.abs_max = ::nanscope::detail::bits_to_double(amn > amx ? amn : amx);
+  }
+  if (mode == check_mode::full_health) return r;
+  r.min = mn;
+  r.max = mx;
+  const std::uint64_t nonzero = not_nan - rec.zero;
+  r.abs_min_nonzero = nonzero != 0 ? ::nanscope::detail::bits_to_double(rec.amin_nz) : ::nanscope::detail::qnan;
+  r.abs_min = rec.zero != 0 ? 0.0 : r.abs_min_nonzero;
+  // parts 1 and 2 are scaled by 2^-600 / 2^600: unscale in long double and merge in a fixed order
+  std::uint64_t nn = 0;
+  double mean = 0.0;
+  long double m2 = 0.0L;
+  const long double unscale_mean[detail::moment_parts] = {1.0L, 0x1p600L, 0x1p-600L};
+  for (int p = 0; p < detail::moment_parts; ++p) {
+    const detail::moments& m = rec.m[p];
+    if (m.n == 0) continue;
+    const long double um = static_cast<long double>(m.mean) * unscale_mean[p];
+    const long double um2 = static_cast<long double>(m.m2) * unscale_mean[p] * unscale_mean[p];
+    if (nn == 0) {
+      nn = m.n;
+      mean = static_cast<double>(um);
+      m2 = um2;
+    } else {
+      ::nanscope::detail::merge_moments(nn, mean, m2, m.n, static_cast<double>(um), um2);
+    }
+  }
+  r.mean = nn != 0 ? mean : ::nanscope::detail::qnan;
+  r.m2 = nn != 0 ? m2 : 0.0L;
+  r.std = ::nanscope::detail::std_from(nn, r.m2);
+  return r;
+}
+
+
+}  // namespace cuda
+NANSCOPE_NAMESPACE_END
+
+#undef NANSCOPE_IMPL_DEV
+#undef NANSCOPE_IMPL_DEV_FN
+#undef NANSCOPE_IMPL_HD
+#undef NANSCOPE_IMPL_UNROLL_ALL
+
+#endif  // NANSCOPE_DETAIL_CUDA_PASS_CUH
