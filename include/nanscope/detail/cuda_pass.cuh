@@ -555,9 +555,10 @@ NANSCOPE_IMPL_DEV_FN void run_tensor(thread_acc& t, thread_acc32& t32, const ten
     }
     return;
   }
+  const auto ues = static_cast<unsigned long long>(es);
   if (!aligned) {  // misaligned elements: byte-exact element loads
     for (unsigned long long i = g; i < n; i += stride)
-      visit_bytes<L>(t, t32, base + i * es, ty, es, normal, static_cast<long long>(i));
+      visit_bytes<L>(t, t32, base + i * ues, ty, es, normal, static_cast<long long>(i));
     return;
   }
   const unsigned long long epv = 16u / static_cast<unsigned>(es);
@@ -566,12 +567,12 @@ NANSCOPE_IMPL_DEV_FN void run_tensor(thread_acc& t, thread_acc32& t32, const ten
   const unsigned long long nvec = (n - head) / epv;
   const unsigned long long tail_begin = head + nvec * epv;
   // head and tail: a few elements, taken by the first threads of the tensor
-  if (g < head) visit_at<L>(t, t32, base + g * es, ty, normal, static_cast<long long>(g));
+  if (g < head) visit_at<L>(t, t32, base + g * ues, ty, normal, static_cast<long long>(g));
   if (g < n - tail_begin) {
     const unsigned long long i = tail_begin + g;
-    visit_at<L>(t, t32, base + i * es, ty, normal, static_cast<long long>(i));
+    visit_at<L>(t, t32, base + i * ues, ty, normal, static_cast<long long>(i));
   }
-  const auto* vec = reinterpret_cast<const vec16*>(base + head * es);
+  const auto* vec = reinterpret_cast<const vec16*>(base + head * ues);
   const auto h = static_cast<long long>(head);
   switch (ty) {
     case dtype::f64: run_body<L, dtype::f64>(t, t32, vec, nvec, h, g, stride); break;
