@@ -514,6 +514,11 @@ class checker {
 
   /// Queues the check of one device tensor on its stream and returns at once.
   pending check(const buffer_view& v, const check_options& opt = {}) { return check_batch(&v, 1, opt)[0]; }
+  /// Same for a view of device memory from any adapter, checked on `stream` (e.g. a LibTorch CUDA tensor:
+  /// check(nanscope::torch::any_device_view(t, "name"), at::cuda::getCurrentCUDAStream())).
+  pending check(const tensor_view& v, cudaStream_t stream, const check_options& opt = {}) {
+    return check(device_buffer(v, stream), opt);
+  }
 
   /// Queues the check of `count` device tensors (all on views[0].stream) in one launch per 1000 tensors.
   pending_batch check_batch(const buffer_view* views, std::size_t count, const check_options& opt = {}) {

@@ -289,6 +289,11 @@ TEST_CASE("empty tensors and integer dtypes need no device work") {
   const auto ge = ck.check(ns::cuda::device_buffer(d.ptr(), ns::dtype::f32, {0, 5})).get();
   compare(ge, host_ref(ns::tensor_view::contiguous(ints, ns::dtype::f32, {0, 5})), "empty");
   CHECK(ge.count == 0);
+  // a view from any adapter, with its stream
+  std::vector<float> fl = adversarial<float>(3000, 77);
+  device_bytes df(fl.data(), fl.size() * 4);
+  compare(ck.check(ns::tensor_view::flat(df.ptr(), ns::dtype::f32, 3000), nullptr).get(),
+          host_ref(ns::tensor_view::flat(fl.data(), ns::dtype::f32, 3000)), "tensor_view overload");
 }
 
 TEST_CASE("batches: 1200 tensors of mixed sizes, dtypes and layouts, one result each") {
