@@ -424,6 +424,39 @@ inline void parallel_task(void* vctx, std::size_t i) {
   }
 }
 
+/// The kernel level a mode that reads data needs.
+inline level level_for(check_mode mode) {
+  return mode == check_mode::stats         ? level::stats
+         : mode == check_mode::full_health ? level::counts
+                                           : level::nonfinite;
+}
+
+/// Copies into `r` the fields of a pass's accumulated result `acc` (computed at level `lv`) that a mode of
+/// that level reports, beyond count and the first non-finite index: the non-finite counts, then (counts) the
+/// other counts and abs_max, then (stats) the extrema and moments. Shared by the host pass and the CUDA
+/// backend's finalize(), so both report the same fields for a mode.
+inline void take_reported_fields(health_result& r, const health_result& acc, level lv) {
+  r.neg_inf = acc.neg_inf;
+  r.pos_inf = acc.pos_inf;
+  r.nan = acc.nan;
+  if (lv >= level::counts) {
+    r.negative = acc.negative;
+    r.zero = acc.zero;
+    r.positive = acc.positive;
+    r.subnormal = acc.subnormal;
+    r.abs_max = acc.abs_max;
+  }
+  if (lv == level::stats) {
+    r.min = acc.min;
+    r.max = acc.max;
+    r.abs_min = acc.abs_min;
+    r.abs_min_nonzero = acc.abs_min_nonzero;
+    r.mean = acc.mean;
+    r.std = acc.std;
+    r.m2 = acc.m2;
+  }
+}
+
 /// If the view is a permutation of a dense row-major layout (a transpose, Eigen's column-major storage),
 /// writes that dense view to `out` and returns true. Broadcast (stride 0) and gapped views return false.
 inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
@@ -476,11 +509,8 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
     if (mode == check_mode::stats) r.m2 = 0.0L;
     return r;
   }
-  detail::pass_plan plan{v,
-                         mode == check_mode::stats         ? detail::level::stats
-                         : mode == check_mode::full_health ? detail::level::counts
-                                                           : detail::level::nonfinite,
-                         resolve_isa(opt.instruction_set), mode == check_mode::curt_health, v.is_contiguous()};
+  detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
+                         mode == check_mode::curt_health, v.is_contiguous()};
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
@@ -530,25 +560,7 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
     r.first_nonfinite = (check)(v, first_only).first_nonfinite;
   }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
-  r.neg_inf = acc.neg_inf;
-  r.pos_inf = acc.pos_inf;
-  r.nan = acc.nan;
-  if (plan.lv >= detail::level::counts) {
-    r.negative = acc.negative;
-    r.zero = acc.zero;
-    r.positive = acc.positive;
-    r.subnormal = acc.subnormal;
-    r.abs_max = acc.abs_max;
-  }
-  if (plan.lv == detail::level::stats) {
-    r.min = acc.min;
-    r.max = acc.max;
-    r.abs_min = acc.abs_min;
-    r.abs_min_nonzero = acc.abs_min_nonzero;
-    r.mean = acc.mean;
-    r.std = acc.std;
-    r.m2 = acc.m2;
-  }
+  detail::take_reported_fields(r, acc, plan.lv);
   return r;
 }
 

@@ -141,10 +141,9 @@ inline device_props current_props(const char* tensor) {
   return p;
 }
 
-/// Host-side checks of a device view: a valid view, device-readable memory on the current device.
-inline void validate_device_view(const buffer_view& b) {
+/// Host-side check of a (validated) device view's memory: device-readable, and on `dev`, the current device.
+inline void check_device_pointer(const buffer_view& b, int dev) {
   const tensor_view& v = b.view;
-  validate(v);
   if (v.space == memory_space::host)
     ::nanscope::detail::fail(v.name, "the view says host memory: use nanscope::check on the host, or mark it "
                                      "memory_space::cuda_device");
@@ -152,8 +151,6 @@ inline void validate_device_view(const buffer_view& b) {
   cudaPointerAttributes attr{};
   const cudaError_t e = cudaPointerGetAttributes(&attr, v.data);
   if (e != cudaSuccess) cuda_fail(v.name, e, "cudaPointerGetAttributes");
-  int dev = 0;
-  cuda_check(cudaGetDevice(&dev), v.name, "cudaGetDevice");
   switch (attr.type) {
     case cudaMemoryTypeDevice:
       if (attr.device != dev)
@@ -192,6 +189,71 @@ inline batch_params& thread_batch_params() {
   return p;
 }
 
+/// Validates the views and the mode, plans the launches (their size only) and returns the temporary storage
+/// they need.
+inline std::size_t storage_needed(const buffer_view* views, std::size_t count, check_mode mode,
+                                  const device_props& props) {
+  if (views == nullptr && count != 0) ::nanscope::detail::fail(nullptr, "check_async: null views with a count");
+  if (static_cast<unsigned>(mode) < 1 || static_cast<unsigned>(mode) > 6)
+    ::nanscope::detail::fail(count != 0 ? views[0].view.name : nullptr,
+                             "unknown check mode " + std::to_string(static_cast<unsigned>(mode)));
+  for (std::size_t i = 0; i < count; ++i) validate(views[i].view);
+  static thread_local std::vector<std::size_t> idx;
+  batch_params& bp = thread_batch_params();
+  std::size_t max_blocks = 0;
+  for_each_group(views, count, mode, idx, [&](std::size_t base, const std::size_t* ix, std::size_t m) {
+    single_params sp{};
+    const unsigned b = m == 1 ? plan(views, ix, 1, base, props, sp, 1)
+                              : plan(views, ix, m, base, props, bp, batch_strided_cap);
+    if (b > max_blocks) max_blocks = b;
+  });
+  return storage_bytes(static_cast<std::size_t>(batch_cap), max_blocks);
+}
+
+/// The launches of views already validated by storage_needed(), into storage of the size it gave.
+inline void enqueue(void* temp_storage, const buffer_view* views, std::size_t count, device_result* results,
+                    check_mode mode, cudaStream_t stream, const device_props& props) {
+  const char* first_name = count != 0 ? views[0].view.name : nullptr;
+  int dev = 0;
+  cuda_check(cudaGetDevice(&dev), first_name, "cudaGetDevice");
+  bool any = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (level_of(mode, views[i].view.type, views[i].view.numel()) == 0) continue;
+    check_device_pointer(views[i], dev);
+    any = true;
+  }
+  if (!any) return;
+  if (results == nullptr) ::nanscope::detail::fail(first_name, "check_async: null results");
+  const int level = static_cast<int>(::nanscope::detail::level_for(mode));
+  // An error left pending by earlier CUDA calls (not ours) would otherwise be reported as a launch failure.
+  const cudaError_t earlier = cudaGetLastError();
+  if (earlier != cudaSuccess && earlier != cudaErrorNotReady)
+    cuda_fail(first_name, earlier, "an earlier CUDA call (the error was pending before nanscope's launch)");
+  auto* counters = static_cast<unsigned*>(temp_storage);
+  auto* partials = reinterpret_cast<device_result*>(static_cast<unsigned char*>(temp_storage) +
+                                                    storage_bytes(static_cast<std::size_t>(batch_cap), 0));
+  static thread_local std::vector<std::size_t> idx;
+  batch_params& bp = thread_batch_params();
+  for_each_group(views, count, mode, idx, [&](std::size_t base, const std::size_t* ix, std::size_t m) {
+    if (m == 1) {
+      single_params sp{};
+      plan(views, ix, 1, base, props, sp, 1);
+      sp.counters = counters;
+      sp.partials = partials;
+      sp.results = results + base;
+      launch(level, sp, stream);
+    } else {
+      plan(views, ix, m, base, props, bp, batch_strided_cap);
+      bp.counters = counters;
+      bp.partials = partials;
+      bp.results = results + base;
+      launch(level, bp, stream);
+    }
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) cuda_fail(views[ix[0]].view.name, e, "the health kernel launch");
+  });
+}
+
 }  // namespace detail
 
 /// Queues the fused pass over `count` device views at `mode` on `stream`, writing one device_result per view
@@ -206,61 +268,17 @@ inline batch_params& thread_batch_params() {
 /// nanscope::error for invalid views, host pointers, too little storage and launch errors.
 inline void check_async(void* temp_storage, std::size_t& temp_storage_bytes, const buffer_view* views,
                         std::size_t count, device_result* results, check_mode mode, cudaStream_t stream) {
-  if (views == nullptr && count != 0) ::nanscope::detail::fail(nullptr, "check_async: null views with a count");
-  if (static_cast<unsigned>(mode) < 1 || static_cast<unsigned>(mode) > 6)
-    ::nanscope::detail::fail(count != 0 ? views[0].view.name : nullptr,
-                             "unknown check mode " + std::to_string(static_cast<unsigned>(mode)));
-  for (std::size_t i = 0; i < count; ++i) validate(views[i].view);
-  const char* first_name = count != 0 ? views[0].view.name : nullptr;
-  const detail::device_props props = detail::current_props(first_name);
-  static thread_local std::vector<std::size_t> idx;
-  detail::batch_params& bp = detail::thread_batch_params();
-  std::size_t max_blocks = 0;
-  detail::for_each_group(views, count, mode, idx, [&](std::size_t base, const std::size_t* ix, std::size_t m) {
-    const unsigned b = m == 1 ? [&] {
-      detail::single_params sp{};
-      return detail::plan(views, ix, 1, base, props, sp, 1);
-    }()
-                              : detail::plan(views, ix, m, base, props, bp, detail::batch_strided_cap);
-    if (b > max_blocks) max_blocks = b;
-  });
-  const std::size_t need = detail::storage_bytes(static_cast<std::size_t>(detail::batch_cap), max_blocks);
+  const detail::device_props props = detail::current_props(count != 0 && views != nullptr ? views[0].view.name : nullptr);
+  const std::size_t need = detail::storage_needed(views, count, mode, props);
   if (temp_storage == nullptr) {
     temp_storage_bytes = need;
     return;
   }
   if (temp_storage_bytes < need)
-    ::nanscope::detail::fail(first_name, "check_async: temporary storage of " + std::to_string(temp_storage_bytes) +
-                                             " bytes, " + std::to_string(need) + " needed");
-  if (results == nullptr && max_blocks != 0) ::nanscope::detail::fail(first_name, "check_async: null results");
-  for (std::size_t i = 0; i < count; ++i)
-    if (detail::level_of(mode, views[i].view.type, views[i].view.numel()) != 0) detail::validate_device_view(views[i]);
-  const int level = detail::mode_level(mode);
-  // An error left pending by earlier CUDA calls (not ours) would otherwise be reported as a launch failure.
-  const cudaError_t earlier = cudaGetLastError();
-  if (earlier != cudaSuccess && earlier != cudaErrorNotReady)
-    detail::cuda_fail(first_name, earlier, "an earlier CUDA call (the error was pending before nanscope's launch)");
-  auto* counters = static_cast<unsigned*>(temp_storage);
-  auto* partials = reinterpret_cast<device_result*>(static_cast<unsigned char*>(temp_storage) +
-                                                    detail::storage_bytes(static_cast<std::size_t>(detail::batch_cap), 0));
-  detail::for_each_group(views, count, mode, idx, [&](std::size_t base, const std::size_t* ix, std::size_t m) {
-    if (m == 1) {
-      detail::single_params sp{};
-      detail::plan(views, ix, 1, base, props, sp, 1);
-      sp.counters = counters;
-      sp.partials = partials;
-      sp.results = results + base;
-      detail::launch(level, sp, stream);
-    } else {
-      detail::plan(views, ix, m, base, props, bp, detail::batch_strided_cap);
-      bp.counters = counters;
-      bp.partials = partials;
-      bp.results = results + base;
-      detail::launch(level, bp, stream);
-    }
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) detail::cuda_fail(views[ix[0]].view.name, e, "the health kernel launch");
-  });
+    ::nanscope::detail::fail(views[0].view.name, "check_async: temporary storage of " +
+                                                     std::to_string(temp_storage_bytes) + " bytes, " +
+                                                     std::to_string(need) + " needed");
+  detail::enqueue(temp_storage, views, count, results, mode, stream, props);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -535,8 +553,9 @@ class checker {
       if (views[i].stream != stream)
         ::nanscope::detail::fail(views[i].view.name, "check_batch: every view of a batch must be on the same stream");
     const bool capturing = detail::is_capturing(stream, name0);
-    std::size_t bytes = 0;
-    check_async(nullptr, bytes, views, count, nullptr, opt.mode, stream);
+    // one planning pass for the size (it also validates), one for the launches
+    const detail::device_props props = detail::current_props(name0);
+    const std::size_t bytes = detail::storage_needed(views, count, opt.mode, props);
     detail::ticket* t = st_->acquire(count, capturing, name0);
     pending first(st_, t, 0);  // owns the ticket from here (released on exceptions)
     t->count = count;
@@ -556,7 +575,7 @@ class checker {
     if (needs_device) {
       void* storage = st_->storage_for(stream, bytes, capturing, name0);
       try {
-        check_async(storage, bytes, views, count, t->records, opt.mode, stream);
+        detail::enqueue(storage, views, count, t->records, opt.mode, stream, props);
       } catch (...) {
         // earlier groups of the batch may have launched: the records stay out of the pool until they finish
         if (!capturing && cudaEventRecord(t->event, stream) == cudaSuccess) t->launched = true;

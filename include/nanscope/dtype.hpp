@@ -186,7 +186,7 @@ inline std::uint64_t double_to_bits(double f) {
 
 /// Exact f32 -> f64 on bit patterns, with no floating-point instruction: subnormal f32 values survive the
 /// denormals-are-zero mode that -ffast-math turns on (a cvtss2sd would flush them to zero).
-inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
+NANSCOPE_HOST_DEVICE inline std::uint64_t f32_to_f64_bits(std::uint32_t b) {
   const std::uint64_t sign = static_cast<std::uint64_t>(b >> 31) << 63;
   const std::uint32_t e = (b >> 23) & 0xFFu;
   std::uint32_t m = b & 0x7FFFFFu;

@@ -206,6 +206,41 @@ inline std::string first_difference(const nanscope::health_result& a, const nans
   return "";
 }
 
+/// Two results of the same data from two implementations (the CUDA backend and the host pass): every count,
+/// extremum and index the same bit for bit (+0 and -0 distinguished), mean and std within `tol` relative to
+/// max(|mean|, std) (two summation orders), NaN where the other is NaN.
+inline void expect_same_health(const nanscope::health_result& g, const nanscope::health_result& c, double tol) {
+  CHECK(g.type == c.type);
+  CHECK(g.mode == c.mode);
+  CHECK(g.rank == c.rank);
+  for (int i = 0; i < c.rank; ++i) CHECK(g.shape[i] == c.shape[i]);
+  CHECK(g.count == c.count);
+  CHECK(g.negative == c.negative);
+  CHECK(g.zero == c.zero);
+  CHECK(g.positive == c.positive);
+  CHECK(g.neg_inf == c.neg_inf);
+  CHECK(g.pos_inf == c.pos_inf);
+  CHECK(g.nan == c.nan);
+  CHECK(g.subnormal == c.subnormal);
+  CHECK(g.first_nonfinite == c.first_nonfinite);
+  CHECK(g.any_nonfinite == c.any_nonfinite);
+  auto same = [](double a, double b) { return (is_nan(a) && is_nan(b)) || bits64(a) == bits64(b); };
+  CHECK_MESSAGE(same(g.min, c.min), "min " << show(g.min) << " vs " << show(c.min));
+  CHECK_MESSAGE(same(g.max, c.max), "max " << show(g.max) << " vs " << show(c.max));
+  CHECK_MESSAGE(same(g.abs_max, c.abs_max), "abs_max " << show(g.abs_max) << " vs " << show(c.abs_max));
+  CHECK_MESSAGE(same(g.abs_min, c.abs_min), "abs_min " << show(g.abs_min) << " vs " << show(c.abs_min));
+  CHECK_MESSAGE(same(g.abs_min_nonzero, c.abs_min_nonzero),
+                "abs_min_nonzero " << show(g.abs_min_nonzero) << " vs " << show(c.abs_min_nonzero));
+  const double scale = std::fmax(is_nan(c.mean) ? 0.0 : std::fabs(c.mean), is_nan(c.std) ? 0.0 : c.std);
+  auto close = [&](double a, double b) {
+    if (is_nan(a) || is_nan(b)) return is_nan(a) && is_nan(b);
+    if (!is_finite(a) || !is_finite(b)) return bits64(a) == bits64(b);
+    return std::fabs(a - b) <= tol * scale + 1e-300;
+  };
+  CHECK_MESSAGE(close(g.mean, c.mean), "mean " << show(g.mean) << " vs " << show(c.mean));
+  CHECK_MESSAGE(close(g.std, c.std), "std " << show(g.std) << " vs " << show(c.std));
+}
+
 /// Options for one configuration.
 inline nanscope::check_options opts(nanscope::check_mode m, nanscope::isa i, unsigned threads) {
   return nanscope::check_options{}.with_mode(m).with_isa(i).with_threads(threads).with_parallel_threshold(0);

@@ -144,14 +144,12 @@ namespace detail {
 inline constexpr int block_threads = 256;
 inline constexpr int unroll = 4;                      // 16-byte loads in flight per thread
 inline constexpr long long no_index = 0x7FFFFFFFFFFFFFFFll;
-inline constexpr std::int64_t key64_pos_inf = 0x7FF0000000000000ll;
-inline constexpr std::int64_t key64_neg_inf = static_cast<std::int64_t>(0x800FFFFFFFFFFFFFull);
 
 NANSCOPE_IMPL_HD device_result identity_result() {
   device_result r{};
-  r.kmin = key64_pos_inf;
-  r.kmax = key64_neg_inf;
-  r.amin_nz = 0x7FF0000000000000ull;
+  r.kmin = ::nanscope::detail::key64_max;  // key of +inf
+  r.kmax = ::nanscope::detail::key64_min;  // key of -inf
+  r.amin_nz = ::nanscope::detail::f64_inf_bits;
   r.first_nf = no_index;
   return r;
 }
@@ -188,25 +186,16 @@ struct merge_op {
   }
 };
 
-NANSCOPE_IMPL_DEV long long dev_key64(unsigned long long bits) {
-  return static_cast<long long>(bits ^ (static_cast<unsigned long long>(static_cast<long long>(bits) >> 63) >> 1));
-}
-NANSCOPE_IMPL_DEV int dev_key32(unsigned bits) {
-  return static_cast<int>(bits ^ (static_cast<unsigned>(static_cast<int>(bits) >> 31) >> 1));
-}
+// Keys and the exact f32 -> f64 bit conversion are the host pass's (kernel_common.hpp, dtype.hpp: host and
+// device functions): one definition of the order and of the conversion for both.
+using ::nanscope::detail::f32_to_f64_bits;
+using ::nanscope::detail::key32;
+using ::nanscope::detail::key64;
+using ::nanscope::detail::f32_abs_mask;
+using ::nanscope::detail::f32_inf_bits;
+using ::nanscope::detail::f64_abs_mask;
+using ::nanscope::detail::f64_inf_bits;
 
-/// Exact f32 -> f64 bit pattern with integer operations only (immune to flush-to-zero).
-NANSCOPE_IMPL_DEV unsigned long long f32_to_f64_bits_dev(unsigned b) {
-  const unsigned long long sign = static_cast<unsigned long long>(b >> 31) << 63;
-  const unsigned e = (b >> 23) & 0xFFu;
-  const unsigned m = b & 0x7FFFFFu;
-  if (e == 0xFFu) return sign | 0x7FF0000000000000ull | (static_cast<unsigned long long>(m) << 29);
-  if (e != 0) return sign | (static_cast<unsigned long long>(e + 896u) << 52) | (static_cast<unsigned long long>(m) << 29);
-  if (m == 0) return sign;
-  const int p = 31 - dev_clz(static_cast<int>(m));  // top bit position, 0..22; value = m * 2^-149
-  const unsigned long long mant = (static_cast<unsigned long long>(m) << (52 - p)) & 0xFFFFFFFFFFFFFull;
-  return sign | (static_cast<unsigned long long>(p - 149 + 1023) << 52) | mant;
-}
 /// Finite f32 bits -> double, exactly (integer conversion for subnormals: FP64 arithmetic never flushes).
 NANSCOPE_IMPL_DEV double f32_finite_to_double(unsigned b) {
   const unsigned a = b & 0x7FFFFFFFu;
@@ -258,8 +247,8 @@ NANSCOPE_IMPL_DEV unsigned normal32_of(dtype t) {
 /// elements, and the host bounds that.
 struct thread_acc {
   unsigned neg = 0, zero = 0, sub = 0, nan = 0, pinf = 0, ninf = 0;
-  long long kmin = key64_pos_inf, kmax = key64_neg_inf;
-  unsigned long long amin = 0x7FF0000000000000ull;
+  long long kmin = ::nanscope::detail::key64_max, kmax = ::nanscope::detail::key64_min;
+  unsigned long long amin = ::nanscope::detail::f64_inf_bits;
   long long first = no_index;
   // moments of each part: count, shift, shifted sums
   unsigned cnt[moment_parts] = {0, 0, 0};
@@ -270,8 +259,8 @@ struct thread_acc {
 
 /// The 32-bit state of the common path (f32, f16, bf16, fp8): extrema as f32 keys.
 struct thread_acc32 {
-  int kmin = 0x7F800000, kmax = static_cast<int>(0x807FFFFFu);
-  unsigned amin = 0x7F800000u;
+  int kmin = key32(f32_inf_bits), kmax = key32(f32_inf_bits | 0x80000000u);  // keys of +inf / -inf
+  unsigned amin = f32_inf_bits;
 };
 
 NANSCOPE_IMPL_DEV void add_moment(thread_acc& t, int part, double x) {
@@ -286,16 +275,16 @@ NANSCOPE_IMPL_DEV void add_moment(thread_acc& t, int part, double x) {
 template <int L>
 NANSCOPE_IMPL_DEV void visit32(thread_acc& t, thread_acc32& t32, unsigned b, unsigned normal,
                                         long long index) {
-  const unsigned a = b & 0x7FFFFFFFu;
+  const unsigned a = b & f32_abs_mask;
   const bool sgn = (b >> 31) != 0;
-  if (a >= 0x7F800000u) {  // rare: NaN or Inf
-    const bool is_nan = a > 0x7F800000u;
+  if (a >= f32_inf_bits) {  // rare: NaN or Inf
+    const bool is_nan = a > f32_inf_bits;
     t.nan += is_nan;
     t.pinf += !is_nan && !sgn;
     t.ninf += !is_nan && sgn;
     if (index < t.first) t.first = index;
     if (L >= 2 && !is_nan) {
-      const int key = dev_key32(b);
+      const int key = key32(b);
       t32.kmin = key < t32.kmin ? key : t32.kmin;
       t32.kmax = key > t32.kmax ? key : t32.kmax;
     }
@@ -306,11 +295,11 @@ NANSCOPE_IMPL_DEV void visit32(thread_acc& t, thread_acc32& t32, unsigned b, uns
     t.zero += z;
     t.neg += !z && sgn;
     t.sub += !z && a < normal;
-    const int key = dev_key32(b);
+    const int key = key32(b);
     t32.kmin = key < t32.kmin ? key : t32.kmin;
     t32.kmax = key > t32.kmax ? key : t32.kmax;
     if (L >= 3) {
-      const unsigned am = z ? 0x7F800000u : a;
+      const unsigned am = z ? f32_inf_bits : a;
       t32.amin = am < t32.amin ? am : t32.amin;
       add_moment(t, 0, f32_finite_to_double(b));
     }
@@ -323,16 +312,16 @@ inline constexpr unsigned long long f64_lo_bits = static_cast<unsigned long long
 /// One f64 element.
 template <int L>
 NANSCOPE_IMPL_DEV void visit64(thread_acc& t, unsigned long long b, long long index) {
-  const unsigned long long a = b & 0x7FFFFFFFFFFFFFFFull;
+  const unsigned long long a = b & f64_abs_mask;
   const bool sgn = (b >> 63) != 0;
-  if (a >= 0x7FF0000000000000ull) {
-    const bool is_nan = a > 0x7FF0000000000000ull;
+  if (a >= f64_inf_bits) {
+    const bool is_nan = a > f64_inf_bits;
     t.nan += is_nan;
     t.pinf += !is_nan && !sgn;
     t.ninf += !is_nan && sgn;
     if (index < t.first) t.first = index;
     if (L >= 2 && !is_nan) {
-      const long long key = dev_key64(b);
+      const long long key = key64(b);
       t.kmin = key < t.kmin ? key : t.kmin;
       t.kmax = key > t.kmax ? key : t.kmax;
     }
@@ -343,11 +332,11 @@ NANSCOPE_IMPL_DEV void visit64(thread_acc& t, unsigned long long b, long long in
     t.zero += z;
     t.neg += !z && sgn;
     t.sub += !z && a < 0x0010000000000000ull;
-    const long long key = dev_key64(b);
+    const long long key = key64(b);
     t.kmin = key < t.kmin ? key : t.kmin;
     t.kmax = key > t.kmax ? key : t.kmax;
     if (L >= 3) {
-      const unsigned long long am = z ? 0x7FF0000000000000ull : a;
+      const unsigned long long am = z ? f64_inf_bits : a;
       t.amin = am < t.amin ? am : t.amin;
       const double x = dev_as_double(static_cast<long long>(b));
       if (a > f64_hi_bits) {
@@ -600,9 +589,9 @@ NANSCOPE_IMPL_DEV_FN device_result to_record(const thread_acc& t, const thread_a
     r.amin_nz = t.amin;
   } else {
     // keys are their own inverse; the identities (+inf / -inf) convert to the f64 identities
-    r.kmin = dev_key64(f32_to_f64_bits_dev(static_cast<unsigned>(dev_key32(static_cast<unsigned>(t32.kmin)))));
-    r.kmax = dev_key64(f32_to_f64_bits_dev(static_cast<unsigned>(dev_key32(static_cast<unsigned>(t32.kmax)))));
-    r.amin_nz = f32_to_f64_bits_dev(t32.amin);
+    r.kmin = key64(f32_to_f64_bits(static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(t32.kmin)))));
+    r.kmax = key64(f32_to_f64_bits(static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(t32.kmax)))));
+    r.amin_nz = f32_to_f64_bits(t32.amin);
   }
   for (int p = 0; p < moment_parts; ++p) {
     if (t.cnt[p] == 0) continue;
@@ -634,15 +623,10 @@ inline unsigned blocks_for(unsigned long long bytes, const device_props& p) {
 }
 
 /// Level of a mode (0: nothing to read on the device).
+/// (1, 2, 3: the host pass's detail::level, which the kernel takes as its template argument.)
 inline int level_of(check_mode m, dtype t, std::uint64_t n) {
-  if (!is_float(t) || n == 0) return 0;
-  switch (m) {
-    case check_mode::stats: return 3;
-    case check_mode::full_health: return 2;
-    case check_mode::concise_health:
-    case check_mode::curt_health: return 1;
-    default: return 0;
-  }
+  if (!is_float(t) || n == 0 || m == check_mode::no_tensor || m == check_mode::shape) return 0;
+  return static_cast<int>(::nanscope::detail::level_for(m));
 }
 
 /// Storage layout of check_async's temporary storage for `count` tensors and `blocks` blocks.
@@ -724,16 +708,6 @@ inline void for_each_group(const buffer_view* views, std::size_t count, check_mo
   }
 }
 
-inline int mode_level(check_mode mode) {
-  switch (mode) {
-    case check_mode::stats: return 3;
-    case check_mode::full_health: return 2;
-    case check_mode::concise_health:
-    case check_mode::curt_health: return 1;
-    default: return 0;
-  }
-}
-
 
 }  // namespace detail
 
@@ -754,29 +728,27 @@ inline health_result finalize(const device_result& rec, const tensor_view& v, ch
   r.any_nonfinite = (rec.nan + rec.pinf + rec.ninf) != 0;
   r.first_nonfinite = rec.first_nf == detail::no_index ? -1 : static_cast<std::int64_t>(rec.first_nf);
   if (mode == check_mode::curt_health) return r;
-  r.nan = rec.nan;
-  r.pos_inf = rec.pinf;
-  r.neg_inf = rec.ninf;
-  if (mode == check_mode::concise_health) return r;
-  r.negative = rec.neg;
-  r.zero = rec.zero;
-  r.subnormal = rec.sub;
-  r.positive = n - rec.nan - rec.pinf - rec.ninf - rec.neg - rec.zero;
+  // Every field from the record (a lower-level kernel leaves the rest at identities), then the host pass's
+  // rule for which of them the mode reports.
+  health_result acc;
+  acc.nan = rec.nan;
+  acc.pos_inf = rec.pinf;
+  acc.neg_inf = rec.ninf;
+  acc.negative = rec.neg;
+  acc.zero = rec.zero;
+  acc.subnormal = rec.sub;
+  acc.positive = n - rec.nan - rec.pinf - rec.ninf - rec.neg - rec.zero;
   const std::uint64_t not_nan = n - rec.nan;
-  double mn = ::nanscope::detail::qnan, mx = ::nanscope::detail::qnan;
   if (not_nan != 0) {
     const std::uint64_t bmin = ::nanscope::detail::unkey64(rec.kmin), bmax = ::nanscope::detail::unkey64(rec.kmax);
-    mn = ::nanscope::detail::bits_to_double(bmin);
-    mx = ::nanscope::detail::bits_to_double(bmax);
-    const std::uint64_t amn = bmin & 0x7FFFFFFFFFFFFFFFull, amx = bmax & 0x7FFFFFFFFFFFFFFFull;
-    r.abs_max = ::nanscope::detail::bits_to_double(amn > amx ? amn : amx);
+    acc.min = ::nanscope::detail::bits_to_double(bmin);
+    acc.max = ::nanscope::detail::bits_to_double(bmax);
+    const std::uint64_t amn = bmin & detail::f64_abs_mask, amx = bmax & detail::f64_abs_mask;
+    acc.abs_max = ::nanscope::detail::bits_to_double(amn > amx ? amn : amx);
   }
-  if (mode == check_mode::full_health) return r;
-  r.min = mn;
-  r.max = mx;
   const std::uint64_t nonzero = not_nan - rec.zero;
-  r.abs_min_nonzero = nonzero != 0 ? ::nanscope::detail::bits_to_double(rec.amin_nz) : ::nanscope::detail::qnan;
-  r.abs_min = rec.zero != 0 ? 0.0 : r.abs_min_nonzero;
+  acc.abs_min_nonzero = nonzero != 0 ? ::nanscope::detail::bits_to_double(rec.amin_nz) : ::nanscope::detail::qnan;
+  acc.abs_min = rec.zero != 0 ? 0.0 : acc.abs_min_nonzero;
   // parts 1 and 2 are scaled by 2^-600 / 2^600: unscale in long double and merge in a fixed order
   std::uint64_t nn = 0;
   double mean = 0.0;
@@ -795,9 +767,10 @@ inline health_result finalize(const device_result& rec, const tensor_view& v, ch
       ::nanscope::detail::merge_moments(nn, mean, m2, m.n, static_cast<double>(um), um2);
     }
   }
-  r.mean = nn != 0 ? mean : ::nanscope::detail::qnan;
-  r.m2 = nn != 0 ? m2 : 0.0L;
-  r.std = ::nanscope::detail::std_from(nn, r.m2);
+  acc.mean = nn != 0 ? mean : ::nanscope::detail::qnan;
+  acc.m2 = nn != 0 ? m2 : 0.0L;
+  acc.std = ::nanscope::detail::std_from(nn, acc.m2);
+  ::nanscope::detail::take_reported_fields(r, acc, ::nanscope::detail::level_for(mode));
   return r;
 }
 

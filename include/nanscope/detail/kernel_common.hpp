@@ -33,14 +33,14 @@ struct moments_part {
 
 /// Total-order integer key of an f64 bit pattern (for non-NaN values): key(a) < key(b) iff a < b, with
 /// -0 just below +0. The transform is its own inverse.
-inline std::int64_t key64(std::uint64_t bits) {
+NANSCOPE_HOST_DEVICE inline std::int64_t key64(std::uint64_t bits) {
   return static_cast<std::int64_t>(bits ^ (static_cast<std::uint64_t>(static_cast<std::int64_t>(bits) >> 63) >> 1));
 }
 inline std::uint64_t unkey64(std::int64_t key) { return static_cast<std::uint64_t>(key64(static_cast<std::uint64_t>(key))); }
 inline constexpr std::int64_t key64_max = 0x7FF0000000000000ll;                       // key of +inf
 inline constexpr std::int64_t key64_min = static_cast<std::int64_t>(0x800FFFFFFFFFFFFFull);  // key of -inf
 /// Same for f32 bit patterns.
-inline std::int32_t key32(std::uint32_t bits) {
+NANSCOPE_HOST_DEVICE inline std::int32_t key32(std::uint32_t bits) {
   return static_cast<std::int32_t>(bits ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31) >> 1));
 }
 inline std::uint32_t unkey32(std::int32_t key) { return static_cast<std::uint32_t>(key32(static_cast<std::uint32_t>(key))); }
