@@ -11,18 +11,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace {
@@ -39,20 +42,56 @@ constexpr const char* version_text = "nanscope " NANSCOPE_CLI_STR(NANSCOPE_VERSI
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// SIGBUS: a mapped file that shrinks while it is read (another process truncating it) faults on the pages past
-// its new end. That is not recoverable in a multi-threaded scan; the handler names the file and exits with 2.
+// A file that shrinks while it is read (another process truncating it): reading a page of the mapping that now
+// lies wholly past the end of the file raises SIGBUS in whichever thread touched it (the main thread or one of
+// the library's pool workers). The handler recovers instead of exiting: it maps anonymous zero pages over the
+// rest of the mapping (from the faulting page on), records the offset, and returns; the faulting load is then
+// retried and reads zeros, so every thread finishes its chunk normally and no thread's control flow is torn
+// (no longjmp out of the library's pool). The main thread sees the recorded offset after the scan, reports the
+// file as an error and throws away everything computed from it that was not reported before (the zeros).
+// Async-signal-safety: the handler touches only lock-free atomics and makes one mmap system call (a raw
+// syscall on Linux, so that sanitizer interceptors are not entered from the handler); a SIGBUS outside the
+// current mapping restores the default action and returns, so the fault repeats and kills the process as usual.
 // ------------------------------------------------------------------------------------------------------------
-char g_current_file[4096];
+std::atomic<std::uintptr_t> g_map_begin{0};  // the mapping being scanned: [begin, end), end rounded up to a page
+std::atomic<std::uintptr_t> g_map_end{0};
+std::atomic<std::uint64_t> g_shrink_offset{~std::uint64_t{0}};  // lowest faulting page's offset in the file
+std::uintptr_t g_page_size = 4096;                              // set in main() before the handler is installed
+static_assert(std::atomic<std::uintptr_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
+              "the SIGBUS handler needs lock-free atomics");
 
-extern "C" void on_sigbus(int) {
-  static const char a[] = "nanscope: file '";
-  static const char b[] = "': the file shrank while it was being read (SIGBUS); stopping\n";
-  ssize_t ignored = ::write(STDERR_FILENO, a, sizeof a - 1);
-  ignored = ::write(STDERR_FILENO, g_current_file, std::strlen(g_current_file));
-  ignored = ::write(STDERR_FILENO, b, sizeof b - 1);
-  (void)ignored;
-  ::_exit(2);
+void* map_zero_pages(std::uintptr_t addr, std::size_t len) {
+#if defined(__linux__) && defined(SYS_mmap)
+  const long r = ::syscall(SYS_mmap, addr, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0L);
+  return r < 0 && r > -4096 ? MAP_FAILED : reinterpret_cast<void*>(r);
+#else
+  return ::mmap(reinterpret_cast<void*>(addr), len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+#endif
 }
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void*) {
+  const int saved_errno = errno;
+  const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  const std::uintptr_t begin = g_map_begin.load(), end = g_map_end.load();
+  const std::uintptr_t page = addr & ~(g_page_size - 1);
+  if (begin == 0 || addr < begin || addr >= end || map_zero_pages(page, end - page) == MAP_FAILED) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);  // not ours (or no way to recover): the fault repeats and kills as usual
+  } else {
+    const std::uint64_t off = page - begin;
+    std::uint64_t cur = g_shrink_offset.load();
+    while (off < cur && !g_shrink_offset.compare_exchange_weak(cur, off)) {
+    }
+  }
+  errno = saved_errno;
+}
+
+// Test hook (docs/cli.md): NANSCOPE_TEST_SHRINK_AFTER_MAP=BYTES:PATH truncates the file PATH (as given on the
+// command line) to BYTES bytes right after it is mapped, before any of it is read: a deterministic shrink.
+std::string g_shrink_path;
+off_t g_shrink_to = -1;
 
 /// A read-only private mapping of a whole regular file.
 class mapped_file {
@@ -86,9 +125,26 @@ class mapped_file {
     if (p == MAP_FAILED) file_error(path, std::string("cannot map: ") + std::strerror(err));
     data_ = static_cast<const unsigned char*>(p);
     (void)::madvise(p, size_, MADV_SEQUENTIAL);
+    // Published to the SIGBUS handler before any page is read (the pool's workers get their work after this).
+    const auto b = reinterpret_cast<std::uintptr_t>(p);
+    g_map_begin.store(0);
+    g_shrink_offset.store(~std::uint64_t{0});
+    g_map_end.store(b + ((size_ + g_page_size - 1) & ~(g_page_size - 1)));
+    g_map_begin.store(b);
+    if (g_shrink_to >= 0 && path == g_shrink_path && ::truncate(path.c_str(), g_shrink_to) != 0)
+      std::fprintf(stderr, "nanscope: NANSCOPE_TEST_SHRINK_AFTER_MAP: cannot truncate '%s': %s\n", path.c_str(),
+                   std::strerror(errno));
   }
   ~mapped_file() {
-    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+    if (data_ == nullptr) return;
+    g_map_begin.store(0);
+    g_map_end.store(0);
+    ::munmap(const_cast<unsigned char*>(data_), size_);
+  }
+  /// The offset of the first page found past the end of the file (the file shrank while mapped), or -1.
+  static std::int64_t shrink_offset() {
+    const std::uint64_t off = g_shrink_offset.load();
+    return off == ~std::uint64_t{0} ? -1 : static_cast<std::int64_t>(off);
   }
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
@@ -149,15 +205,28 @@ struct run_state {
   target_mask fail_on{};
   std::uint64_t files = 0, tensors = 0, nonfinite = 0, overflowing = 0, errors = 0, skipped = 0, warnings = 0;
   progress_bar bar;
+  int out_errno = 0;  ///< set (non-zero) once a write to stdout failed: the report is incomplete
 
+  bool out_failed() const { return out_errno != 0; }
+  /// Records the first failed write to stdout (the errno of the failing call).
+  void check_out(bool ok) {
+    if (out_errno == 0 && (!ok || std::ferror(stdout) != 0)) out_errno = errno != 0 ? errno : EIO;
+  }
   void out_line(const std::string& s) {
     bar.clear();
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fputc('\n', stdout);
+    errno = 0;
+    const bool ok = std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fputc('\n', stdout) != EOF;
+    check_out(ok);
+  }
+  /// Flushes stdout; false (and out_errno set) when anything written to it so far was lost.
+  bool flush_out() {
+    errno = 0;
+    check_out(std::fflush(stdout) == 0);
+    return !out_failed();
   }
   void err_line(const std::string& s) {
     bar.clear();
-    std::fflush(stdout);
+    flush_out();  // keeps stdout and stderr in order when both go to one place
     std::fwrite(s.data(), 1, s.size(), stderr);
     std::fputc('\n', stderr);
   }
@@ -204,24 +273,45 @@ struct run_state {
 
 void scan_file(const std::string& path, const scan_settings& settings, run_state& rs) {
   ++rs.files;
-  std::snprintf(g_current_file, sizeof g_current_file, "%s", path.c_str());
+  // A file that shrank: the tensors read from the zero pages mapped in by on_sigbus() are never reported.
+  auto shrink_message = [&](std::int64_t offset, std::size_t size) {
+    return "nanscope: file '" + path + "': the file shrank while it was being read (SIGBUS at offset " +
+           std::to_string(offset) + " of the " + std::to_string(size) +
+           " bytes it had when opened); its tensors from there on are not reported";
+  };
+  std::size_t size = 0;
   try {
     const mapped_file file(path);
+    size = file.size();
     const file_format fmt = detect_format(file.data(), file.size(), path);
-    if (fmt == file_format::unknown)
+    if (fmt == file_format::unknown && mapped_file::shrink_offset() < 0)
       file_error(path, "unrecognised file format: no .npy magic, no .npy/.safetensors extension, no JSON header");
     const bool show_bar = rs.progress && file.size() > (std::uint64_t{1} << 30) && ::isatty(STDERR_FILENO) == 1;
     if (show_bar) rs.bar.start(path, file.size());
     scan_callbacks cb;
-    cb.on_tensor = [&](const tensor_report& r) { rs.tensor(r); };
-    cb.on_warning = [&](const std::string& w) { rs.warning(path, w); };
+    cb.on_tensor = [&](const tensor_report& r) {
+      if (mapped_file::shrink_offset() < 0) rs.tensor(r);
+    };
+    cb.on_warning = [&](const std::string& w) {
+      if (mapped_file::shrink_offset() < 0) rs.warning(path, w);
+    };
     if (show_bar) cb.on_progress = [&](std::uint64_t done) { rs.bar.update(done); };
-    scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
+    if (fmt != file_format::unknown) scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
     rs.bar.stop();
+    const std::int64_t shrunk = mapped_file::shrink_offset();
+    if (shrunk >= 0) rs.error(path, nullptr, shrink_message(shrunk, size));
   } catch (const std::exception& e) {
     rs.bar.stop();
-    rs.error(path, nullptr, e.what());
+    // A parse error caused by the zero pages of a file that shrank is reported as the shrink.
+    const std::int64_t shrunk = mapped_file::shrink_offset();
+    rs.error(path, nullptr, shrunk >= 0 && size != 0 ? shrink_message(shrunk, size) : e.what());
   }
+}
+
+/// Prints the message for a failed write to stdout (the report is incomplete) on stderr.
+void report_write_error(int err) {
+  std::fprintf(stderr, "nanscope: error writing the report to standard output: %s (exit 2)\n", std::strerror(err));
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -240,7 +330,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> fail_on;
   std::string npy_void;
   CLI::App* scan = app.add_subcommand("scan", "Scan .npy and .safetensors files: one line (or JSON object) per tensor");
-  scan->add_option("files", files, "Files to scan (.npy, .safetensors)")->required();
+  // Not ->required(): the files after `--` are taken apart from CLI11 (below), so the check is ours.
+  scan->add_option("files", files, "Files to scan (.npy, .safetensors); those starting with '-' after '--'");
   scan->add_flag("--json", json, "One JSON object per line (JSON Lines): tensors, errors, a final summary");
   scan->add_flag("-q,--quiet", quiet, "Print only the verdict (errors still go to stderr)");
   scan->add_flag("--stats", stats, "Also compute min, max, mean and std (STATS mode; a little slower)");
@@ -259,12 +350,31 @@ int main(int argc, char** argv) {
                  "Report tensors of dtypes nanscope cannot check (C64, F8_E8M0, ...) as skipped, not as errors");
   scan->add_flag("--no-progress", no_progress, "No progress bar (shown on a terminal for files over 1 GiB)");
 
+  // `--` ends option parsing wherever it appears (POSIX Utility Syntax Guideline 10): everything after the first
+  // one is a file, even `--` itself or a name starting with '-'. CLI11 gets only what comes before it (CLI11 2.x
+  // refuses operands after `--` once the positional has taken some before it).
+  std::vector<std::string> operands;
+  int cli_argc = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      cli_argc = i;
+      operands.assign(argv + i + 1, argv + argc);
+      break;
+    }
   try {
-    app.parse(argc, argv);
+    app.parse(cli_argc, argv);
+    if (scan->parsed() && files.empty() && operands.empty())
+      throw CLI::RequiredError("files");  // the usual "files is required" message and exit 2
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    const int rc = app.exit(e);  // --help / --version (rc 0) print on stdout: a failed write there is an error too
+    std::cout.flush();
+    if (rc == 0 && (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
+      report_write_error(errno != 0 ? errno : EIO);
+      return 2;
+    }
     return rc == 0 ? 0 : 2;
   }
+  files.insert(files.end(), operands.begin(), operands.end());
 
   run_state rs;
   rs.json = json;
@@ -290,12 +400,26 @@ int main(int argc, char** argv) {
                                 : npy_void == "e4m3fn" ? nanscope::dtype::f8_e4m3fn
                                                        : nanscope::dtype::f8_e5m2);
 
+  if (const char* hook = std::getenv("NANSCOPE_TEST_SHRINK_AFTER_MAP")) {
+    char* end = nullptr;
+    const long long n = std::strtoll(hook, &end, 10);
+    if (end != hook && *end == ':' && n >= 0) {
+      g_shrink_to = static_cast<off_t>(n);
+      g_shrink_path = end + 1;
+    }
+  }
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (page > 0) g_page_size = static_cast<std::uintptr_t>(page);
   struct sigaction sa {};
-  sa.sa_handler = on_sigbus;
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGBUS, &sa, nullptr);
 
-  for (const std::string& f : files) scan_file(f, settings, rs);
+  for (const std::string& f : files) {
+    if (rs.out_failed()) break;  // the report is lost: no point reading the rest
+    scan_file(f, settings, rs);
+  }
 
   const int rc = rs.exit_code();
   if (json) {
@@ -315,6 +439,11 @@ int main(int argc, char** argv) {
     line += fmt::format(" (exit {})", rc);
     rs.out_line(line);
   }
-  std::fflush(stdout);
+  // Every write to stdout is checked, and the final flush too: a report that did not reach its destination
+  // (disk full, /dev/full, a closed descriptor) is an error, exit 2, never a silent success.
+  if (!rs.flush_out()) {
+    report_write_error(rs.out_errno);
+    return 2;
+  }
   return rc;
 }
