@@ -54,13 +54,24 @@ def expect(cond, msg):
 NANSCOPE = None
 
 
-def run(*args, env=None):
-    """Runs nanscope; returns (exit code, stdout text, stderr text). Output must be valid UTF-8."""
+def run(*args, env=None, cwd=None, stdout_path=None):
+    """Runs nanscope; returns (exit code, stdout text, stderr text). Output must be valid UTF-8. stdout goes to a
+    pipe, or to the file stdout_path (opened for writing; read back unless it is a device such as /dev/full)."""
     cmd = [NANSCOPE] + [a if isinstance(a, (str, bytes)) else str(a) for a in args]
     e = dict(os.environ)
     if env:
         e.update(env)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, timeout=300)
+    if stdout_path is None:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, cwd=cwd, timeout=300)
+        raw_out = p.stdout
+    else:
+        with open(stdout_path, "wb") as f:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, env=e, cwd=cwd, timeout=300)
+        raw_out = b""
+        if os.path.isfile(stdout_path):
+            with open(stdout_path, "rb") as f:
+                raw_out = f.read()
+    p.stdout = raw_out
     try:
         out = p.stdout.decode("utf-8")
     except UnicodeDecodeError as ex:
@@ -798,8 +809,168 @@ def group_threads(work):
     return 0
 
 
+def group_shrink(work):
+    """A file that shrinks while it is read (SIGBUS on its mapping): the results of the other files (before and
+    after it) and of its tensors read before the fault are reported, then an error record naming the file and the
+    offset, the summary; valid JSON Lines; exit 2; also when stdout is a file. The shrink is made deterministic
+    by the documented test hook NANSCOPE_TEST_SHRINK_AFTER_MAP=BYTES:PATH (truncation right after the mapping,
+    before any page is read)."""
+    if np is None:
+        return SKIP
+    page = os.sysconf("SC_PAGE_SIZE")
+    cut = 8192
+    fault_at = -(-cut // page) * page  # the first page wholly past the new end of the file
+    nanf = os.path.join(work, "nan.npy")
+    a = np.ones(5, np.float32)
+    a[1] = np.nan
+    np.save(nanf, a)
+    good = os.path.join(work, "good.npy")
+    np.save(good, np.arange(7, dtype=np.float64))
+    big = os.path.join(work, "big.npy")
+    big_size = [0]
+
+    def fresh_big():
+        np.save(big, np.full((1 << 21) + 3, 0.5, np.float32))  # 8 MiB: several pages, pool threads at work
+        big_size[0] = os.path.getsize(big)
+
+    def shrink_env(path, to):
+        # Under ASan: its own SIGBUS handler (handle_sigbus) would report the fault and abort, but with
+        # allow_user_segv_handler=1 (the default, made explicit here) the scanner's sigaction() replaces it, and
+        # that handler's recovery is what is tested. The other ASan options of the environment are kept.
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        return {"NANSCOPE_TEST_SHRINK_AFTER_MAP": "%d:%s" % (to, path),
+                "ASAN_OPTIONS": (asan + ":" if asan else "") + "allow_user_segv_handler=1"}
+
+    def check_error(o, path, offset, size, label):
+        expect(o.get("kind") == "error" and o.get("file") == path and o.get("name") is None, "%s: error record %r" % (label, o))
+        msg = o.get("message", "")
+        expect(("nanscope: file '%s': the file shrank while it was being read (SIGBUS at offset %d of the %d bytes"
+                % (path, offset, size)) in msg, "%s: error message %r" % (label, msg))
+
+    for threads in ("1", "2"):
+        label = "shrink json -j%s" % threads
+        fresh_big()
+        rc, out, err = run("scan", "--json", "--threads", threads, nanf, big, good, env=shrink_env(big, cut))
+        expect(os.path.getsize(big) == cut, "%s: the hook did not truncate the file (%d bytes)" % (label, os.path.getsize(big)))
+        expect(rc == 2, "%s: exit %d, expected 2\n%s" % (label, rc, err))
+        objs = json_lines(out)  # strict JSON Lines, the summary last
+        expect([o.get("kind") for o in objs] == ["tensor", "error", "tensor", "summary"], "%s: records %r" % (label, objs))
+        if len(objs) == 4:
+            expect(objs[0]["file"] == nanf and objs[0]["nan"] == 1 and objs[0]["first_nonfinite"] == 1
+                   and objs[0]["status"] == "nonfinite", "%s: the NaN of the first file %r" % (label, objs[0]))
+            check_error(objs[1], big, fault_at, big_size[0], label)
+            expect(objs[2]["file"] == good and objs[2]["nan"] == 0 and objs[2]["zero"] == 1 and objs[2]["positive"] == 6,
+                   "%s: the file after it %r" % (label, objs[2]))
+            expect(objs[3] == {"kind": "summary", "files": 3, "tensors": 2, "nonfinite_tensors": 1, "overflow_tensors": 0,
+                               "errors": 1, "skipped": 0, "warnings": 0, "exit_code": 2}, "%s: summary %r" % (label, objs[3]))
+        expect(("the file shrank while it was being read (SIGBUS at offset %d" % fault_at) in err,
+               "%s: no message on stderr: %r" % (label, err))
+
+    # text output into a regular file (fully buffered: the case that lost everything when the handler exited)
+    fresh_big()
+    out_path = os.path.join(work, "report.txt")
+    rc, out, err = run("scan", nanf, big, good, env=shrink_env(big, cut), stdout_path=out_path)
+    lines = out.splitlines()
+    expect(rc == 2 and len(lines) == 3, "shrink text: exit %d, lines %r" % (rc, lines))
+    if len(lines) == 3:
+        expect(lines[0].startswith(nanf + ": f32[5] n=5 nan=1 ") and lines[0].endswith(" NONFINITE"), "shrink text: %r" % lines[0])
+        expect(lines[1].startswith(good + ": f64[7] n=7 nan=0 ") and lines[1].endswith(" ok"), "shrink text: %r" % lines[1])
+        expect(lines[2] == "nanscope: ERROR: 3 files, 2 tensors scanned: 1 with NaN/Inf, 1 error (exit 2)",
+               "shrink text: verdict %r" % lines[2])
+    expect(("nanscope: file '%s': the file shrank while it was being read (SIGBUS at offset %d" % (big, fault_at)) in err,
+           "shrink text: stderr %r" % err)
+
+    # safetensors: the tensor before the cut is reported, the one it cuts is not
+    st = os.path.join(work, "two.safetensors")
+    n_b = 1 << 21
+    write_safetensors(st, [("a", "F32", [4], st_bits([1.0, math.nan, -2.0, math.inf], "f")),
+                           ("b", "F32", [n_b], st_bits([0.25], "f") * n_b)], align=True)
+    st_size = os.path.getsize(st)
+    rc, out, err = run("scan", "--json", st, env=shrink_env(st, cut))
+    objs = json_lines(out)
+    expect(rc == 2 and [o.get("kind") for o in objs] == ["tensor", "error", "summary"], "shrink st: %d %r" % (rc, objs))
+    if len(objs) == 3:
+        expect(objs[0]["name"] == "a" and objs[0]["nan"] == 1 and objs[0]["pos_inf"] == 1 and objs[0]["negative"] == 1,
+               "shrink st: tensor a %r" % objs[0])
+        check_error(objs[1], st, fault_at, st_size, "shrink st")
+        expect(objs[2]["tensors"] == 1 and objs[2]["errors"] == 1 and objs[2]["exit_code"] == 2, "shrink st: %r" % objs[2])
+
+    # cut to nothing: the fault is in the header; reported as the shrink, not as a malformed file
+    fresh_big()
+    rc, out, err = run("scan", "--json", big, nanf, env=shrink_env(big, 0))
+    objs = json_lines(out)
+    expect(rc == 2 and [o.get("kind") for o in objs] == ["error", "tensor", "summary"], "shrink to 0: %d %r" % (rc, objs))
+    if objs:
+        check_error(objs[0], big, 0, big_size[0], "shrink to 0")
+    return 0
+
+
+def group_write_errors(work):
+    """A report that cannot be written (stdout on /dev/full: ENOSPC) is an error: a message on stderr, exit 2,
+    whatever the scan found; text and --json, a failure at the final flush and in the middle of the run, and
+    --help/--version. The same runs into a regular file succeed (the control)."""
+    if not os.path.exists("/dev/full"):
+        print("no /dev/full on this system")
+        return SKIP
+    good = os.path.join(work, "good.safetensors")
+    write_safetensors(good, [("a", "F32", [3], st_bits([1.0, 2.0, -2.0], "f"))])
+    nanf = os.path.join(work, "nan.safetensors")
+    write_safetensors(nanf, [("a", "F32", [2], st_bits([1.0, math.nan], "f"))])
+    control = os.path.join(work, "control.txt")
+    many = [good] * 300  # about 60 KB of text: stdio's buffer fills, the first failure is in the middle of the run
+    for args, ok_rc in ((("scan", good), 0), (("scan", "--json", good), 0), (("scan", nanf), 1),
+                        (("scan", "--json", nanf), 1), (("scan", "--quiet", good), 0), (("scan", "--json", "--quiet", nanf), 1),
+                        (("scan",) + tuple(many), 0), (("scan", "--json") + tuple(many), 0), (("--help",), 0),
+                        (("scan", "--help"), 0), (("--version",), 0)):
+        label = " ".join(a if a != good or args.count(good) == 1 else "good" for a in args[:4])
+        rc, out, err = run(*args, stdout_path=control)
+        expect(rc == ok_rc and len(out) > 0, "write errors: control %s gave %d" % (label, rc))
+        rc, _, err = run(*args, stdout_path="/dev/full")
+        expect(rc == 2, "write errors: %s > /dev/full exited %d, expected 2" % (label, rc))
+        expect(err.count("nanscope: error writing the report to standard output: No space left on device") == 1,
+               "write errors: %s > /dev/full: stderr %r" % (label, err[-500:]))
+    return 0
+
+
+def group_dashdash(work):
+    """`--` ends option parsing wherever it appears: after it every argument is a file, even one named `--` or
+    starting with '-'; before it options and files mix as usual."""
+    if np is None:
+        return SKIP
+    np.save(os.path.join(work, "a.npy"), np.array([1.0, np.nan], np.float32))
+    np.save(os.path.join(work, "-b.npy"), np.array([1.0, 2.0, 3.0], np.float32))
+    with open(os.path.join(work, "--"), "wb") as f:  # a file named "--" (.npy magic, no extension)
+        np.save(f, np.array([4.0], np.float64))
+
+    def files_of(out):
+        return [o["file"] for o in tensors_of(json_lines(out))]
+
+    rc, out, err = run("scan", "a.npy", "--", "-b.npy", cwd=work)
+    lines = out.splitlines()
+    expect(rc == 1 and len(lines) == 3 and lines[0].startswith("a.npy: f32[2] n=2 nan=1 ")
+           and lines[1].startswith("-b.npy: f32[3] n=3 nan=0 "), "dashdash: scan a.npy -- -b.npy: %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "--", "-b.npy", cwd=work)
+    expect(rc == 0 and out.startswith("-b.npy: f32[3] n=3 "), "dashdash: scan -- -b.npy: %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "--json", "a.npy", "--", "-b.npy", "--", cwd=work)
+    expect(rc == 1 and files_of(out) == ["a.npy", "-b.npy", "--"], "dashdash: the second -- is a file: %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "--json", "--", "--", "-b.npy", cwd=work)
+    expect(rc == 0 and files_of(out) == ["--", "-b.npy"], "dashdash: scan -- -- -b.npy: %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "-j", "1", "--", "-b.npy", "a.npy", cwd=work)
+    expect(rc == 1 and "nan=1" in out and out.startswith("-b.npy:"), "dashdash: options before --: %d %r" % (rc, out))
+    # after --, an option's spelling is a file name (here a missing one: exit 2, text output, not JSON)
+    rc, out, err = run("scan", "--", "--json", "-b.npy", cwd=work)
+    expect(rc == 2 and "nanscope: file '--json': cannot open: No such file or directory" in err
+           and out.startswith("-b.npy: f32[3]"), "dashdash: scan -- --json: %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "--", cwd=work)
+    expect(rc == 2 and "files is required" in err, "dashdash: scan -- (no file): %d %r" % (rc, err))
+    rc, out, err = run("scan", "-b.npy", cwd=work)
+    expect(rc == 2 and out == "", "dashdash: -b.npy without -- is an unknown option: %d %r" % (rc, out))
+    return 0
+
+
 GROUPS = {"npy": group_npy, "safetensors": group_safetensors, "json": group_json, "exit_codes": group_exit_codes,
-          "hostile": group_hostile, "threads": group_threads}
+          "hostile": group_hostile, "threads": group_threads, "shrink": group_shrink, "write_errors": group_write_errors,
+          "dashdash": group_dashdash}
 
 
 def main():
@@ -818,7 +989,7 @@ def main():
         before, checks_before = len(FAILURES), CHECKS[0]
         rc = GROUPS[g](work)
         if rc == SKIP:
-            print("SKIP %s (numpy is not installed for %s)" % (g, sys.executable))
+            print("SKIP %s (numpy is not installed for %s, or the group needs what this system lacks)" % (g, sys.executable))
             skipped += 1
             continue
         print("%s %s (%d checks)" % ("PASS" if len(FAILURES) == before else "FAIL", g, CHECKS[0] - checks_before))
