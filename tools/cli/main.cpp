@@ -2,8 +2,9 @@
 // files for NaN/Inf and for values that would overflow fp16, bf16, fp8 e4m3fn or fp8 e5m2. See docs/cli.md.
 //
 // Exit status: 0 every tensor finite; 1 a NaN/Inf (or an overflow named by --fail-on-overflow) was found;
-// 2 bad input or usage (a file missing, unreadable or malformed; an unsupported dtype): 2 wins over 1, since a
-// run that could not read everything cannot vouch for the rest. Every file is scanned even after an error.
+// 2 bad input or usage (a file missing, unreadable, malformed, or shrinking while read; an unsupported dtype) or
+// a report that could not be written to stdout: 2 wins over 1, since a run that could not read everything cannot
+// vouch for the rest. Every file is scanned even after an input error (not after an output error).
 #include "output.hpp"
 #include "scan.hpp"
 
@@ -120,9 +121,12 @@ class mapped_file {
     }
     size_ = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) file_error(path, std::string("cannot map: ") + std::strerror(err));
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      file_error(path, std::string("cannot map: ") + std::strerror(err));
+    }
+    fd_ = fd;  // kept open: after a SIGBUS, fstat() tells a shrink from a read error
     data_ = static_cast<const unsigned char*>(p);
     (void)::madvise(p, size_, MADV_SEQUENTIAL);
     // Published to the SIGBUS handler before any page is read (the pool's workers get their work after this).
@@ -140,6 +144,12 @@ class mapped_file {
     g_map_begin.store(0);
     g_map_end.store(0);
     ::munmap(const_cast<unsigned char*>(data_), size_);
+    ::close(fd_);
+  }
+  /// The file's size now (-1 when fstat fails).
+  std::int64_t current_size() const {
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
   }
   /// The offset of the first page found past the end of the file (the file shrank while mapped), or -1.
   static std::int64_t shrink_offset() {
@@ -155,6 +165,7 @@ class mapped_file {
  private:
   const unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  int fd_ = -1;
 };
 
 /// The progress bar on stderr (terminals only, files over 1 GiB).
@@ -271,40 +282,56 @@ struct run_state {
   int exit_code() const { return errors != 0 ? 2 : (nonfinite != 0 || overflowing != 0) ? 1 : 0; }
 };
 
+/// Thrown from the progress callback to stop scanning a file found to have shrunk (what is left reads zeros).
+struct stop_scan : std::exception {
+  const char* what() const noexcept override { return "stopped"; }
+};
+
 void scan_file(const std::string& path, const scan_settings& settings, run_state& rs) {
   ++rs.files;
   // A file that shrank: the tensors read from the zero pages mapped in by on_sigbus() are never reported.
-  auto shrink_message = [&](std::int64_t offset, std::size_t size) {
-    return "nanscope: file '" + path + "': the file shrank while it was being read (SIGBUS at offset " +
-           std::to_string(offset) + " of the " + std::to_string(size) +
-           " bytes it had when opened); its tensors from there on are not reported";
+  auto shrink_message = [&](const mapped_file& file, std::int64_t offset) {
+    const std::int64_t now = file.current_size();
+    const std::string where = "(SIGBUS at offset " + std::to_string(offset) + " of the " + std::to_string(file.size()) +
+                              " bytes it had when opened";
+    if (now >= 0 && now <= offset)
+      return "nanscope: file '" + path + "': the file shrank while it was being read " + where + ", now " +
+             std::to_string(now) + " bytes); its tensors from there on are not reported";
+    return "nanscope: file '" + path + "': reading the file failed " + where + ", now " + std::to_string(now) +
+           " bytes: an I/O error, or it shrank and grew again); its tensors from there on are not reported";
   };
-  std::size_t size = 0;
   try {
     const mapped_file file(path);
-    size = file.size();
-    const file_format fmt = detect_format(file.data(), file.size(), path);
-    if (fmt == file_format::unknown && mapped_file::shrink_offset() < 0)
-      file_error(path, "unrecognised file format: no .npy magic, no .npy/.safetensors extension, no JSON header");
-    const bool show_bar = rs.progress && file.size() > (std::uint64_t{1} << 30) && ::isatty(STDERR_FILENO) == 1;
-    if (show_bar) rs.bar.start(path, file.size());
-    scan_callbacks cb;
-    cb.on_tensor = [&](const tensor_report& r) {
-      if (mapped_file::shrink_offset() < 0) rs.tensor(r);
-    };
-    cb.on_warning = [&](const std::string& w) {
-      if (mapped_file::shrink_offset() < 0) rs.warning(path, w);
-    };
-    if (show_bar) cb.on_progress = [&](std::uint64_t done) { rs.bar.update(done); };
-    if (fmt != file_format::unknown) scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
+    try {
+      const file_format fmt = detect_format(file.data(), file.size(), path);
+      if (fmt == file_format::unknown && mapped_file::shrink_offset() < 0)
+        file_error(path, "unrecognised file format: no .npy magic, no .npy/.safetensors extension, no JSON header");
+      const bool show_bar = rs.progress && file.size() > (std::uint64_t{1} << 30) && ::isatty(STDERR_FILENO) == 1;
+      if (show_bar) rs.bar.start(path, file.size());
+      scan_callbacks cb;
+      cb.on_tensor = [&](const tensor_report& r) {
+        if (mapped_file::shrink_offset() < 0) rs.tensor(r);
+      };
+      cb.on_warning = [&](const std::string& w) {
+        if (mapped_file::shrink_offset() < 0) rs.warning(path, w);
+      };
+      // Called on the main thread between chunks (the pool is idle): the place to stop a file that shrank.
+      cb.on_progress = [&](std::uint64_t done) {
+        if (mapped_file::shrink_offset() >= 0) throw stop_scan{};
+        if (show_bar) rs.bar.update(done);
+      };
+      if (fmt != file_format::unknown) scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
+      rs.bar.stop();
+    } catch (const std::exception&) {
+      // A parse error caused by the zero pages of a file that shrank is reported as the shrink.
+      if (mapped_file::shrink_offset() < 0) throw;
+    }
     rs.bar.stop();
     const std::int64_t shrunk = mapped_file::shrink_offset();
-    if (shrunk >= 0) rs.error(path, nullptr, shrink_message(shrunk, size));
+    if (shrunk >= 0) rs.error(path, nullptr, shrink_message(file, shrunk));
   } catch (const std::exception& e) {
     rs.bar.stop();
-    // A parse error caused by the zero pages of a file that shrank is reported as the shrink.
-    const std::int64_t shrunk = mapped_file::shrink_offset();
-    rs.error(path, nullptr, shrunk >= 0 && size != 0 ? shrink_message(shrunk, size) : e.what());
+    rs.error(path, nullptr, e.what());
   }
 }
 
@@ -330,8 +357,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> fail_on;
   std::string npy_void;
   CLI::App* scan = app.add_subcommand("scan", "Scan .npy and .safetensors files: one line (or JSON object) per tensor");
-  // Not ->required(): the files after `--` are taken apart from CLI11 (below), so the check is ours.
-  scan->add_option("files", files, "Files to scan (.npy, .safetensors); those starting with '-' after '--'");
+  CLI::Option* files_opt =
+      scan->add_option("files", files, "Files to scan (.npy, .safetensors); those starting with '-' after '--'");
   scan->add_flag("--json", json, "One JSON object per line (JSON Lines): tensors, errors, a final summary");
   scan->add_flag("-q,--quiet", quiet, "Print only the verdict (errors still go to stderr)");
   scan->add_flag("--stats", stats, "Also compute min, max, mean and std (STATS mode; a little slower)");
@@ -353,18 +380,24 @@ int main(int argc, char** argv) {
   // `--` ends option parsing wherever it appears (POSIX Utility Syntax Guideline 10): everything after the first
   // one is a file, even `--` itself or a name starting with '-'. CLI11 gets only what comes before it (CLI11 2.x
   // refuses operands after `--` once the positional has taken some before it).
+  // Without `--` the files are required as before (CLI11 then also keeps the last argument for them rather than
+  // giving it to a multi-valued option such as --fail-on-overflow); with it, the files may all come after it, and
+  // `--` also ends such an option's values.
   std::vector<std::string> operands;
+  bool dashdash = false;
   int cli_argc = argc;
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--") == 0) {
+      dashdash = true;
       cli_argc = i;
       operands.assign(argv + i + 1, argv + argc);
       break;
     }
+  if (operands.empty()) files_opt->required();
   try {
     app.parse(cli_argc, argv);
-    if (scan->parsed() && files.empty() && operands.empty())
-      throw CLI::RequiredError("files");  // the usual "files is required" message and exit 2
+    if (dashdash && scan->parsed() && files.empty() && operands.empty())
+      throw CLI::RequiredError("files");  // `scan --` alone: the usual "files is required" message and exit 2
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // --help / --version (rc 0) print on stdout: a failed write there is an error too
     std::cout.flush();
