@@ -223,7 +223,7 @@ inline void scan_tensor(const unsigned char* data, dtype t, std::uint64_t n, boo
     const nanscope::check_options copt = nanscope::check_options{}.with_mode(st.mode).with_threads(st.threads);
     const std::uint64_t chunk = st.chunk_elements;
     std::vector<std::uint64_t> stage;
-    if (staged) stage.resize(static_cast<std::size_t>((chunk * es + 7) / 8));
+    if (staged) stage.resize(static_cast<std::size_t>(((n < chunk ? n : chunk) * es + 7) / 8));  // no more than needed
     for (std::uint64_t b = 0; b < n; b += chunk) {
       const std::uint64_t m = n - b < chunk ? n - b : chunk;
       const unsigned char* p = data + static_cast<std::size_t>(b) * es;
