@@ -930,6 +930,25 @@ def group_write_errors(work):
         expect(rc == 2, "write errors: %s > /dev/full exited %d, expected 2" % (label, rc))
         expect(err.count("nanscope: error writing the report to standard output: No space left on device") == 1,
                "write errors: %s > /dev/full: stderr %r" % (label, err[-500:]))
+    # a pipe whose reader has gone: killed by SIGPIPE by default (as any POSIX tool); with SIGPIPE ignored
+    # (inherited: restore_signals=False keeps Python's SIG_IGN), the EPIPE write error is reported, exit 2
+    for ignore in (False, True):
+        r, w = os.pipe()
+        os.close(r)
+        p = subprocess.run([NANSCOPE, "scan", "--json", nanf], stdout=w, stderr=subprocess.PIPE, timeout=300,
+                           restore_signals=not ignore)
+        os.close(w)
+        err = p.stderr.decode("utf-8", "replace")
+        if ignore:
+            expect(p.returncode == 2 and "error writing the report to standard output: Broken pipe" in err,
+                   "write errors: closed pipe, SIGPIPE ignored: %d %r" % (p.returncode, err))
+        else:
+            expect(p.returncode == -13, "write errors: closed pipe: %d %r (expected death by SIGPIPE)" % (p.returncode, err))
+    # stdout closed altogether (EBADF)
+    p = subprocess.run([NANSCOPE, "scan", good], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300,
+                       preexec_fn=lambda: os.close(1))
+    expect(p.returncode == 2 and b"error writing the report to standard output: Bad file descriptor" in p.stderr,
+           "write errors: closed stdout: %d %r" % (p.returncode, p.stderr))
     return 0
 
 
