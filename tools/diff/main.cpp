@@ -220,6 +220,13 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+/// Why a tensor whose shown values agree still diverged.
+std::string elided_text(const nsdiff::tensor_result& t) {
+  return "its " + std::to_string(t.values_compared) + " shown values agree, torch's print elided " +
+         std::to_string(t.elided) + " of " + std::to_string(static_cast<std::size_t>(t.numel)) +
+         ": the verdict rests on its statistics";
+}
+
 /// What went wrong with one diverged tensor, in a few words.
 std::string tensor_problem(const nsdiff::tensor_result& t) {
   std::vector<std::string> parts;
@@ -230,6 +237,7 @@ std::string tensor_problem(const nsdiff::tensor_result& t) {
   if (t.shape_changed) parts.push_back("shape " + t.shape_a + " vs " + t.shape_b);
   if (t.dtype_changed) parts.push_back("dtype " + t.dtype_a + " vs " + t.dtype_b);
   for (const auto& h : t.health) parts.push_back(h);
+  if (t.rests_on_elided()) parts.push_back(elided_text(t));
   std::string s;
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
   return s;
@@ -344,6 +352,14 @@ void print_table(std::ostream& out, const nsdiff::report& r, std::size_t top) {
 /// The report's notes plus those about what could only be compared by statistics.
 std::vector<std::string> all_notes(const nsdiff::tree_file& a, const nsdiff::tree_file& b, const nsdiff::report& r) {
   std::vector<std::string> notes = r.notes;
+  std::size_t on_elided = 0;
+  for (const auto& t : r.tensors)
+    if (t.rests_on_elided()) ++on_elided;
+  if (on_elided)
+    notes.push_back(plural(on_elided, "tensor diverges", "tensors diverge") +
+                    " only in mean/std/min/max while every shown value agrees: the difference sits in values torch's "
+                    "print elided (\"...\"), so those verdicts rest on the statistics (mean and std are compared with "
+                    "atol / min(sqrt(numel), 64) when values are elided)");
   std::size_t skipped = 0;
   for (const auto& t : r.tensors)
     if (!t.values_skipped.empty()) ++skipped;
@@ -427,6 +443,14 @@ json tensor_json(const nsdiff::report& r, const nsdiff::tensor_result& t) {
   if (t.shape_changed) j["shape"] = {t.shape_a, t.shape_b};
   if (t.dtype_changed) j["dtype"] = {t.dtype_a, t.dtype_b};
   if (!t.values_skipped.empty()) j["values_skipped"] = t.values_skipped;
+  if (t.stats_atol != t.atol) j["stats_atol"] = jnum(t.stats_atol);
+  if (t.elided) j["elided_values"] = t.elided;
+  // what the verdict on this tensor rests on: "values" (a shown value differs), "statistics" (only mean/std/min/
+  // max differ), "structure" (shape/dtype), "health"; "elided" says the statistics cover values the files elide
+  if (t.diverged()) {
+    j["rests_on"] = t.values_failed ? "values" : t.stats_failed ? "statistics" : (t.shape_changed || t.dtype_changed) ? "structure" : "health";
+    j["rests_on_elided_values"] = t.rests_on_elided();
+  }
   return j;
 }
 
