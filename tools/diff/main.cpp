@@ -504,7 +504,9 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     tx.push_back({{"module", t.module}, {"argument", t.label}, {"a", t.missing_a ? json(nullptr) : json(t.a)},
                   {"b", t.missing_b ? json(nullptr) : json(t.b)}});
   j["text_differences"] = tx;
-  j["notes"] = all_notes(a, b, r);
+  json notes = json::array();
+  for (const auto& n : all_notes(a, b, r)) notes.push_back(nsdiff::valid_utf8(n));  // may name files
+  j["notes"] = notes;
   // every string is valid UTF-8 already (file names went through valid_utf8); replace is a second guard
   out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }

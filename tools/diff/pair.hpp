@@ -93,7 +93,6 @@ class pair_reader {
   }
   bool binary(nlohmann::json::binary_t&) { return scalar(); }
   bool start_object(std::size_t) {
-    if (depth_ == 0) root_ = true;
     if (depth_ == 1 && want_) capturing_ = true;
     else if (capturing_ && depth_ == 2 && (key_ == "run" || key_ == "pass")) return bad();
     return push();
@@ -157,7 +156,7 @@ class pair_reader {
     return false;
   }
   int depth_ = 0;
-  bool root_ = false, want_ = false, capturing_ = false, run_ = false, pass_ = false;
+  bool want_ = false, capturing_ = false, run_ = false, pass_ = false;
   std::string key_;
 };
 
