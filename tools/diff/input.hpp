@@ -67,15 +67,13 @@ class input_file : public std::streambuf {
   input_file(const std::string& path, const input_limits& limits) : limits_(limits) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) throw bad_input(std::string("cannot open: ") + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail_errno("cannot stat");
-    mode_ = st.st_mode;
-    if (S_ISDIR(st.st_mode)) fail("is a directory, not a tree file");
-    if (S_ISREG(st.st_mode) && limits_.max_bytes && static_cast<std::uint64_t>(st.st_size) > limits_.max_bytes)
-      fail("is " + std::to_string(st.st_size) + " bytes, larger than the input limit of " +
-           byte_size_text(limits_.max_bytes) + " (--max-input-size)");
-    // Regular files and devices are read blocking from here on. A pipe stays non-blocking until a writer is seen.
-    if (!S_ISFIFO(st.st_mode)) set_blocking();
+    try {
+      inspect();
+    } catch (...) {
+      ::close(fd_);  // the destructor does not run for a constructor that throws
+      fd_ = -1;
+      throw;
+    }
     setg(buf_, buf_, buf_);
   }
   ~input_file() override {
@@ -86,6 +84,19 @@ class input_file : public std::streambuf {
 
   mode_t mode() const { return mode_; }
   std::uint64_t bytes_read() const { return total_; }
+
+ private:
+  void inspect() {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail_errno("cannot stat");
+    mode_ = st.st_mode;
+    if (S_ISDIR(st.st_mode)) fail("is a directory, not a tree file");
+    if (S_ISREG(st.st_mode) && limits_.max_bytes && static_cast<std::uint64_t>(st.st_size) > limits_.max_bytes)
+      fail("is " + std::to_string(st.st_size) + " bytes, larger than the input limit of " +
+           byte_size_text(limits_.max_bytes) + " (--max-input-size)");
+    // Regular files and devices are read blocking from here on. A pipe stays non-blocking until a writer is seen.
+    if (!S_ISFIFO(st.st_mode)) set_blocking();
+  }
 
  protected:
   int_type underflow() override {
@@ -182,7 +193,8 @@ class input_file : public std::streambuf {
     for (std::size_t i = 0; i < n; ++i) {
       const auto c = static_cast<unsigned char>(buf_[i]);
       const std::uint64_t at = total_ + i;
-      if (at < 3 && bom_ == at && c == "\xEF\xBB\xBF"[at]) {
+      static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
+      if (at < 3 && bom_ == at && c == bom[at]) {
         ++bom_;
         continue;
       }
