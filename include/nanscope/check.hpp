@@ -18,6 +18,7 @@
 
 #include "detail/kernel_common.hpp"
 #include "detail/kernel_x86.hpp"
+#include "detail/hash_x86.hpp"
 #include "detail/thread_pool.hpp"
 
 #include <atomic>
@@ -50,7 +51,14 @@ struct check_options {
   std::uint64_t parallel_threshold = use_default_threshold;
   static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
   isa instruction_set = isa::automatic;
+  /// Also compute the content hash of the tensor's bits (health_result::hash, see hash.hpp), fused into the
+  /// pass: any dtype, any mode (modes that stop early or read nothing get a separate hashing pass).
+  bool hash = false;
 
+  check_options& with_hash(bool on = true) {
+    hash = on;
+    return *this;
+  }
   check_options& with_mode(check_mode m) {
     mode = m;
     return *this;
@@ -132,6 +140,8 @@ struct pass_plan {
   isa use;
   bool stop_at_first;  // curt_health
   bool contiguous;
+  bool hash = false;       // fold each chunk into the segment's content hash
+  bool hash_only = false;  // hash without running the health kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -369,6 +379,12 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   kernel_params kp;
   set_thresholds(kp, t, plan.lv);
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
+  static_assert(chunk_elems == hash_block, "a chunk is a hash block");
+  std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
+  if (plan.hash) {
+    seg.hash = hash_empty(es);
+    weight = hash_pow(begin / hash_block);
+  }
   for (std::uint64_t c = 0; c < n; c += chunk_elems) {
     const std::size_t m = static_cast<std::size_t>((n - c) < chunk_elems ? (n - c) : chunk_elems);
     const std::uint64_t cb = begin + c;
@@ -379,18 +395,33 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       gather(plan.v, cb, m, gbuf);
       p = gbuf;
     }
-    dtype kt = t;
-    if (fp8 && plan.use != isa::scalar) {
-      const float* table = fp8_table(t);
-      const auto* b = static_cast<const unsigned char*>(p);
-      for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
-      p = dbuf;
-      kt = dtype::f32;
+    const void* raw = p;
+    if (!plan.hash_only) {
+      dtype kt = t;
+      if (fp8 && plan.use != isa::scalar) {
+        const float* table = fp8_table(t);
+        const auto* b = static_cast<const unsigned char*>(p);
+        for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
+        p = dbuf;
+        kt = dtype::f32;
+      }
+      if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
+      chunk_out o;
+      run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
+      fold_chunk(seg, o, m, cb, kp, plan.lv);
     }
-    if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
-    chunk_out o;
-    run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
-    fold_chunk(seg, o, m, cb, kp, plan.lv);
+    if (plan.hash) {  // the chunk's raw bits, right after the kernel read them (still in L1/L2)
+      block_sums bs;
+#if NANSCOPE_HAS_X86_SIMD()
+      if (plan.use == isa::avx512) hash_block_avx512(raw, es, m, bs);
+      else if (plan.use == isa::avx2) hash_block_avx2(raw, es, m, bs);
+      else hash_block_scalar(raw, es, 0, m, bs);
+#else
+      hash_block_scalar(raw, es, 0, m, bs);
+#endif
+      hash_add_block(seg.hash, bs, weight);
+      weight = mulmod61(weight, hash_base);
+    }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
 }
@@ -486,6 +517,58 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
   return true;
 }
 
+/// Runs the plan over n elements in fixed segments (on the pool when large enough), merged in order.
+inline health_result run_pass(const pass_plan& plan, std::uint64_t n, const check_options& opt, const health_result& r) {
+  health_result acc = empty_like(r);
+  if (plan.hash) acc.hash = hash_empty(size_of(plan.v.type));
+  const std::uint64_t nseg = (n + segment_elems - 1) / segment_elems;
+  unsigned threads = opt.threads == 0 ? default_thread_count() : opt.threads;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
+  if (threads <= 1) {
+    for (std::uint64_t s = 0; s < nseg; ++s) {
+      health_result seg = empty_like(r);
+      const std::uint64_t begin = s * segment_elems;
+      run_segment(plan, begin, (n - begin) < segment_elems ? (n - begin) : segment_elems, seg);
+      merge(acc, seg);
+      hash_merge(acc.hash, seg.hash);
+      if (plan.stop_at_first && acc.any_nonfinite) break;
+    }
+  } else {
+    health_result slots[wave_segments];
+    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
+    for (std::uint64_t w = 0; w < nseg; w += wave_segments) {
+      const std::uint64_t cnt = (nseg - w) < wave_segments ? (nseg - w) : wave_segments;
+      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = empty_like(r);
+      parallel_ctx ctx{&plan, n, w, slots, &stop_after};
+      default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &parallel_task, &ctx);
+      bool stop = false;
+      for (std::uint64_t i = 0; i < cnt; ++i) {
+        merge(acc, slots[i]);
+        hash_merge(acc.hash, slots[i].hash);
+        if (plan.stop_at_first && acc.any_nonfinite) {
+          stop = true;
+          break;
+        }
+      }
+      if (stop) break;
+    }
+  }
+  return acc;
+}
+
+/// The content hash alone (a pass that runs no health kernel), for what the fused pass does not read in
+/// full logical order: integer dtypes, modes that read nothing or stop early.
+inline content_hash hash_pass(const tensor_view& v, const check_options& opt, const health_result& r) {
+  const std::uint64_t n = v.numel();
+  if (n == 0) return hash_empty(size_of(v.type));
+  pass_plan plan{v, level::nonfinite, resolve_isa(opt.instruction_set), false, v.is_contiguous()};
+  plan.hash = true;
+  plan.hash_only = true;
+  return run_pass(plan, n, opt, r).hash;
+}
+
 }  // namespace detail
 
 /// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
@@ -507,51 +590,25 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
     r.count = n;
     if (mode == check_mode::stats) r.m2 = 0.0L;
+    if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
     return r;
   }
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
+  // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
+  plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
-  if (!plan.contiguous && mode != check_mode::curt_health && detail::dense_permutation(v, plan.v)) {
+  // The hash is defined in logical order, so a hashed pass keeps the logical (gathered) order.
+  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && detail::dense_permutation(v, plan.v)) {
     plan.contiguous = true;
     permuted = true;
   }
-  health_result acc = detail::empty_like(r);
-  const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
-  unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
-  const std::uint64_t threshold =
-      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
-  if (n < threshold || nseg < 2) threads = 1;
-  if (threads <= 1) {
-    for (std::uint64_t s = 0; s < nseg; ++s) {
-      health_result seg = detail::empty_like(r);
-      const std::uint64_t begin = s * detail::segment_elems;
-      detail::run_segment(plan, begin, (n - begin) < detail::segment_elems ? (n - begin) : detail::segment_elems, seg);
-      merge(acc, seg);
-      if (plan.stop_at_first && acc.any_nonfinite) break;
-    }
-  } else {
-    health_result slots[detail::wave_segments];
-    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
-    for (std::uint64_t w = 0; w < nseg; w += detail::wave_segments) {
-      const std::uint64_t cnt = (nseg - w) < detail::wave_segments ? (nseg - w) : detail::wave_segments;
-      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = detail::empty_like(r);
-      detail::parallel_ctx ctx{&plan, n, w, slots, &stop_after};
-      detail::default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &detail::parallel_task, &ctx);
-      bool stop = false;
-      for (std::uint64_t i = 0; i < cnt; ++i) {
-        merge(acc, slots[i]);
-        if (plan.stop_at_first && acc.any_nonfinite) {
-          stop = true;
-          break;
-        }
-      }
-      if (stop) break;
-    }
-  }
+  const health_result acc = detail::run_pass(plan, n, opt, r);
   r.count = n;
+  if (plan.hash) r.hash = acc.hash;
+  else if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
   r.any_nonfinite = acc.any_nonfinite;
   r.first_nonfinite = acc.first_nonfinite;
   if (permuted && acc.any_nonfinite) {
