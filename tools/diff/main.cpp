@@ -4,6 +4,7 @@
 //   nanscope-diff [options] A.json B.json        A = reference, B = candidate
 //
 // Exit status: 0 same within tolerance, 1 diverged (values, structure or health), 2 bad input or usage.
+#include "bitwise.hpp"
 #include "diff.hpp"
 #include "tree_model.hpp"
 
@@ -35,6 +36,8 @@ constexpr const char* usage_text =
     "  --ignore-extras   ignore nanscope's extra keys (health counts, abs_max); infer health from statistics\n"
     "  --prune-layers    prune both trees like the Python tool (first and last layer block) before comparing\n"
     "  --strict-text     count differing non-tensor arguments (reprs) as divergences\n"
+    "  --bitwise         compare content hashes instead (trees written with tree_options::with_hash()):\n"
+    "                    name the first tensor whose bits differ\n"
     "  -h, --help        this text\n"
     "\n"
     "exit status: 0 same within tolerance, 1 diverged, 2 bad input or usage\n";
@@ -44,6 +47,7 @@ struct cli {
   std::size_t top = 10;
   bool json = false;
   bool quiet = false;
+  bool bitwise = false;
   std::vector<std::string> files;
 };
 
@@ -119,6 +123,9 @@ cli parse_args(int argc, char** argv) {
     } else if (arg == "--strict-text") {
       no_value();
       c.diff.strict_text = true;
+    } else if (arg == "--bitwise") {
+      no_value();
+      c.bitwise = true;
     } else {
       usage_error("unknown option '" + arg + "'");
     }
@@ -441,6 +448,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (c.bitwise) return nsdiff::run_bitwise(std::cout, std::cerr, trees[0], trees[1], c.json, c.quiet);
     const nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
     if (c.json) print_json(std::cout, c, trees[0], trees[1], r);
     else print_text(std::cout, c, trees[0], trees[1], r);
