@@ -176,10 +176,36 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
   kp.tame_span32 = hi - lo;
 }
 
-/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD).
-inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
-                       chunk_out& o) {
+/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD). With
+/// `hb` (a block's hash sums; only when p holds the raw f32/f64 elements), the AVX2/AVX-512 f32 and the
+/// AVX-512 f64 kernels hash their main loop's elements as they go; returns how many leading elements were
+/// hashed (0: none, the caller hashes the chunk).
+inline std::size_t run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
+                              chunk_out& o, block_sums* hb = nullptr) {
 #if NANSCOPE_HAS_X86_SIMD()
+  if (hb != nullptr && use == isa::avx512 && (t == dtype::f32 || t == dtype::f64)) {
+    hash_lanes512 h;
+    auto go = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      if (t == dtype::f64) avx512_f64_kernel<L>(p, n, kp, o, &h);
+      else avx512_f32_kernel<L, load512_f32>(p, n, kp, o, &h);
+    };
+    if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
+    else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
+    else go(std::integral_constant<level, level::nonfinite>{});
+    const std::size_t v = t == dtype::f64 ? 8 : 256, done = n / v * v;
+    h.finish(size_of(t), t == dtype::f64 ? done / 8 : done / 16, *hb);
+    return done;
+  }
+  if (hb != nullptr && use == isa::avx2 && t == dtype::f32) {
+    hash_lanes256 h;
+    if (lv == level::stats) avx2_f32_kernel<level::stats, load256_f32>(p, n, kp, o, &h);
+    else if (lv == level::counts) avx2_f32_kernel<level::counts, load256_f32>(p, n, kp, o, &h);
+    else avx2_f32_kernel<level::nonfinite, load256_f32>(p, n, kp, o, &h);
+    const std::size_t done = n / 128 * 128;
+    h.finish(done / 8, *hb);
+    return done;
+  }
   if (use == isa::avx512) {
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
@@ -193,7 +219,7 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
   if (use == isa::avx2 && t != dtype::f64) {
     auto go = [&](auto lvl_tag) {
@@ -207,14 +233,16 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
 #else
   (void)use;
+  (void)hb;
 #endif
   if (lv == level::stats) scalar_kernel<level::stats>(p, t, n, kp, o);
   else if (lv == level::counts) scalar_kernel<level::counts>(p, t, n, kp, o);
   else scalar_kernel<level::nonfinite>(p, t, n, kp, o);
+  return 0;
 }
 
 /// Copies logical elements [begin, begin + n) of a strided view into buf (row-major order).
@@ -396,6 +424,8 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       p = gbuf;
     }
     const void* raw = p;
+    block_sums bs;
+    std::size_t hashed = 0;  // leading elements the kernel hashed on the way
     if (!plan.hash_only) {
       dtype kt = t;
       if (fp8 && plan.use != isa::scalar) {
@@ -407,17 +437,16 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       }
       if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
       chunk_out o;
-      run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
+      hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
       fold_chunk(seg, o, m, cb, kp, plan.lv);
     }
-    if (plan.hash) {  // the chunk's raw bits, right after the kernel read them (still in L1/L2)
-      block_sums bs;
+    if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
 #if NANSCOPE_HAS_X86_SIMD()
-      if (plan.use == isa::avx512) hash_block_avx512(raw, es, m, bs);
-      else if (plan.use == isa::avx2) hash_block_avx2(raw, es, m, bs);
-      else hash_block_scalar(raw, es, 0, m, bs);
+      if (plan.use == isa::avx512) hash_block_avx512(raw, es, hashed, m, bs);
+      else if (plan.use == isa::avx2) hash_block_avx2(raw, es, hashed, m, bs);
+      else hash_block_scalar(raw, es, hashed, m, bs);
 #else
-      hash_block_scalar(raw, es, 0, m, bs);
+      hash_block_scalar(raw, es, hashed, m, bs);
 #endif
       hash_add_block(seg.hash, bs, weight);
       weight = mulmod61(weight, hash_base);

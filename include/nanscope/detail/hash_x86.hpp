@@ -24,16 +24,67 @@
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
-/// Folds lane sums into a plane's block sums. `s`/`t` hold, for slot j (0..V-1), the lane's S and T.
+/// Folds lane sums into a plane's block sums. `s`/`t` hold, for slot j (0..V-1), the lane's S and T over q
+/// vectors whose first element sits at block position `base`.
 inline void hash_fold_slots(const std::uint64_t* s, const std::uint64_t* t, std::size_t v, std::size_t q,
-                            std::uint64_t& a_out, std::uint64_t& s_out) {
+                            std::size_t base, std::uint64_t& a_out, std::uint64_t& s_out) {
   for (std::size_t j = 0; j < v; ++j) {
-    a_out += v * (q * s[j] - t[j]) + (j + 1) * s[j];
+    a_out += v * (q * s[j] - t[j]) + (base + j + 1) * s[j];
     s_out += s[j];
   }
 }
 
+/// Splits 64-bit lane sums into per-slot arrays: even slots from the low halves, odd from the high halves.
+inline void hash_interleave(const std::uint64_t* ve, const std::uint64_t* vo, const std::uint64_t* we,
+                            const std::uint64_t* wo, int lanes, std::uint64_t* s, std::uint64_t* t) {
+  for (int l = 0; l < lanes; ++l) {
+    s[2 * l] = ve[l];
+    t[2 * l] = we[l];
+    s[2 * l + 1] = vo[l];
+    t[2 * l + 1] = wo[l];
+  }
+}
+
 // --- AVX-512 ------------------------------------------------------------------------------------------------
+
+/// The hook the AVX-512 f32 and f64 kernels call with each full vector of their main loop (kernel_x86.hpp):
+/// the raw bits are hashed while they are in registers, so the hash costs no extra read.
+struct hash_lanes512 {
+  static constexpr bool enabled = true;
+  // Per 64-bit lane: sw = S of the whole lane word mod 2^64 and sh = S of its high halves (exact), tw / th their
+  // T. The low halves' sums follow at the end: S_lo = sw - 2^32 sh (mod 2^64, exact since S_lo < 2^64), which
+  // saves masking every vector.
+  __m512i sw, sh, tw, th;
+  NANSCOPE_IMPL_TARGET_AVX512 hash_lanes512() : sw(_mm512_setzero_si512()), sh(sw), tw(sw), th(sw) {}
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step_bits(__m512i x) {
+    sw = _mm512_add_epi64(sw, x);
+    sh = _mm512_add_epi64(sh, _mm512_srli_epi64(x, 32));
+    tw = _mm512_add_epi64(tw, sw);
+    th = _mm512_add_epi64(th, sh);
+  }
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step(__m512 x) { step_bits(_mm512_castps_si512(x)); }
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step(__m512d x) { step_bits(_mm512_castpd_si512(x)); }
+  /// Adds the sums of the first q vectors of a block (elements of `es` = 4 or 8 bytes) to `out`.
+  NANSCOPE_IMPL_TARGET_AVX512 void finish(std::size_t es, std::size_t q, block_sums& out) const {
+    alignas(64) std::uint64_t a0[8], a1[8], b0[8], b1[8];
+    _mm512_store_si512(a0, sw);
+    _mm512_store_si512(a1, sh);
+    _mm512_store_si512(b0, tw);
+    _mm512_store_si512(b1, th);
+    for (int l = 0; l < 8; ++l) {
+      a0[l] -= a1[l] << 32;
+      b0[l] -= b1[l] << 32;
+    }
+    if (es == 8) {  // lane l holds element l: plane 0 = low halves, plane 1 = high halves
+      hash_fold_slots(a0, b0, 8, q, 0, out.a[0], out.s[0]);
+      hash_fold_slots(a1, b1, 8, q, 0, out.a[1], out.s[1]);
+    } else {  // lane l holds elements 2l (low half) and 2l + 1 (high half)
+      std::uint64_t s[16], t[16];
+      hash_interleave(a0, a1, b0, b1, 8, s, t);
+      hash_fold_slots(s, t, 16, q, 0, out.a[0], out.s[0]);
+    }
+  }
+};
 
 /// Sums over 16 zero-extended 32-bit limbs per vector; `load(i)` gives the limbs of elements [16 i, 16 i + 16).
 struct hash_ld512_u32 {
@@ -51,7 +102,8 @@ struct hash_ld512_u8 {
 };
 
 template <class Load>
-NANSCOPE_IMPL_TARGET_AVX512 inline void hash_u32x16_avx512(const unsigned char* p, std::size_t q, block_sums& out) {
+NANSCOPE_IMPL_TARGET_AVX512 inline void hash_u32x16_avx512(const unsigned char* p, std::size_t q, std::size_t base,
+                                                           block_sums& out) {
   const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll);
   __m512i se = _mm512_setzero_si512(), so = se, te = se, to = se;
   for (std::size_t i = 0; i < q; ++i) {
@@ -67,21 +119,17 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hash_u32x16_avx512(const unsigned char* 
   _mm512_store_si512(we, te);
   _mm512_store_si512(wo, to);
   std::uint64_t s[16], t[16];
-  for (int l = 0; l < 8; ++l) {
-    s[2 * l] = ve[l];
-    t[2 * l] = we[l];
-    s[2 * l + 1] = vo[l];
-    t[2 * l + 1] = wo[l];
-  }
-  hash_fold_slots(s, t, 16, q, out.a[0], out.s[0]);
+  hash_interleave(ve, vo, we, wo, 8, s, t);
+  hash_fold_slots(s, t, 16, q, base, out.a[0], out.s[0]);
 }
 
-NANSCOPE_IMPL_TARGET_AVX512 inline void hash_block_avx512(const void* data, std::size_t es, std::size_t m,
+NANSCOPE_IMPL_TARGET_AVX512 inline void hash_block_avx512(const void* data, std::size_t es, std::size_t from, std::size_t m,
                                                           block_sums& out) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::size_t done = 0;
+  const auto* p = static_cast<const unsigned char*>(data) + from * es;
+  const std::size_t n = m - from;
+  std::size_t done = from;
   if (es == 8) {
-    const std::size_t q = m / 8;
+    const std::size_t q = n / 8;
     const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll);
     __m512i sl = _mm512_setzero_si512(), sh = sl, tl = sl, th = sl;
     for (std::size_t i = 0; i < q; ++i) {
@@ -96,20 +144,49 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hash_block_avx512(const void* data, std:
     _mm512_store_si512(s1, sh);
     _mm512_store_si512(t0, tl);
     _mm512_store_si512(t1, th);
-    hash_fold_slots(s0, t0, 8, q, out.a[0], out.s[0]);
-    hash_fold_slots(s1, t1, 8, q, out.a[1], out.s[1]);
-    done = q * 8;
+    hash_fold_slots(s0, t0, 8, q, from, out.a[0], out.s[0]);
+    hash_fold_slots(s1, t1, 8, q, from, out.a[1], out.s[1]);
+    done = from + q * 8;
   } else {
-    const std::size_t q = m / 16;
-    if (es == 4) hash_u32x16_avx512<hash_ld512_u32>(p, q, out);
-    else if (es == 2) hash_u32x16_avx512<hash_ld512_u16>(p, q, out);
-    else hash_u32x16_avx512<hash_ld512_u8>(p, q, out);
-    done = q * 16;
+    const std::size_t q = n / 16;
+    if (es == 4) hash_u32x16_avx512<hash_ld512_u32>(p, q, from, out);
+    else if (es == 2) hash_u32x16_avx512<hash_ld512_u16>(p, q, from, out);
+    else hash_u32x16_avx512<hash_ld512_u8>(p, q, from, out);
+    done = from + q * 16;
   }
   hash_block_scalar(data, es, done, m, out);
 }
 
 // --- AVX2 ---------------------------------------------------------------------------------------------------
+
+/// The hook of the AVX2 f32 kernel (see hash_lanes512).
+struct hash_lanes256 {
+  static constexpr bool enabled = true;
+  __m256i sw, sh, tw, th;  // as in hash_lanes512
+  NANSCOPE_IMPL_TARGET_AVX2 hash_lanes256() : sw(_mm256_setzero_si256()), sh(sw), tw(sw), th(sw) {}
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void step(__m256 v) {
+    const __m256i x = _mm256_castps_si256(v);
+    sw = _mm256_add_epi64(sw, x);
+    sh = _mm256_add_epi64(sh, _mm256_srli_epi64(x, 32));
+    tw = _mm256_add_epi64(tw, sw);
+    th = _mm256_add_epi64(th, sh);
+  }
+  /// Adds the sums of the first q vectors (8 elements of 4 bytes each) of a block to `out`.
+  NANSCOPE_IMPL_TARGET_AVX2 void finish(std::size_t q, block_sums& out) const {
+    alignas(32) std::uint64_t a0[4], a1[4], b0[4], b1[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a0), sw);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a1), sh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b0), tw);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b1), th);
+    for (int l = 0; l < 4; ++l) {
+      a0[l] -= a1[l] << 32;
+      b0[l] -= b1[l] << 32;
+    }
+    std::uint64_t s[8], t[8];
+    hash_interleave(a0, a1, b0, b1, 4, s, t);
+    hash_fold_slots(s, t, 8, q, 0, out.a[0], out.s[0]);
+  }
+};
 
 struct hash_ld256_u32 {
   NANSCOPE_IMPL_TARGET_AVX2 static __m256i load(const unsigned char* p, std::size_t i) {
@@ -128,7 +205,8 @@ struct hash_ld256_u8 {
 };
 
 template <class Load>
-NANSCOPE_IMPL_TARGET_AVX2 inline void hash_u32x8_avx2(const unsigned char* p, std::size_t q, block_sums& out) {
+NANSCOPE_IMPL_TARGET_AVX2 inline void hash_u32x8_avx2(const unsigned char* p, std::size_t q, std::size_t base,
+                                                      block_sums& out) {
   const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll);
   __m256i se = _mm256_setzero_si256(), so = se, te = se, to = se;
   for (std::size_t i = 0; i < q; ++i) {
@@ -144,21 +222,17 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hash_u32x8_avx2(const unsigned char* p, st
   _mm256_store_si256(reinterpret_cast<__m256i*>(we), te);
   _mm256_store_si256(reinterpret_cast<__m256i*>(wo), to);
   std::uint64_t s[8], t[8];
-  for (int l = 0; l < 4; ++l) {
-    s[2 * l] = ve[l];
-    t[2 * l] = we[l];
-    s[2 * l + 1] = vo[l];
-    t[2 * l + 1] = wo[l];
-  }
-  hash_fold_slots(s, t, 8, q, out.a[0], out.s[0]);
+  hash_interleave(ve, vo, we, wo, 4, s, t);
+  hash_fold_slots(s, t, 8, q, base, out.a[0], out.s[0]);
 }
 
-NANSCOPE_IMPL_TARGET_AVX2 inline void hash_block_avx2(const void* data, std::size_t es, std::size_t m,
+NANSCOPE_IMPL_TARGET_AVX2 inline void hash_block_avx2(const void* data, std::size_t es, std::size_t from, std::size_t m,
                                                       block_sums& out) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::size_t done = 0;
+  const auto* p = static_cast<const unsigned char*>(data) + from * es;
+  const std::size_t n = m - from;
+  std::size_t done = from;
   if (es == 8) {
-    const std::size_t q = m / 4;
+    const std::size_t q = n / 4;
     const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll);
     __m256i sl = _mm256_setzero_si256(), sh = sl, tl = sl, th = sl;
     for (std::size_t i = 0; i < q; ++i) {
@@ -173,15 +247,15 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hash_block_avx2(const void* data, std::siz
     _mm256_store_si256(reinterpret_cast<__m256i*>(s1), sh);
     _mm256_store_si256(reinterpret_cast<__m256i*>(t0), tl);
     _mm256_store_si256(reinterpret_cast<__m256i*>(t1), th);
-    hash_fold_slots(s0, t0, 4, q, out.a[0], out.s[0]);
-    hash_fold_slots(s1, t1, 4, q, out.a[1], out.s[1]);
-    done = q * 4;
+    hash_fold_slots(s0, t0, 4, q, from, out.a[0], out.s[0]);
+    hash_fold_slots(s1, t1, 4, q, from, out.a[1], out.s[1]);
+    done = from + q * 4;
   } else {
-    const std::size_t q = m / 8;
-    if (es == 4) hash_u32x8_avx2<hash_ld256_u32>(p, q, out);
-    else if (es == 2) hash_u32x8_avx2<hash_ld256_u16>(p, q, out);
-    else hash_u32x8_avx2<hash_ld256_u8>(p, q, out);
-    done = q * 8;
+    const std::size_t q = n / 8;
+    if (es == 4) hash_u32x8_avx2<hash_ld256_u32>(p, q, from, out);
+    else if (es == 2) hash_u32x8_avx2<hash_ld256_u16>(p, q, from, out);
+    else hash_u32x8_avx2<hash_ld256_u8>(p, q, from, out);
+    done = from + q * 8;
   }
   hash_block_scalar(data, es, done, m, out);
 }
