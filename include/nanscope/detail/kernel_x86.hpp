@@ -32,8 +32,9 @@
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
-/// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook, the main
-/// loop hands each full vector's raw bits to h->step() while they are in registers.
+/// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
+/// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
 struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
