@@ -441,13 +441,15 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       fold_chunk(seg, o, m, cb, kp, plan.lv);
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
+      if (hashed < m) {
 #if NANSCOPE_HAS_X86_SIMD()
-      if (plan.use == isa::avx512) hash_block_avx512(raw, es, hashed, m, bs);
-      else if (plan.use == isa::avx2) hash_block_avx2(raw, es, hashed, m, bs);
-      else hash_block_scalar(raw, es, hashed, m, bs);
+        if (plan.use == isa::avx512) hash_block_avx512(raw, es, hashed, m, bs);
+        else if (plan.use == isa::avx2) hash_block_avx2(raw, es, hashed, m, bs);
+        else hash_block_scalar(raw, es, hashed, m, bs);
 #else
-      hash_block_scalar(raw, es, hashed, m, bs);
+        hash_block_scalar(raw, es, hashed, m, bs);
 #endif
+      }
       hash_add_block(seg.hash, bs, weight);
       weight = mulmod61(weight, hash_base);
     }
