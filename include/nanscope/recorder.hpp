@@ -432,6 +432,7 @@ class recorder {
     std::lock_guard<std::mutex> lk(m_);
     for (auto& f : ring_) f = frame{};
     head_ = count_ = 0;
+    hf_.clear();
   }
 
   /// Records a one-tensor checkpoint frame (DETECT_OVERFLOW). Path: the enclosing scope of this thread.
