@@ -40,12 +40,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <stdlib.h>  // mkdtemp
 #include <unistd.h>
 
 namespace {
@@ -131,8 +133,10 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-std::string temp_dir(const char* tag) {
-  std::string d = "/tmp/nanscope_torch_attach_" + std::string(tag) + "_" + std::to_string(::getpid());
+std::string temp_dir() {
+  char tmpl[] = "/tmp/nanscope_torch_attach_XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  REQUIRE(d != nullptr);
   return d;
 }
 
@@ -284,7 +288,7 @@ TEST_CASE("torch attach: the layer tree's mean/std of at::Tensor inputs are torc
   nsrec::capture cap;
   nanscope::recorder rec(nsrec::quiet_options(cap));
   nanscope::torch::attach(model, rec);
-  const std::string dir = temp_dir("stats");
+  const std::string dir = temp_dir();
   for (const at::Tensor& t : differing) {
     std::string summary;
     {
@@ -302,6 +306,8 @@ TEST_CASE("torch attach: the layer tree's mean/std of at::Tensor inputs are torc
   nanscope::torch::run(model, differing[0]);
   CHECK(nanscope::detail::pending_reference_slot().data == nullptr);
   nanscope::torch::detach(model);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_CASE("tree mean/std of non-torch tensors: within the documented bound of torch's float32 reduction") {
