@@ -79,6 +79,14 @@ inline dtype lp_dtype(lp_format f) {
   return dtype::f16;
 }
 
+/// A tensor's mean and std as its framework computes them (LibTorch's own float32 reduction order), set by an
+/// adapter for the layer tree, which prints them instead of nanscope's (see docs/adapters.md).
+struct reference_stats {
+  bool known = false;
+  double mean = 0.0;
+  double std = 0.0;
+};
+
 /// One tensor inside a frame.
 struct tensor_record {
   tensor_role role = tensor_role::output;
@@ -93,6 +101,7 @@ struct tensor_record {
   margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+  reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -243,6 +252,8 @@ class scope_listener {
   virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
   /// The scope is closing (also during stack unwinding).
   virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+  /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
+  virtual bool wants_reference_stats() const noexcept { return false; }
 };
 
 namespace detail {
@@ -296,6 +307,29 @@ inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) 
   }
   amin = lo;
   amax = hi;
+}
+
+/// Reference statistics for the next tensor this thread records, if its data pointer is `data`: an adapter
+/// sets them right before recording (offer_reference_stats) and recorder::record takes them.
+struct pending_reference {
+  const void* data = nullptr;
+  reference_stats stats;
+};
+inline pending_reference& pending_reference_slot() {
+  thread_local pending_reference p;
+  return p;
+}
+inline void offer_reference_stats(const void* data, double mean, double std) {
+  pending_reference& p = pending_reference_slot();
+  p.data = data;
+  p.stats = reference_stats{true, mean, std};
+}
+inline reference_stats take_reference_stats(const void* data) {
+  pending_reference& p = pending_reference_slot();
+  reference_stats r;
+  if (p.data != nullptr && p.data == data) r = p.stats;
+  p.data = nullptr;
+  return r;
 }
 
 /// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
@@ -715,6 +749,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   rec.context = std::move(context);
   rec.where = where;
   rec.view = v;
+  rec.reference = detail::take_reference_stats(v.data);
   if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
   bool skip = false;
   check_mode mode;

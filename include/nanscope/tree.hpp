@@ -491,6 +491,8 @@ class tree_writer final : public scope_listener {
     });
   }
 
+  bool wants_reference_stats() const noexcept override { return active_; }
+
   void scope_closed(const frame& f, bool outermost) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
     guarded([&] {
@@ -933,7 +935,11 @@ class tree_writer final : public scope_listener {
     }
     const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
     if (is_float(v.type) && (torch ? hf_stats : true)) {
-      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+        s.mean = rec.reference.mean;
+        s.std = rec.reference.std;
+      }
       if (torch) {
         io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
         io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
