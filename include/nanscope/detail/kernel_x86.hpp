@@ -66,25 +66,25 @@ inline void reduce_extrema_f32(chunk_out& o, float fmin, float fmax, float famin
 
 struct load512_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) { return _mm512_loadu_ps(p); }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) { return _mm512_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 };
 struct load512_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
 };
 struct load512_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -209,8 +209,8 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
 template <level L, class Load>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                            chunk_out& o) {
-  using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+  constexpr std::size_t es = sizeof(typename Load::src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
   s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -235,15 +235,15 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   std::size_t i = 0;
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group512_f32<L>(s, Load::load(p + i + j), i + j, kp, lo, span, absm, k32, k64);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      group512_f32<L>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
     }
     flush512_f32<L, Load>(s);
   }
-  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i), i, kp, lo, span, absm, k32, k64);
+  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 x = Load::load_masked(p + i, valid);
+    const __m512 x = Load::load_masked(p + i * es, valid);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), absm);
     const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
     slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
@@ -359,7 +359,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
 template <level L>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                            chunk_out& o) {
-  const double* p = static_cast<const double*>(vp);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f64 s;
   s.vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
   s.vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
@@ -384,12 +384,12 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-    group512_f64<L>(s, _mm512_loadu_pd(p + i), 0xFF, i, kp, o);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+    group512_f64<L>(s, _mm512_loadu_pd(p + i * 8), 0xFF, i, kp, o);
   }
   if (i < n) {
     const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
-    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i), valid, i, kp, o);
+    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i * 8), valid, i, kp, o);
   }
   o.neg += s.neg;
   o.zero += s.zero;
@@ -420,18 +420,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) { return _mm256_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }  // unaligned load
 };
 struct load256_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   }
 };
 struct load256_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
@@ -554,7 +554,8 @@ template <level L, class Load>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                        chunk_out& o) {
   using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+  constexpr std::size_t es = sizeof(src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
   state256_f32 s;
   s.vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -579,15 +580,15 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   std::size_t i = 0;
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group256_f32<L>(s, Load::load(p + i + j), 0xFFu, i + j);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
     }
     flush256_f32<L>(s);
   }
-  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i), 0xFFu, i);
+  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
-    std::memcpy(tail, p + i, (n - i) * sizeof(src));
+    std::memcpy(tail, p + i * es, (n - i) * es);
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);
