@@ -435,15 +435,7 @@ struct npy_layout {
     v.name = name;
     v.rank = static_cast<int>(shape.size());
     for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
-    if (!fortran_order) {
-      v.set_contiguous_strides();
-    } else {
-      std::int64_t s = 1;
-      for (int i = 0; i < v.rank; ++i) {
-        v.strides[i] = s;
-        s *= (v.shape[i] > 0 ? v.shape[i] : 1);
-      }
-    }
+    detail::dense_strides(name, v.rank, v.shape, v.strides, fortran_order);  // empty: no overflow, no error
     return v;
   }
 };
@@ -557,12 +549,8 @@ inline npy_array read_npy(const std::string& path) {
     if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
   } else {
     // column-major source: stride of dimension i is the product of the extents before it
-    std::int64_t fstride[max_rank];
-    std::int64_t s = 1;
-    for (std::size_t i = 0; i < rank; ++i) {
-      fstride[i] = s;
-      s *= a.shape[i];
-    }
+    std::int64_t fstride[max_rank];  // n != 0 and n * es bytes are in the file: no stride overflows
+    detail::dense_strides(path.c_str(), static_cast<int>(rank), a.shape.data(), fstride, true);
     std::int64_t idx[max_rank] = {};
     for (std::uint64_t k = 0; k < n; ++k) {
       std::int64_t off = 0;
