@@ -220,8 +220,8 @@ TEST_CASE("tree: 40 SIGKILLs at random moments never leave a truncated file, a m
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
   MESSAGE("one pass takes about " << pass_us / 1000 << " ms");
   std::mt19937 rng(20261125u);
-  std::uniform_int_distribution<long> delay(0, 3 * pass_us + 5000);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  std::uniform_int_distribution<long> delay(0, 2 * pass_us + 5000);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int kills = 0, complete_files = 0, pairs = 0, kills_mid_write_over_old = 0, max_stale = 0;
   for (int round = 0; round < 40 && std::chrono::steady_clock::now() < deadline; ++round) {
     CAPTURE(round);
