@@ -23,7 +23,10 @@
 // level. Output is streamed: the files are written while the pass runs, and only a run of numbered siblings that
 // pruning may still drop is held in memory (one layer block and what follows it), so memory stays bounded for
 // deep and wide trees. Files are written atomically (a temporary file renamed over the target when the
-// outermost scope ends): a crash leaves the previous file or the complete new one.
+// outermost scope ends): a crash never leaves a truncated file. The pair is committed as "remove the old
+// SUMMARY, rename FULL_TENSORS, rename SUMMARY", so whenever both files exist they are of the same pass; both
+// end with the same "nanscope_pair" {run, pass} (with extras). Temporaries of writers killed midway are removed
+// by the next writer's first pass (dead processes only). docs/tree.md, "Crash consistency of the pair".
 //
 // Ranks: by default only rank 0 writes (the rank comes from tree_options::rank or the first of RANK,
 // LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK that is set); every_rank writes "{Class}_rank{r}_debug_tree_*.json".
