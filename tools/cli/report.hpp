@@ -110,12 +110,16 @@ inline heatmap tree_heatmap(const model& m) {
     all_steps = all_steps && m.trees[i].step >= 0;
     ranks_differ = ranks_differ || m.trees[i].rank != m.trees[order[0]].rank;
   }
+  std::map<std::string, int> uses;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const tree_view& t = m.trees[order[k]];
     std::string c = all_steps ? std::to_string(t.step) : "#" + std::to_string(k + 1);
     if (ranks_differ && t.rank >= 0) c += " r" + std::to_string(t.rank);
     h.cols.push_back(c);
+    ++uses[c];
   }
+  for (std::size_t k = 0; k < order.size(); ++k)  // the same step twice (two runs): tell the files apart
+    if (uses[h.cols[k]] > 1) h.cols[k] += " #" + std::to_string(k + 1);
   std::map<std::string, std::size_t> row_of;
   for (std::size_t k = 0; k < order.size(); ++k) {
     for (const node_row& n : m.trees[order[k]].nodes) {
@@ -190,7 +194,8 @@ inline std::string tree_json(const tree_view& v) {
   return s + "]}";
 }
 
-/// The diff of the two layer-tree inputs, as nanscope-diff computes it with its default options.
+/// The diff of the two layer-tree inputs, as nanscope-diff computes it with its default options; the modules it
+/// names are marked in the second tree (B, the candidate).
 inline std::string diff_json(model& m) {
   nsdiff::tree_file& a = m.diff_inputs[0];
   nsdiff::tree_file& b = m.diff_inputs[1];
@@ -225,7 +230,7 @@ inline std::string diff_json(model& m) {
     producer_text = r.nodes[t.node].display + " (its inputs already differ)";
   }
   std::string s = "{\"a\":" + json_string(a.file) + ",\"b\":" + json_string(b.file) +
-                  ",\"tree\":" + std::to_string(m.tree_files[0]) + ",\"verdict\":" + json_string(verdict) +
+                  ",\"tree\":" + std::to_string(m.tree_files[1]) + ",\"verdict\":" + json_string(verdict) +
                   ",\"diverged_flag\":" + (r.diverged(o) ? "true" : "false") +
                   ",\"first_text\":" + json_string(first_text) + ",\"first_node\":" + std::to_string(first_node) +
                   ",\"producer_text\":" + json_string(producer_text) +

@@ -427,27 +427,36 @@ inline void read_input(model& m, const std::string& path) {
                     "history (no \"site\")");
 }
 
-/// Maps the diff's paired nodes (report::nodes, in call order) to node indices of the first tree, by walking
-/// the two trees with nanscope-diff's pairing rule (module path below the root and occurrence index among siblings).
+/// Maps the diff's paired nodes (report::nodes, in call order) to node indices (pre-order) of the second tree,
+/// the candidate, by walking the two trees with nanscope-diff's pairing rule (module path below the root and
+/// occurrence index among siblings with that path).
 inline std::vector<long> diff_node_map(const nsdiff::tree_file& a, const nsdiff::tree_file& b) {
+  std::map<const nsdiff::tree_node*, long> index_b;  // pre-order index of every node of b
+  {
+    std::vector<const nsdiff::tree_node*> st{&b.root};
+    long i = 0;
+    while (!st.empty()) {
+      const nsdiff::tree_node* n = st.back();
+      st.pop_back();
+      index_b[n] = i++;
+      for (std::size_t c = n->children.size(); c-- > 0;) st.push_back(&n->children[c]);
+    }
+  }
   std::vector<long> out;
-  long counter = 0;  // pre-order index in a
-  auto relative = [](const std::string& path, const std::string& root) {
-    if (path == root) return std::string();
-    if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '.')
-      return path.substr(root.size() + 1);
-    return "\x01" + path;
-  };
   // recursion depth is bounded by nsdiff::max_nesting (the loader refuses deeper trees)
   struct walker {
     const nsdiff::tree_file& a;
     const nsdiff::tree_file& b;
+    const std::map<const nsdiff::tree_node*, long>& index_b;
     std::vector<long>& out;
-    long& counter;
-    decltype(relative)& rel;
-    void skip(const nsdiff::tree_node& n) { counter += static_cast<long>(nsdiff::subtree_size(n)); }
+    static std::string rel(const std::string& path, const std::string& root) {
+      if (path == root) return std::string();
+      if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '.')
+        return path.substr(root.size() + 1);
+      return "\x01" + path;
+    }
     void visit(const nsdiff::tree_node& x, const nsdiff::tree_node& y) {
-      out.push_back(counter++);
+      out.push_back(index_b.at(&y));
       using key = std::pair<std::string, int>;
       std::map<std::string, int> seen;
       std::map<key, std::size_t> in_y;
@@ -460,11 +469,10 @@ inline std::vector<long> diff_node_map(const nsdiff::tree_file& a, const nsdiff:
         const std::string r = rel(c.path, a.root.path);
         const int k = seen[r]++;
         const auto it = in_y.find(key{r, k});
-        if (it == in_y.end()) skip(c);
-        else visit(c, y.children[it->second]);
+        if (it != in_y.end()) visit(c, y.children[it->second]);
       }
     }
-  } w{a, b, out, counter, relative};
+  } w{a, b, index_b, out};
   w.visit(a.root, b.root);
   return out;
 }

@@ -154,7 +154,7 @@ function prepare(ti) {
 
 // ------------------------------------------------------------------ tree rendering (lazy)
 const PAGE = 1000;          // children rendered per "show more"
-const EXPAND_ALL_MAX = 3000; // trees up to this size open fully; larger ones to depth 2
+const EXPAND_ALL_MAX = 3000; // trees up to this size open fully; larger ones show the root's children only
 let cur = -1, P = null, rowOf = new Map(), childBox = new Map(), marks = new Map(), selRow = null;
 
 function shortName(i) {
@@ -306,7 +306,7 @@ function showTree(ti) {
   if (!P.open) {
     P.open = new Uint8Array(P.N);
     const all = P.N <= EXPAND_ALL_MAX;
-    for (let i = 0; i < P.N; i++) if (all || P.depth[i] < 2) P.open[i] = 1;
+    for (let i = 0; i < P.N; i++) if (all || P.depth[i] < 1) P.open[i] = 1;
   }
   if (P.t.first) addMark(P.t.first[0], "first");
   if (D.diff && D.diff.tree === ti) {
@@ -512,9 +512,13 @@ function drawHeatmaps() {
 // ------------------------------------------------------------------ start
 drawSummary();
 drawDiff();
-showTree(D.first ? D.first.tree : D.diff ? D.diff.tree : 0);
-if (D.first && D.first.tree === cur) reveal(D.first.node);
-else if (D.diff && D.diff.producer_node >= 0) reveal(D.diff.producer_node);
+if (D.trees.length) {
+  showTree(D.first ? D.first.tree : D.diff ? D.diff.tree : 0);
+  if (D.first && D.first.tree === cur) reveal(D.first.node);
+  else if (D.diff && D.diff.producer_node >= 0) reveal(D.diff.producer_node);
+} else {
+  $("tree-section").hidden = true; // history files only
+}
 window.scrollTo(0, 0);
 drawHeatmaps();
 const ms = performance.now() - T0;
