@@ -245,7 +245,7 @@ def load(page, budget_ms=10000, timeout=120):
     return dom, wall
 
 
-def screenshot(page, out, size="1400,1000"):
+def screenshot(page, out, size="1400,1240"):
     if os.path.exists(out):
         os.remove(out)
     p = subprocess.run(["timeout", "120"] + chromium_cmd(["--virtual-time-budget=10000", "--window-size=" + size,
@@ -400,8 +400,39 @@ def group_browser():
         cell = "Model.block.1.ff.wi @ 5 #1: log2 |x|max = %.2f" % math.log2(40.0 * 8)
         expect(any(t == cell for t in titles), f"no heatmap cell {cell!r}")
         expect(any(t == "Model.block.3.ff.wo @ 5 #2: NaN/Inf" for t in titles), "the NaN cell is not marked")
-    # a screenshot of this page is the test's artifact (docs/report.png is made from it)
-    screenshot(page, SCREENSHOT or path("report.png"))
+    # a series of tree files given out of order: one heatmap column per file, ordered by the `step` extra; the
+    # NaN appears at step 5 after block.2's values grew step by step
+    series = []
+    for step in (3, 0, 5, 1, 4, 2):
+        t_ = model_tree(bad_block=2 if step == 5 else 99, step=step, scale=4.0 ** step)
+        series.append(write_json(f"series_{step}.json", t_))
+    spage = report("series.html", *series)
+    sdom, _ = load(spage)
+    svg = [e for e in sdom.iter() if e.tag == "svg" and "heatmap" in e.classes()]
+    if expect(len(svg) == 1, f"series: {len(svg)} heatmaps, expected 1"):
+        texts = [e.text() for e in svg[0].iter() if e.tag == "text"]
+        cols = [t for t in texts if t in [str(k) for k in range(6)]]
+        expect(cols[-6:] == ["0", "1", "2", "3", "4", "5"], f"series: heatmap columns {cols}")
+        titles = [e.text() for e in svg[0].iter() if e.tag == "title"]
+        for step in range(6):
+            want = "Model.block.2.ff.wi @ %d: log2 |x|max = %.2f" % (step, math.log2(40.0 * 4.0 ** step * 27))
+            expect(want in titles, f"series: heatmap cell {want!r} missing")
+        # cells above the fp16 limit are outlined
+        over = [e for e in svg[0].iter() if e.tag == "rect" and e.attrs.get("stroke") == "#d50000"]
+        n_over = 0
+        for step in range(6):
+            sc = 4.0 ** step
+            for b in range(4):
+                for kind, v in (("attn", 3.0), ("wi", 40.0 * (b + 1) ** 2), ("wo", 5.0)):
+                    nan = step == 5 and (b == 3 or (b == 2 and kind == "wo"))
+                    if not nan and math.log2(v * sc * (b + 1)) > math.log2(65504):
+                        n_over += 1
+        expect(len(over) == n_over, f"series: {len(over)} cells outlined above the fp16 limit, expected {n_over}")
+    sfirst = by_id(sdom, "first-nan")
+    expect(sfirst is not None and sfirst.text().startswith("first NaN: Model.block.2.ff.wo outputs, step 5"),
+           f"series: summary {sfirst.text() if sfirst else None!r}")
+    # a screenshot of the series page is the test's artifact (docs/report.png is made from it)
+    screenshot(spage, SCREENSHOT or path("report.png"))
 
 
 def group_hostile():
@@ -477,8 +508,9 @@ def group_history():
             want = f"{r['site']} @ {r['step']}: log2 |x|max = {r['log2_abs_max']:.2f}"
         expect(want in titles, f"heatmap cell {want!r} missing")
     texts = [e.text() for e in svg[0].iter() if e.tag == "text"]
-    for fmt in ("fp16", "e4m3fn", "e5m2"):
-        expect(fmt in texts, f"the {fmt} limit is not marked on the heatmap's scale")
+    for fmt, lim in (("fp16", 65504), ("e4m3fn", 448), ("e5m2", 57344)):
+        want = f"{fmt} {math.log2(lim):.1f}"
+        expect(want in texts, f"the {fmt} limit is not marked on the heatmap's scale as {want!r}")
     expect(any(t.startswith("bf16 limit 128.0") for t in texts), f"the bf16 limit is not named: {texts[:20]}")
     cols = [t for t in texts if t in ("0", "10", "20", "30")]
     expect(cols[-4:] == ["0", "10", "20", "30"], f"heatmap columns {cols}")

@@ -453,21 +453,23 @@ function drawHeatmap(h, box) {
       const score = (r) => (r[2].some((x) => x) ? Infinity : Math.max(-Infinity, ...r[1].filter((x) => x !== null)));
       rows = rows.map((r, i) => [r, i, score(r)]).sort((a, b) => b[2] - a[2] || a[1] - b[1]).slice(0, HEAT_ROWS).sort((a, b) => a[1] - b[1]).map((x) => x[0]);
     }
-    const cw = Math.max(14, Math.min(40, Math.floor(900 / Math.max(1, h.cols.length)))), ch = 14, left = 300, top = 74;
-    const W = left + cw * h.cols.length + 20, H = top + ch * rows.length + 10;
+    const cw = Math.max(14, Math.min(40, Math.floor(900 / Math.max(1, h.cols.length)))), ch = 14, left = 300, top = 96;
+    const W = Math.max(left + cw * h.cols.length + 20, left + 360 + 260), H = top + ch * rows.length + 10;
     const svg = sv("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, class: "heatmap" });
     // legend: the scale with the formats' limits marked
     const LW = 360, lx = left, ly = 6;
     for (let k = 0; k < 60; k++) svg.appendChild(sv("rect", { x: lx + (k * LW) / 60, y: ly, width: LW / 60 + 0.5, height: 10, fill: color(lo + ((hi - lo) * k) / 59, lo, hi) }));
     const lt = (txt, x, y, anchor) => { const t = sv("text", { x, y, "text-anchor": anchor || "start" }); t.textContent = txt; svg.appendChild(t); };
-    lt(String(lo), lx, ly + 22, "middle"); lt(String(hi), lx + LW, ly + 22, "middle");
-    let li = 0;
+    lt("limits (largest finite):", lx - 8, ly + 36, "end");
+    lt(String(lo), lx - 4, ly + 22, "end"); lt(String(hi), lx + LW + 4, ly + 22, "start");
+    let li = 0, on = 0;
     for (const f of FORMATS) {
       const l = Math.log2(f[1]);
-      if (l < lo || l > hi) { lt(f[0] + " limit " + l.toFixed(1) + " (off scale)", lx + LW + 10, ly + 10 + 12 * li++); continue; }
+      if (l < lo || l > hi) { lt(f[0] + " limit " + l.toFixed(1) + " (off scale)", lx + LW + 40, ly + 10 + 12 * li++); continue; }
       const x = lx + ((l - lo) / (hi - lo)) * LW;
       svg.appendChild(sv("line", { x1: x, x2: x, y1: ly - 2, y2: ly + 12, stroke: "#b71c1c", "stroke-width": 1.5 }));
-      lt(f[0], x, ly + 34 + 10 * (li++ % 2), "middle");
+      svg.appendChild(sv("line", { x1: x, x2: x, y1: ly + 12, y2: ly + 26 + 12 * (on % 3), stroke: "#b71c1c", "stroke-width": 0.5 }));
+      lt(f[0] + " " + l.toFixed(1), x, ly + 36 + 12 * (on++ % 3), "middle");
     }
     lt("log2 |x| max", lx - 8, ly + 9, "end");
     // column labels
