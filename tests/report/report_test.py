@@ -282,6 +282,7 @@ def group_errors():
         (write_text("empty.json", ""), "empty file"),
         (write_text("truncated.json", json.dumps(model_tree(), indent=1)[:-40]), "not valid JSON"),
         (write_text("array.json", "[1, 2, 3]"), "not a layer tree"),
+        (write_text("object.json", json.dumps({"verdict": "x", "nodes": [1]}, indent=2)), "not a layer tree"),
         (write_text("noschema.jsonl", '{"a": 1}\n{"b": 2}\n'), "not a layer tree"),
         (write_text("badline.jsonl", '{"site": "a", "step": 1, "log2_abs_max": 2}\n{"site": \n'), "line 2"),
         (write_text("badstep.jsonl", '{"site": "a", "step": -1, "log2_abs_max": 2}\n'), "\"step\""),

@@ -55,7 +55,7 @@ inline void html_safe_json(std::string& s) {
 
 inline std::string count_json(std::int64_t c) { return std::to_string(c); }
 
-inline std::string tensor_text(const tensor_row& t) {
+inline std::string first_word(const tensor_row& t) {
   const bool nan = t.nan > 0 || t.nan == -1;
   return std::string(nan ? "first NaN: " : "first Inf: ");
 }
@@ -63,8 +63,8 @@ inline std::string tensor_text(const tensor_row& t) {
 /// "first NaN: block.2.ff.wo outputs, step 5"
 inline std::string first_text(const tree_view& v) {
   const tensor_row& t = v.nodes[static_cast<std::size_t>(v.first_node)].tensors[static_cast<std::size_t>(v.first_tensor)];
-  std::string s = tensor_text(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path + " ";
-  if (v.kind == "scan") s = tensor_text(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path;
+  std::string s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path + " ";
+  if (v.kind == "scan") s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path;
   else s += t.label;
   if (v.step >= 0) s += ", step " + std::to_string(v.step);
   if (v.rank >= 0) s += ", rank " + std::to_string(v.rank);

@@ -392,9 +392,15 @@ inline void read_input(model& m, const std::string& path) {
     read_tree(m, path, doc);
     return;
   }
-  if (whole && !doc.is_object())
+  if (whole && (!doc.is_object() || !(doc.contains("kind") || doc.contains("site"))))
     throw input_error("nanscope: file '" + path +
-                      "': not a layer tree (no object with \"module_path\"), scan output or history");
+                      "': not a layer tree (no object with \"module_path\"), `nanscope scan --json` output (no "
+                      "\"kind\") or site history (no \"site\")");
+  if (whole) {  // one JSON Lines record, possibly spread over lines
+    std::vector<std::pair<std::size_t, json>> one{{1, std::move(doc)}};
+    if (one.front().second.contains("kind")) return read_scan(m, path, one);
+    return read_history(m, path, one);
+  }
   // JSON Lines
   std::vector<std::pair<std::size_t, json>> lines;
   std::size_t pos = 0, lineno = 0;
