@@ -292,6 +292,7 @@ def group_errors():
         (write_json("badtree.json", {"module_path": "M", "children": [{"module_path": 3}]}), "children[0].module_path"),
         (write_json("badhealth.json", node("M", [dict(tensor(), health={"nan": -1})])), "health"),
         (write_text("badutf8.json", b'{"module_path": "M\xff"}', "wb"), "UTF-8"),
+        (write_text("badutf8.jsonl", b'{"kind":"summary"}\n{"kind":"tensor","file":"a\xfe.npy"}\n', "wb"), "line 2"),
     ]
     for bad, needle in cases:
         rc, so, se = run("report", good, bad, "-o", out)
@@ -304,6 +305,15 @@ def group_errors():
     expect(rc == 2 and "output" in se.lower(), f"report without -o: exit {rc}, stderr {se!r}")
     rc, so, se = run("report", "-o", out)
     expect(rc == 2 and "inputs" in se, f"report without inputs: exit {rc}, stderr {se!r}")
+    # `--`: what follows is an input even when it starts with '-'; `report --` alone is a usage error
+    dash = path("-dash.json")
+    shutil.copy(good, dash)
+    p = subprocess.run([NANSCOPE, "report", "-o", out, "--", "-dash.json"], cwd=WORK, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    expect(p.returncode == 0, f"report -o OUT -- -dash.json: exit {p.returncode}, {p.stderr!r}")
+    rc, so, se = run("report", "-o", out, "--")
+    expect(rc == 2 and "inputs" in se, f"report -o OUT --: exit {rc}, stderr {se!r}")
+    write_text("errors.html", "old report")
     # output errors
     for dest, needle in [(path("no/such/dir/r.html"), "cannot create a temporary file"),
                          (WORK, "not a regular file"), ("/dev/null", "not a regular file")]:
@@ -564,7 +574,8 @@ def main():
     ap.add_argument("--screenshot")
     ap.add_argument("--group", action="append")
     a = ap.parse_args()
-    NANSCOPE, NANSCOPE_DIFF, QUICK, SCREENSHOT = a.nanscope, a.nanscope_diff, a.quick, a.screenshot
+    NANSCOPE, QUICK, SCREENSHOT = os.path.abspath(a.nanscope), a.quick, a.screenshot
+    NANSCOPE_DIFF = os.path.abspath(a.nanscope_diff) if a.nanscope_diff else None
     CHROMIUM = a.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if CHROMIUM and not os.access(CHROMIUM, os.X_OK):
         CHROMIUM = None

@@ -5,6 +5,7 @@
 // 2 bad input or usage (a file missing, unreadable, malformed, or shrinking while read; an unsupported dtype) or
 // a report that could not be written to stdout: 2 wins over 1, since a run that could not read everything cannot
 // vouch for the rest. Every file is scanned even after an input error (not after an output error).
+// `nanscope report INPUT... -o FILE` (report.hpp, docs/report.md): 0 the page was written, 2 bad input or output.
 #include "output.hpp"
 #include "scan.hpp"
 #if NANSCOPE_CLI_HAVE_REPORT
