@@ -256,8 +256,10 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
   };
   bool summary = false;
   std::vector<std::pair<std::size_t, std::size_t>> order;  // (node, tensor) in file order, for the first NaN
-  for (const auto& [lineno, o] : lines) {
-    auto where = [&, ln = lineno]() { return "nanscope: file '" + path + "': line " + std::to_string(ln) + ": "; };
+  for (const auto& rec : lines) {
+    const std::size_t lineno = rec.first;
+    const json& o = rec.second;  // (not a structured binding: C++17 lambdas cannot capture those)
+    auto where = [&]() { return "nanscope: file '" + path + "': line " + std::to_string(lineno) + ": "; };
     const auto kind = o.find("kind");
     if (kind == o.end() || !kind->is_string())
       throw input_error(where() + "no \"kind\" (not `nanscope scan --json` output)");
