@@ -48,9 +48,9 @@ def expect(cond, msg):
     return cond
 
 
-def run(*args):
+def run(*args, cwd=None):
     p = subprocess.run([NANSCOPE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=600)
+                       timeout=600, cwd=cwd)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
@@ -245,7 +245,7 @@ def load(page, budget_ms=10000, timeout=120):
     return dom, wall
 
 
-def screenshot(page, out, size="1400,1240"):
+def screenshot(page, out, size="1400,1400"):
     if os.path.exists(out):
         os.remove(out)
     p = subprocess.run(["timeout", "120"] + chromium_cmd(["--virtual-time-budget=10000", "--window-size=" + size,
@@ -263,7 +263,8 @@ def rows(dom):
 
 
 def report(out, *inputs):
-    rc, so, se = run("report", *inputs, "-o", path(out))
+    """Runs nanscope report in the work directory with the inputs' names relative to it (short names on the page)."""
+    rc, so, se = run("report", *[os.path.relpath(i, WORK) for i in inputs], "-o", out, cwd=WORK)
     expect(rc == 0, f"nanscope report {' '.join(map(str, inputs))}: exit {rc}, stderr {se!r}")
     return path(out)
 
