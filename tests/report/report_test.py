@@ -222,17 +222,17 @@ def by_id(dom, id_):
     return None
 
 
-def chromium_cmd(extra, page):
+def chromium_cmd(extra, page, fragment=""):
     return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
-            "--user-data-dir=" + path("chromium-profile")] + extra + ["file://" + os.path.abspath(page)]
+            "--user-data-dir=" + path("chromium-profile")] + extra + ["file://" + os.path.abspath(page) + fragment]
 
 
-def load(page, budget_ms=10000, timeout=120):
+def load(page, budget_ms=10000, timeout=120, fragment=""):
     """The DOM of the page after its script ran; (dom, wall seconds)."""
     t0 = time.monotonic()
     p = subprocess.run(["timeout", str(timeout)] + chromium_cmd(["--virtual-time-budget=" + str(budget_ms),
-                                                                 "--dump-dom"], page),
+                                                                 "--dump-dom"], page, fragment),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wall = time.monotonic() - t0
     if not expect(p.returncode == 0 and p.stdout, f"chromium --dump-dom {page}: exit {p.returncode}, "
@@ -558,6 +558,19 @@ def group_large():
     expect(first is not None and first.attrs.get("data-path") == want, f"large tree: first NaN should be {want}")
     expect(any(r.attrs.get("data-path") == want and "first" in r.classes() for r in rows(dom)),
            "large tree: the producer's row was not revealed")
+    # a search over every module path (the page runs it from the URL fragment and times it)
+    dom, _ = load(page, budget_ms=30000, timeout=300, fragment="#search=OP7")
+    body = next(e for e in dom.iter() if e.tag == "body")
+    res = by_id(dom, "search-results")
+    want_n = sum(1 for n, _ in walk(root) if "op7" in n["module_path"].lower())
+    expect(res is not None and res.attrs.get("data-matches") == str(want_n),
+           f"large tree: search 'OP7' found {res.attrs.get('data-matches') if res else None}, expected {want_n}")
+    listed = [e for e in res.iter() if "data-node" in e.attrs] if res else []
+    expect(len(listed) == min(200, want_n) and all("op7" in e.text().lower() for e in listed),
+           f"large tree: {len(listed)} search results listed")
+    sms = float(body.attrs.get("data-search-ms", "inf"))
+    print(f"large: search over {n_modules} paths: {sms:.0f} ms, {want_n} matches")
+    expect(sms < 500.0, f"large tree: a search took {sms:.0f} ms (bound 500 ms)")
 
 
 GROUPS = {"errors": (group_errors, False), "browser": (group_browser, True), "hostile": (group_hostile, True),

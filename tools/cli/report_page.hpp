@@ -524,6 +524,13 @@ if (D.trees.length) {
 window.scrollTo(0, 0);
 drawHeatmaps();
 const ms = performance.now() - T0;
+// report.html#search=TEXT opens with that search run (a link to a search; also how the tests time one)
+if (D.trees.length && location.hash.startsWith("#search=")) {
+  $("search").value = decodeURIComponent(location.hash.slice(8));
+  const s0 = performance.now();
+  runSearch();
+  document.body.dataset.searchMs = (performance.now() - s0).toFixed(1);
+}
 $("footer").textContent = "written by " + D.version + "; rendered in " + ms.toFixed(0) + " ms (" + D.trees.reduce((a, t) => a + t.nodes.length, 0) + " modules)";
 document.body.dataset.loadMs = ms.toFixed(1);
 document.body.dataset.ready = "1";
