@@ -412,6 +412,38 @@ def group_browser():
         cell = "Model.block.1.ff.wi @ 5 #1: log2 |x|max = %.2f" % math.log2(40.0 * 8)
         expect(any(t == cell for t in titles), f"no heatmap cell {cell!r}")
         expect(any(t == "Model.block.3.ff.wo @ 5 #2: NaN/Inf" for t in titles), "the NaN cell is not marked")
+    # real `nanscope scan --json` output of a hand-written .safetensors file: the page's counts are the scan's
+    import struct
+    values = {"model.layers.0.w": [1.0, float("nan"), 2.0, -3.0], "model.layers.1.w": [float("inf"), 5.0, 0.0, -1.0],
+              "model.layers.1.b": [float("nan"), float("nan"), float("-inf"), 7.5], "head": [0.5, -0.25, 0.0, 1.0]}
+    header, blob = {}, b""
+    for name, v in values.items():
+        header[name] = {"dtype": "F32", "shape": [len(v)], "data_offsets": [len(blob), len(blob) + 4 * len(v)]}
+        blob += struct.pack("<%df" % len(v), *v)
+    hj = json.dumps(header).encode()
+    with open(path("m.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + blob)
+    rc, so, se = run("scan", "--json", path("m.safetensors"))
+    expect(rc == 1, f"scan of m.safetensors: exit {rc}, {se!r}")
+    scan = write_text("m_scan.jsonl", so)
+    sdom, _ = load(report("scan.html", scan))
+    srows = {r.attrs["data-path"]: r for r in rows(sdom)}
+    for rec in map(json.loads, so.splitlines()):
+        if rec["kind"] != "tensor":
+            continue
+        r = srows.get(rec["name"])
+        if not expect(r is not None, f"scan page: no row for tensor {rec['name']!r} (rows {sorted(srows)})"):
+            continue
+        got = (int(r.attrs["data-nan"]), int(r.attrs["data-pos-inf"]), int(r.attrs["data-neg-inf"]))
+        v = values[rec["name"]]
+        want = (sum(math.isnan(x) for x in v), sum(x == math.inf for x in v), sum(x == -math.inf for x in v))
+        expect(got == want == (rec["nan"], rec["pos_inf"], rec["neg_inf"]),
+               f"scan page: {rec['name']}: row {got}, values {want}, scan JSON {(rec['nan'], rec['pos_inf'], rec['neg_inf'])}")
+        expect(float(r.attrs["data-abs-max"]) == max(abs(x) for x in v if not math.isnan(x)),
+               f"scan page: {rec['name']}: abs max {r.attrs['data-abs-max']}")
+    sf = by_id(sdom, "first-nan")
+    expect(sf is not None and sf.text() == "first NaN: model.layers.0.w (m_scan.jsonl)",
+           f"scan page: summary {sf.text() if sf else None!r}")
     # a series of tree files given out of order: one heatmap column per file, ordered by the `step` extra; the
     # NaN appears at step 5 after block.2's values grew step by step
     series = []
