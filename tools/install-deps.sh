@@ -6,9 +6,10 @@
 #   NANSCOPE_SKIP_DEPS=1 bash tools/...   do nothing (a machine set up by other means)
 #
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
-# build works without it (find_package(Torch QUIET)). chromium runs the `nanscope report` page tests in a real
-# headless browser (tests/report; skipped without it). A failure to install an optional package is reported but
-# not fatal.
+# build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
+# tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
+# test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
+# skipped without it). A failure to install an optional package is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -18,7 +19,7 @@ fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
-optional=(libtorch-dev chromium)
+optional=(libtorch-dev python3-torch chromium)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -84,6 +85,7 @@ for p in "${missing_optional[@]}"; do
   if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
     case "$p" in
       libtorch-dev) why="LibTorch tests and bench rows are skipped" ;;
+      python3-torch) why="tree_torch_print_real is skipped" ;;
       chromium) why="the nanscope report browser tests (tests/report) are skipped" ;;
       *) why="the tests that need it are skipped" ;;
     esac
