@@ -521,8 +521,8 @@ def group_hostile():
     titles = [e.text() for e in dom.iter() if e.tag == "title"]
     for n in names:
         expect(any(t.startswith(n + " @ 1:") for t in titles), f"hostile site {n!r} not literal in the heatmap")
-    # window.pwned: evaluate in the page itself (a second page that loads nothing but checks the first's globals is
-    # not possible offline, so the hostile payloads above also write into the DOM, checked above)
+    # (--dump-dom shows the DOM, not JavaScript globals: each payload that would set window.pwned also marks <body>
+    # with data-pwned, checked above)
     # the scan's tree: the hostile names as (dotted) nodes, the error message as a note
     notes = [e.text() for e in dom.iter() if e.tag == "li"]
     expect(any(names[0] in n for n in notes), "the scan's error message is not shown literally")
