@@ -8,7 +8,8 @@
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
 # build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
 # tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
-# test reports SKIPPED. A failure to install either is reported but not fatal.
+# test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
+# skipped without it). A failure to install an optional package is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -18,7 +19,7 @@ fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
-optional=(libtorch-dev python3-torch)
+optional=(libtorch-dev python3-torch chromium)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -79,10 +80,16 @@ if [[ ${#missing_required[@]} -gt 0 ]]; then
   echo "install-deps: installing ${missing_required[*]}"
   "${apt_get[@]}" install --no-install-recommends "${missing_required[@]}"
 fi
-if [[ ${#missing_optional[@]} -gt 0 ]]; then
-  echo "install-deps: installing ${missing_optional[*]} (optional, large)"
-  if ! "${apt_get[@]}" install --no-install-recommends "${missing_optional[@]}"; then
-    echo "install-deps: warning: could not install ${missing_optional[*]}; LibTorch tests and bench rows are skipped" >&2
+for p in "${missing_optional[@]}"; do
+  echo "install-deps: installing $p (optional, large)"
+  if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
+    case "$p" in
+      libtorch-dev) why="LibTorch tests and bench rows are skipped" ;;
+      python3-torch) why="tree_torch_print_real is skipped" ;;
+      chromium) why="the nanscope report browser tests (tests/report) are skipped" ;;
+      *) why="the tests that need it are skipped" ;;
+    esac
+    echo "install-deps: warning: could not install $p; $why" >&2
   fi
-fi
+done
 echo "install-deps: done"
