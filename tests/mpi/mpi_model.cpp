@@ -47,11 +47,11 @@ struct fault {
 std::vector<fault> g_faults;
 int g_rank = 0;
 
-// Replaces element 1 of v with NaN or +Inf when a fault is planned here.
+// Replaces element 1 of v (0 of a one-element v) with NaN or +Inf when a fault is planned here.
 void maybe_inject(vec& v, int step, const char* site) {
   for (const auto& f : g_faults)
     if (f.rank == g_rank && f.step == step && f.site == site)
-      v[1] = f.inf ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+      v[v.size() > 1 ? 1 : 0] = f.inf ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
 }
 
 mat weights(int layer, int rank) {
