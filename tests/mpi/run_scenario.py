@@ -97,7 +97,7 @@ def main():
     if mpirun is None:
         print("SKIPPED: mpirun not found")
         return SKIP
-    if not a.model or not os.path.isfile(a.model):
+    if not a.model or a.model == "NONE" or not os.path.isfile(a.model):
         print("SKIPPED: the MPI test model was not built (no MPI headers/compiler at configure time)")
         return SKIP
     if shutil.which("timeout") is None:
