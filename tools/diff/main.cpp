@@ -3,19 +3,28 @@
 //
 //   nanscope-diff [options] A.json B.json        A = reference, B = candidate
 //
-// Exit status: 0 same within tolerance, 1 diverged (values, structure or health), 2 bad input or usage.
+// Exit status: 0 same within tolerance, 1 diverged (values, structure or health), 2 bad input, usage, or a report
+// that could not be written.
 #include "diff.hpp"
+#include "names.hpp"
+#include "pair.hpp"
 #include "tree_model.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <csignal>
+#include <unistd.h>
 
 namespace {
 
@@ -35,21 +44,60 @@ constexpr const char* usage_text =
     "  --ignore-extras   ignore nanscope's extra keys (health counts, abs_max); infer health from statistics\n"
     "  --prune-layers    prune both trees like the Python tool (first and last layer block) before comparing\n"
     "  --strict-text     count differing non-tensor arguments (reprs) as divergences\n"
+    "  --fifo-wait S     seconds to wait for the writer of a named pipe with none (default 5)\n"
+    "  --max-input-size N  refuse inputs larger than N bytes (K, M, G suffixes: KiB...; default 512M; 0: no limit)\n"
     "  -h, --help        this text\n"
     "\n"
-    "exit status: 0 same within tolerance, 1 diverged, 2 bad input or usage\n";
+    "exit status: 0 same within tolerance, 1 diverged, 2 bad input, usage, or the report could not be written\n";
 
 struct cli {
   nsdiff::diff_options diff;
   std::size_t top = 10;
   bool json = false;
   bool quiet = false;
+  nsdiff::input_limits limits;
   std::vector<std::string> files;
 };
 
+/// Writes all of `text` to standard output; on failure says so on stderr and exits 2 (the report is lost).
+void write_stdout(const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      std::cerr << "nanscope-diff: cannot write the report to standard output: " << std::strerror(err) << "\n";
+      std::exit(2);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "nanscope-diff: " << msg << "\n" << "usage: nanscope-diff [options] A.json B.json (--help for more)\n";
+  std::cerr << "nanscope-diff: " << nsdiff::terminal_safe(msg) << "\n"
+            << "usage: nanscope-diff [options] A.json B.json (--help for more)\n";
   std::exit(2);
+}
+
+/// "1048576", "64K", "512M", "1G" (binary multiples).
+std::uint64_t parse_size(const std::string& opt, const std::string& text) {
+  std::uint64_t mult = 1;
+  std::string digits = text;
+  if (!digits.empty()) {
+    const char u = digits.back();
+    if (u == 'K' || u == 'k') mult = std::uint64_t{1} << 10;
+    else if (u == 'M' || u == 'm') mult = std::uint64_t{1} << 20;
+    else if (u == 'G' || u == 'g') mult = std::uint64_t{1} << 30;
+    else if (u == 'T' || u == 't') mult = std::uint64_t{1} << 40;
+    if (mult != 1) digits.pop_back();
+  }
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = digits.empty() || digits[0] == '-' ? 0 : std::strtoull(digits.c_str(), &end, 10);
+  if (digits.empty() || digits[0] == '-' || *end != '\0' || errno != 0 || n > UINT64_MAX / mult)
+    usage_error(opt + ": expected a size in bytes (with an optional K, M, G or T suffix), got '" + text + "'");
+  return static_cast<std::uint64_t>(n) * mult;
 }
 
 double parse_tolerance(const std::string& opt, const std::string& text) {
@@ -89,7 +137,7 @@ cli parse_args(int argc, char** argv) {
       if (has_value) usage_error(arg + " takes no value");
     };
     if (arg == "-h" || arg == "--help") {
-      std::cout << usage_text;
+      write_stdout(usage_text);
       std::exit(0);
     } else if (arg == "--rtol") {
       c.diff.rtol = parse_tolerance(arg, take_value());
@@ -104,6 +152,14 @@ cli parse_args(int argc, char** argv) {
       const long long n = std::strtoll(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n < 0 || errno != 0) usage_error("--top: expected a non-negative integer, got '" + v + "'");
       c.top = static_cast<std::size_t>(n);
+    } else if (arg == "--fifo-wait") {
+      const std::string v = take_value();
+      double x = 0;
+      if (!nsdiff::parse_number(v, x) || !std::isfinite(x) || x < 0 || x > 1.0e6)
+        usage_error("--fifo-wait: expected a number of seconds (0 to 1e6), got '" + v + "'");
+      c.limits.fifo_wait_s = x;
+    } else if (arg == "--max-input-size") {
+      c.limits.max_bytes = parse_size(arg, take_value());
     } else if (arg == "--json") {
       no_value();
       c.json = true;
@@ -130,6 +186,9 @@ cli parse_args(int argc, char** argv) {
 }
 
 // --- formatting ---------------------------------------------------------------------------------------------
+
+/// Text from the files or the command line, safe to print to a terminal (see names.hpp).
+std::string safe(const std::string& s) { return nsdiff::terminal_safe(s); }
 
 std::string num(double x, int digits = 4) {
   if (std::isnan(x)) return "nan";
@@ -161,6 +220,13 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+/// Why a tensor whose shown values agree still diverged.
+std::string elided_text(const nsdiff::tensor_result& t) {
+  return "its " + std::to_string(t.values_compared) + " shown values agree, torch's print elided " +
+         std::to_string(t.elided) + " of " + std::to_string(static_cast<std::size_t>(t.numel)) +
+         ": the verdict rests on its statistics";
+}
+
 /// What went wrong with one diverged tensor, in a few words.
 std::string tensor_problem(const nsdiff::tensor_result& t) {
   std::vector<std::string> parts;
@@ -171,6 +237,7 @@ std::string tensor_problem(const nsdiff::tensor_result& t) {
   if (t.shape_changed) parts.push_back("shape " + t.shape_a + " vs " + t.shape_b);
   if (t.dtype_changed) parts.push_back("dtype " + t.dtype_a + " vs " + t.dtype_b);
   for (const auto& h : t.health) parts.push_back(h);
+  if (t.rests_on_elided()) parts.push_back(elided_text(t));
   std::string s;
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
   return s;
@@ -267,7 +334,7 @@ void print_table(std::ostream& out, const nsdiff::report& r, std::size_t top) {
   std::vector<std::vector<std::string>> cells;
   cells.push_back({"module", "tensor", "field", "A", "B", "|A-B|", "rel", "tol", "failed"});
   for (const auto* t : rows)
-    cells.push_back({r.nodes[t->node].display, t->label, t->worst.field, num(t->worst.a), num(t->worst.b),
+    cells.push_back({safe(r.nodes[t->node].display), safe(t->label), t->worst.field, num(t->worst.a), num(t->worst.b),
                      num(t->worst.abs_diff, 2), num(t->worst.rel, 2), num(t->worst.tol, 2), failed_counts(*t)});
   std::vector<std::size_t> width(cells[0].size(), 0);
   for (const auto& row : cells)
@@ -285,6 +352,14 @@ void print_table(std::ostream& out, const nsdiff::report& r, std::size_t top) {
 /// The report's notes plus those about what could only be compared by statistics.
 std::vector<std::string> all_notes(const nsdiff::tree_file& a, const nsdiff::tree_file& b, const nsdiff::report& r) {
   std::vector<std::string> notes = r.notes;
+  std::size_t on_elided = 0;
+  for (const auto& t : r.tensors)
+    if (t.rests_on_elided()) ++on_elided;
+  if (on_elided)
+    notes.push_back(plural(on_elided, "tensor diverges", "tensors diverge") +
+                    " only in mean/std/min/max while every shown value agrees: the difference sits in values torch's "
+                    "print elided (\"...\"), so those verdicts rest on the statistics (mean and std are compared with "
+                    "atol / min(sqrt(numel), 64) when values are elided)");
   std::size_t skipped = 0;
   for (const auto& t : r.tensors)
     if (!t.values_skipped.empty()) ++skipped;
@@ -307,8 +382,8 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     return;
   }
   out << "nanscope-diff\n";
-  out << "  A (reference): " << a.file << "  [" << describe_file(a) << "]\n";
-  out << "  B (candidate): " << b.file << "  [" << describe_file(b) << "]\n";
+  out << "  A (reference): " << safe(a.file) << "  [" << describe_file(a) << "]\n";
+  out << "  B (candidate): " << safe(b.file) << "  [" << describe_file(b) << "]\n";
   out << "  " << tolerance_text(o) << "\n";
   out << "  compared: " << plural(r.nodes.size(), "module", "modules") << ", " << plural(r.tensors_compared, "tensor", "tensors")
       << ", " << plural(r.stats_compared, "statistic", "statistics") << ", " << plural(r.values_compared, "value", "values")
@@ -316,34 +391,35 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
 
   if (r.first >= 0) {
     const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
-    out << "\nfirst divergence: " << r.nodes[t.node].display << " " << t.label << ": " << tensor_problem(t) << "\n";
-    out << "likely producer: " << producer_text(r) << "\n";
+    out << "\nfirst divergence: " << safe(r.nodes[t.node].display + " " + t.label + ": " + tensor_problem(t)) << "\n";
+    out << "likely producer: " << safe(producer_text(r)) << "\n";
   }
   print_table(out, r, c.top);
 
   if (!r.structural.empty()) {
     out << "\nstructural differences (" << r.structural.size() << "):\n";
-    for (const auto& s : r.structural) out << "  " << structural_text(s) << "\n";
+    for (const auto& s : r.structural) out << "  " << safe(structural_text(s)) << "\n";
   }
   if (r.health_diffs) {
     out << "\nhealth differences (" << r.health_diffs << "):\n";
     for (const auto& t : r.tensors)
-      for (const auto& h : t.health) out << "  " << r.nodes[t.node].display << " " << t.label << ": " << h << "\n";
+      for (const auto& h : t.health) out << "  " << safe(r.nodes[t.node].display + " " + t.label + ": " + h) << "\n";
   }
   if (!r.texts.empty()) {
     out << "\nnon-tensor arguments that differ (" << r.texts.size()
         << (o.strict_text ? ", counted: --strict-text" : ", not counted; --strict-text counts them") << "):\n";
     for (const auto& t : r.texts) {
-      out << "  " << t.module << " " << t.label << ": ";
-      if (t.missing_a) out << "only in B: " << nsdiff::quote_text(t.b) << "\n";
-      else if (t.missing_b) out << "only in A: " << nsdiff::quote_text(t.a) << "\n";
-      else out << nsdiff::quote_text(t.a) << " vs " << nsdiff::quote_text(t.b) << "\n";
+      std::string line = t.module + " " + t.label + ": ";
+      if (t.missing_a) line += "only in B: " + nsdiff::quote_text(t.b);
+      else if (t.missing_b) line += "only in A: " + nsdiff::quote_text(t.a);
+      else line += nsdiff::quote_text(t.a) + " vs " + nsdiff::quote_text(t.b);
+      out << "  " << safe(line) << "\n";
     }
   }
   const std::vector<std::string> notes = all_notes(a, b, r);
   if (!notes.empty()) {
     out << "\nnotes:\n";
-    for (const auto& n : notes) out << "  " << n << "\n";
+    for (const auto& n : notes) out << "  " << safe(n) << "\n";
   }
   out << "\n" << verdict_text(r, o) << "\n";
 }
@@ -367,6 +443,14 @@ json tensor_json(const nsdiff::report& r, const nsdiff::tensor_result& t) {
   if (t.shape_changed) j["shape"] = {t.shape_a, t.shape_b};
   if (t.dtype_changed) j["dtype"] = {t.dtype_a, t.dtype_b};
   if (!t.values_skipped.empty()) j["values_skipped"] = t.values_skipped;
+  if (t.stats_atol != t.atol) j["stats_atol"] = jnum(t.stats_atol);
+  if (t.elided) j["elided_values"] = t.elided;
+  // what the verdict on this tensor rests on: "values" (a shown value differs), "statistics" (only mean/std/min/
+  // max differ), "structure" (shape/dtype), "health"; "elided" says the statistics cover values the files elide
+  if (t.diverged()) {
+    j["rests_on"] = t.values_failed ? "values" : t.stats_failed ? "statistics" : (t.shape_changed || t.dtype_changed) ? "structure" : "health";
+    j["rests_on_elided_values"] = t.rests_on_elided();
+  }
   return j;
 }
 
@@ -374,7 +458,7 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
                 const nsdiff::report& r) {
   const auto& o = c.diff;
   auto file_json = [](const nsdiff::tree_file& f) {
-    return json{{"file", f.file},       {"style", style_of(f)},    {"values", f.tensors_with_values > 0},
+    return json{{"file", nsdiff::valid_utf8(f.file)},       {"style", style_of(f)},    {"values", f.tensors_with_values > 0},
                 {"modules", f.nodes},   {"tensors", f.tensors},    {"nanscope", f.nanscope_meta}};
   };
   json j;
@@ -420,34 +504,81 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     tx.push_back({{"module", t.module}, {"argument", t.label}, {"a", t.missing_a ? json(nullptr) : json(t.a)},
                   {"b", t.missing_b ? json(nullptr) : json(t.b)}});
   j["text_differences"] = tx;
-  j["notes"] = all_notes(a, b, r);
-  out << j.dump(2) << "\n";
+  json notes = json::array();
+  for (const auto& n : all_notes(a, b, r)) notes.push_back(nsdiff::valid_utf8(n));  // may name files
+  j["notes"] = notes;
+  // every string is valid UTF-8 already (file names went through valid_utf8); replace is a second guard
+  out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace
 
+/// The SUMMARY/FULL_TENSORS pair rule for input `i`: when it is named *_SUMMARY.json or *_FULL_TENSORS.json and
+/// its sibling exists, and either carries "nanscope_pair", both must carry the same value. Returns a message for
+/// exit 2, or "" (a note may be added when the sibling cannot be read and the file has no pair key).
+std::string check_pair(const cli& c, const nsdiff::tree_file (&trees)[2], int i, std::vector<std::string>& notes) {
+  const nsdiff::tree_file& t = trees[i];
+  const std::string sibling = nsdiff::pair_sibling(t.file);
+  if (sibling.empty() || !nsdiff::path_exists(sibling)) return std::string();
+  nsdiff::pair_id other;
+  const nsdiff::tree_file& o = trees[1 - i];
+  if (sibling == o.file) {
+    other = o.pair;  // the two inputs are the pair itself: it was read already
+  } else {
+    try {
+      other = nsdiff::read_pair(sibling, c.limits);
+    } catch (const nsdiff::bad_input& e) {
+      if (t.pair.present)
+        return "cannot check that " + t.file + " and its sibling " + sibling + " are one pass: " + sibling + ": " + e.what();
+      notes.push_back("could not read " + sibling + " to check that it is one pass with " + t.file + ": " + e.what());
+      return std::string();
+    }
+  }
+  if (!t.pair.present && !other.present) return std::string();  // HuggingFace's files: nothing to check
+  if (t.pair == other) return std::string();
+  return t.file + " (" + nsdiff::pair_text(t.pair) + ") and " + sibling + " (" + nsdiff::pair_text(other) +
+         ") are not one pass: the writer was interrupted between its two commits or one file is stale";
+}
+
 int main(int argc, char** argv) {
+  // A closed pipe on stdout is a write error (EPIPE, exit 2 with a message), not a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   const cli c = parse_args(argc, argv);
   nsdiff::tree_file trees[2];
   for (int i = 0; i < 2; ++i) {
+    const std::string& file = c.files[static_cast<std::size_t>(i)];
     try {
-      trees[i] = nsdiff::load_tree_file(c.files[static_cast<std::size_t>(i)]);
+      trees[i] = nsdiff::load_tree_file(file, c.limits);
     } catch (const nsdiff::bad_input& e) {
-      std::cerr << "nanscope-diff: " << c.files[static_cast<std::size_t>(i)] << ": " << e.what() << "\n";
+      std::cerr << "nanscope-diff: " << safe(file) << ": " << safe(e.what()) << "\n";
       return 2;
     } catch (const std::bad_alloc&) {
-      std::cerr << "nanscope-diff: " << c.files[static_cast<std::size_t>(i)] << ": out of memory while reading\n";
+      std::cerr << "nanscope-diff: " << safe(file) << ": out of memory while reading\n";
       return 2;
     }
   }
+  std::vector<std::string> pair_notes;
+  for (int i = 0; i < 2; ++i) {
+    const std::string problem = check_pair(c, trees, i, pair_notes);
+    if (!problem.empty()) {
+      std::cerr << "nanscope-diff: " << safe(problem) << "\n";
+      return 2;
+    }
+  }
+  std::string text;
+  int status = 0;
   try {
-    const nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
-    if (c.json) print_json(std::cout, c, trees[0], trees[1], r);
-    else print_text(std::cout, c, trees[0], trees[1], r);
-    std::cout.flush();
-    return r.diverged(c.diff) ? 1 : 0;
+    nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
+    r.notes.insert(r.notes.end(), pair_notes.begin(), pair_notes.end());
+    std::ostringstream out;
+    if (c.json) print_json(out, c, trees[0], trees[1], r);
+    else print_text(out, c, trees[0], trees[1], r);
+    text = out.str();
+    status = r.diverged(c.diff) ? 1 : 0;
   } catch (const std::exception& e) {
-    std::cerr << "nanscope-diff: internal error: " << e.what() << "\n";
+    std::cerr << "nanscope-diff: internal error: " << safe(e.what()) << "\n";
     return 2;
   }
+  write_stdout(text);
+  return status;
 }

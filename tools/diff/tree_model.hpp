@@ -6,35 +6,31 @@
 #ifndef NANSCOPE_DIFF_TREE_MODEL_HPP
 #define NANSCOPE_DIFF_TREE_MODEL_HPP
 
+#include "input.hpp"
+#include "names.hpp"
+#include "pair.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <sys/stat.h>
 
 namespace nsdiff {
 
 using json = nlohmann::json;
-
-/// A file that cannot be read as a layer tree. what(): "<json path>: <problem>" or just "<problem>".
-struct bad_input : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 inline constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
 inline constexpr int max_nesting = 512;  ///< deeper trees / values are refused (bounded recursion)
@@ -99,6 +95,7 @@ struct tree_file {
   bool nanscope_meta = false;  ///< the root has nanscope's "nanscope" object
   bool pruned_known = false, pruned = false;
   bool complete = true;
+  pair_id pair;  ///< the root's "nanscope_pair" (SUMMARY/FULL_TENSORS of one pass)
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -115,12 +112,12 @@ inline std::string shown(const json& j) {
   if (j.is_array()) return "an array of " + std::to_string(j.size()) + " elements";
   if (j.is_object()) return "an object";
   std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  if (s.size() > 60) s = std::string(cut_utf8(s, 57)) + "...";
   return s;
 }
 inline std::string quote_text(std::string_view s) {
   std::string out = "\"";
-  out.append(s.substr(0, 60));
+  out.append(cut_utf8(s, 60));
   if (s.size() > 60) out += "...";
   return out + "\"";
 }
@@ -620,32 +617,35 @@ class tree_loader {
   tree_file& f_;
 };
 
-/// Reads and parses one file. Throws bad_input with a message for the user (without the file name).
-inline tree_file load_tree_file(const std::string& path) {
+/// Reads and parses one file (streamed, within `limits`). Throws bad_input with a message for the user (without
+/// the file name).
+inline tree_file load_tree_file(const std::string& path, const input_limits& limits = input_limits{}) {
   tree_file f;
   f.file = path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw bad_input(std::string("cannot open: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw bad_input("is a directory, not a tree file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw bad_input(std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw bad_input("read error");
-  const std::string text = buf.str();
-  if (trim(text).empty()) throw bad_input(text.empty() ? "empty file" : "empty file (only whitespace)");
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string msg = e.what();
-    if (!msg.empty() && msg.front() == '[') {  // drop nlohmann's "[json.exception.parse_error.101] "
-      const std::size_t close = msg.find("] ");
-      if (close != std::string::npos) msg = msg.substr(close + 2);
+  {
+    input_file in(path, limits);
+    std::istream is(&in);
+    // refuse deep nesting while parsing, before it costs memory
+    const json::parser_callback_t depth_guard = [](int depth, json::parse_event_t event, json&) {
+      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+          depth >= max_nesting)
+        throw bad_input("nested more than " + std::to_string(max_nesting) + " levels deep");
+      return true;
+    };
+    try {
+      doc = json::parse(is, depth_guard);
+    } catch (const json::exception& e) {
+      std::string msg = e.what();
+      if (!msg.empty() && msg.front() == '[') {  // drop nlohmann's "[json.exception.parse_error.101] "
+        const std::size_t close = msg.find("] ");
+        if (close != std::string::npos) msg = msg.substr(close + 2);
+      }
+      throw bad_input("not valid JSON: " + msg);
     }
-    throw bad_input("not valid JSON: " + msg);
   }
   tree_loader(f).load(doc);
+  f.pair = pair_of(doc);
   return f;
 }
 
