@@ -76,7 +76,8 @@ struct communicator {
 
   /// The world rank of communicator rank `r` (r itself when `members` is empty).
   int world_rank_of(int r) const {
-    return members.empty() ? r : (r >= 0 && static_cast<std::size_t>(r) < members.size() ? members[r] : -1);
+    return members.empty() ? r
+                           : (r >= 0 && static_cast<std::size_t>(r) < members.size() ? members[static_cast<std::size_t>(r)] : -1);
   }
 };
 
