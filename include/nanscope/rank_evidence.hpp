@@ -2,7 +2,7 @@
 // marked collectives / send / recv in program order, written atomically to this rank's own file at the first
 // detection, whenever a marked transfer carries a non-finite value, at an all-stop, and on request.
 //
-//   nanscope::rank_evidence ev(rec, {"evidence_dir"});               // attaches to the recorder as its listener
+//   nanscope::rank_evidence ev(rec, {"evidence_dir"});               // listens to the recorder
 //   nanscope::communicator world{"world", n, r};                      // or nanscope::mpi::describe(MPI_COMM_WORLD)
 //   NANSCOPE_COLLECTIVE(ev, world, all_reduce, partial, full,         // checks `partial`, runs the call, checks
 //       MPI_Allreduce(partial.data(), full.data(), 8, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));  // `full`, records
@@ -63,6 +63,26 @@ struct evidence_event {
   collective_record c;     ///< transfers
 };
 
+// Attaching to the recorder: where it takes several listeners (add_listener), the evidence is one more of them;
+// where it takes one (set_listener), the evidence replaces it and forwards every event to it.
+template <class R, class L>
+auto evidence_attach(R& r, L* l, int) -> decltype(r.add_listener(l), static_cast<scope_listener*>(nullptr)) {
+  r.add_listener(l);
+  return nullptr;
+}
+template <class R, class L>
+scope_listener* evidence_attach(R& r, L* l, long) {
+  return r.set_listener(l);
+}
+template <class R, class L>
+auto evidence_detach(R& r, L* l, scope_listener*, int) -> decltype(r.remove_listener(l), void()) {
+  r.remove_listener(l);
+}
+template <class R, class L>
+void evidence_detach(R& r, L*, scope_listener* previous, long) {
+  r.set_listener(previous);
+}
+
 inline void health_json(std::string& out, const health_result& h) {
   out += "{\"dtype\": \"";
   out += name(h.type);
@@ -80,8 +100,9 @@ inline void health_json(std::string& out, const health_result& h) {
 }
 }  // namespace detail
 
-/// This rank's evidence. Attach one per recorder (the constructor makes it the recorder's listener and forwards
-/// every event to the listener that was there before, a tree_writer say; the destructor puts that one back).
+/// This rank's evidence. Attach one per recorder: the constructor makes it a listener of the recorder (alongside
+/// the others, a tree_writer say; a recorder with a single listener slot gets it instead, and the evidence
+/// forwards every event to the listener that was there and puts it back in its destructor).
 /// Construct and destroy it while no scope of the recorder is open. Thread-safe; program order across threads
 /// is the order in which their events reach it.
 class rank_evidence : public scope_listener {
@@ -96,12 +117,12 @@ class rank_evidence : public scope_listener {
       rank_source_ = "explicit";
     }
     if (opts_.max_events == 0) opts_.max_events = 1;
-    next_ = rec_.set_listener(this);
+    next_ = detail::evidence_attach(rec_, this, 0);
   }
   rank_evidence(const rank_evidence&) = delete;
   rank_evidence& operator=(const rank_evidence&) = delete;
   ~rank_evidence() override {
-    rec_.set_listener(next_);
+    detail::evidence_detach(rec_, this, next_, 0);
     if (opts_.write_at_exit) try_write("exit");
   }
 
