@@ -8,7 +8,9 @@
 # libopenmpi-dev and openmpi-bin (Open MPI: mpicxx, mpirun) are for the multi-rank tests (tests/mpi); without
 # them those tests report skipped and the library builds as before (only nanscope/mpi.hpp needs MPI).
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
-# build works without it (find_package(Torch QUIET)). A failure to install it is reported but not fatal.
+# build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
+# tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
+# test reports SKIPPED. A failure to install either is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -18,7 +20,7 @@ fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
-optional=(libtorch-dev)
+optional=(libtorch-dev python3-torch)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2

@@ -80,6 +80,7 @@ struct tree_options {
   bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
   bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
   bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  bool hash = false;          ///< with extras: each tensor's content hash under "hash" (hash.hpp; for nanscope-diff --bitwise)
   tree_ranks ranks = tree_ranks::rank0_only;
   int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
   std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
@@ -95,6 +96,7 @@ struct tree_options {
   tree_options& with_rank(int r) { rank = r; return *this; }
   tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
   tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& with_hash(bool on = true) { hash = on; return *this; }
   tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
 };
 
@@ -488,6 +490,8 @@ class tree_writer final : public scope_listener {
       add_record(n, rec);
     });
   }
+
+  bool wants_reference_stats() const noexcept override { return active_; }
 
   void scope_closed(const frame& f, bool outermost) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
@@ -899,8 +903,9 @@ class tree_writer final : public scope_listener {
     health_result own;
     const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
                                                 v.space == memory_space::cuda_managed);
+    const bool want_hash = opts_.hash && opts_.extras && readable;
     if (is_float(v.type) && h->mode != check_mode::stats && readable) {
-      own = (check)(v, check_options{}.with_mode(check_mode::stats));
+      own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
       h = &own;
     }
     if (torch) {
@@ -930,7 +935,11 @@ class tree_writer final : public scope_listener {
     }
     const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
     if (is_float(v.type) && (torch ? hf_stats : true)) {
-      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+        s.mean = rec.reference.mean;
+        s.std = rec.reference.std;
+      }
       if (torch) {
         io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
         io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
@@ -963,6 +972,11 @@ class tree_writer final : public scope_listener {
       if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     } else if (detail::is_finite_bits(h->abs_max)) {
       io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
+    }
+    if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
+      const content_hash ch =
+          h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
+      io.fields.emplace_back("hash", detail::py_json_quote(to_hex(ch)));
     }
   }
 

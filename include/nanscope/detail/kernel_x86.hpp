@@ -32,6 +32,13 @@
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
+/// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
+/// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
+struct kernel_no_hash {
+  static constexpr bool enabled = false;
+};
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -206,9 +213,9 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
 }
 
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
+                                                           chunk_out& o, H* h = nullptr) {
   using src = typename Load::src;
   const src* p = static_cast<const src*>(vp);
   state512_f32 s;
@@ -233,13 +240,17 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 16) {
       _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group512_f32<L>(s, Load::load(p + i + j), i + j, kp, lo, span, absm, k32, k64);
+      const __m512 x = Load::load(p + i + j);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 256 * 256)
+      group512_f32<L>(s, x, i + j, kp, lo, span, absm, k32, k64);
     }
     flush512_f32<L, Load>(s);
   }
+  if constexpr (H::enabled) *h = hs;
   for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
@@ -356,9 +367,9 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   }
 }
 
-template <level L>
+template <level L, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
+                                                           chunk_out& o, H* h = nullptr) {
   const double* p = static_cast<const double*>(vp);
   state512_f64 s;
   s.vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
@@ -383,10 +394,14 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   s.k = _mm512_set1_pd(kp.k64);
 
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + 8 <= n; i += 8) {
     _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-    group512_f64<L>(s, _mm512_loadu_pd(p + i), 0xFF, i, kp, o);
+    const __m512d x = _mm512_loadu_pd(p + i);
+    if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 8 * 8)
+    group512_f64<L>(s, x, 0xFF, i, kp, o);
   }
+  if constexpr (H::enabled) *h = hs;
   if (i < n) {
     const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
     group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i), valid, i, kp, o);
@@ -550,9 +565,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
 }
 
 /// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o) {
+                                                       chunk_out& o, H* h = nullptr) {
   using src = typename Load::src;
   const src* p = static_cast<const src*>(vp);
   state256_f32 s;
@@ -577,13 +592,17 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.k64 = _mm256_set1_pd(kp.k64);
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 8) {
       _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group256_f32<L>(s, Load::load(p + i + j), 0xFFu, i + j);
+      const __m256 x = Load::load(p + i + j);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
+      group256_f32<L>(s, x, 0xFFu, i + j);
     }
     flush256_f32<L>(s);
   }
+  if constexpr (H::enabled) *h = hs;
   for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
