@@ -98,6 +98,14 @@ inline std::string rank_tag() {
   return "rank" + std::to_string(r.rank) + "of" + std::to_string(r.world_size);
 }
 
+/// The line a detection report ends with in a run of several processes: "nanscope: rank 2 of 4 (source)\n";
+/// "" for a single process. At the end, so that the report's first line (an exception's what()) is unchanged.
+inline std::string rank_report_line() {
+  const rank_info r = process_rank();
+  if (r.world_size <= 1) return std::string();
+  return "nanscope: rank " + std::to_string(r.rank) + " of " + std::to_string(r.world_size) + " (" + r.source + ")\n";
+}
+
 NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_RANK_HPP

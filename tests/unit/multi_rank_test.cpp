@@ -4,6 +4,7 @@
 #include <nanscope/collective.hpp>
 #include <nanscope/rank.hpp>
 #include <nanscope/rank_evidence.hpp>
+#include <nanscope/report.hpp>
 
 #include <doctest/doctest.h>
 
@@ -132,6 +133,32 @@ TEST_CASE("process_rank: explicit setting over the environment; rank_tag") {
   CHECK(nanscope::process_rank().source == "test");
   nanscope::set_process_rank(-1, 0);  // invalid: back to the environment
   CHECK(nanscope::rank_tag() == "rank1of2");
+}
+
+TEST_CASE("a detection report ends with the rank in a multi-process run, and only there") {
+  env_guard g;
+  for (const char* v : launcher_vars) g.unset(v);
+  auto report_of_one_detection = [] {
+    std::string printed;
+    nanscope::recorder_options o;
+    o.policy = nanscope::on_detect::print_and_continue;
+    o.sink = [&printed](std::string_view t) { printed.append(t.data(), t.size()); };
+    nanscope::recorder rec(o);
+    std::vector<float> x(2, std::numeric_limits<float>::quiet_NaN());
+    nanscope::scope s(rec, "m", "M");
+    s.output(x);
+    return printed;
+  };
+  const std::string single = report_of_one_detection();
+  REQUIRE_FALSE(single.empty());
+  CHECK(single.find("nanscope: rank ") == std::string::npos);
+  g.set("OMPI_COMM_WORLD_RANK", "2");
+  g.set("OMPI_COMM_WORLD_SIZE", "4");
+  const std::string multi = report_of_one_detection();
+  const std::string line = "nanscope: rank 2 of 4 (OMPI_COMM_WORLD_RANK)\n";
+  REQUIRE(multi.size() > line.size());
+  CHECK(multi.compare(multi.size() - line.size(), line.size(), line) == 0);
+  CHECK(multi.compare(0, single.size(), single) == 0);  // the report itself is unchanged
 }
 
 TEST_CASE("collective kinds round-trip through their names") {
