@@ -9,6 +9,7 @@ Exit 0: as expected; 1: not; 77: skipped (mpirun missing, or the model was not b
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,12 +75,29 @@ def fail(msg):
     sys.exit(1)
 
 
+def mpirun_flavour(mpirun):
+    """("openmpi", major version) or ("other", 0), from `mpirun --version`."""
+    try:
+        v = subprocess.run([mpirun, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ("other", 0)
+    text = v.stdout.decode("utf-8", "replace")
+    m = re.search(r"Open MPI\)?\s+(\d+)\.", text)
+    if m:
+        return ("openmpi", int(m.group(1)))
+    return ("other", 0)
+
+
 def mpirun_command(mpirun, model, extra):
-    cmd = ["timeout", "-k", "5", "60", mpirun, "-np", "4", "--oversubscribe"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    # shared memory and self only: containers without a network, CI runners with 2 cores
-    cmd += ["--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none"]
+    cmd = ["timeout", "-k", "5", "60", mpirun, "-np", "4"]
+    flavour, major = mpirun_flavour(mpirun)
+    if flavour == "openmpi":
+        cmd.append("--oversubscribe")
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        if major < 5:
+            # shared memory and self only: containers without a network, CI runners with 2 cores
+            cmd += ["--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none"]
     return cmd + [model] + extra
 
 
