@@ -539,7 +539,7 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
   std::int64_t expect = 1;
   for (int k = m - 1; k >= 0; --k) {
     if (v.strides[dims[k]] != expect) return false;
-    expect *= v.shape[dims[k]];
+    if (mul_overflow(expect, v.shape[dims[k]], expect)) return false;  // not for a valid view: gather instead
   }
   out = v;
   out.rank = 1;

@@ -28,6 +28,7 @@
 #include "detail/atomic_file.hpp"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -242,7 +243,9 @@ class scope;
 
 /// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
 /// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
-/// not throw. Attach with recorder::set_listener while no scope of the recorder is open.
+/// not throw. A recorder has any number of listeners (recorder::add_listener / remove_listener), each attached
+/// and detached on its own: detaching waits until calls into that listener on other threads have returned, so a
+/// listener may be destroyed right after remove_listener returns, in any order relative to the others.
 class scope_listener {
  public:
   virtual ~scope_listener() = default;
@@ -333,10 +336,32 @@ inline reference_stats take_reference_stats(const void* data) {
   return r;
 }
 
-/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one. A scope
+/// unlinks itself when it ends, also when it ends out of order (see ~scope).
 inline scope*& thread_top_scope() {
   thread_local scope* top = nullptr;
   return top;
+}
+
+/// Marks a call into a listener in progress on this thread (remove_listener does not wait for the calls of its
+/// own thread: a listener may detach itself, or another one, from inside a callback).
+struct listener_call {
+  const void* entry;
+  listener_call* prev;
+  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
+  ~listener_call() { top() = prev; }
+  listener_call(const listener_call&) = delete;
+  listener_call& operator=(const listener_call&) = delete;
+  static listener_call*& top() {
+    thread_local listener_call* t = nullptr;
+    return t;
+  }
+};
+
+/// A process-wide serial number for recorders (1, 2, ...).
+inline std::uint64_t next_recorder_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Report formatting lives in report.hpp (it needs fmt); the recorder calls it through this hook so that
@@ -451,10 +476,71 @@ class recorder {
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
-  /// Installs the listener of scope events (one per recorder; nullptr removes it) and returns the previous one.
-  /// Do it while no scope of this recorder is open.
-  scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
-  scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+  /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
+  /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
+  /// scopes ignores closes it never saw open, as the tree writer does).
+  void add_listener(scope_listener* l) {
+    if (l == nullptr) return;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (e->l == l) return;
+    listeners_.push_back(std::make_shared<listener_entry>(l));
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+  }
+  /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
+  /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
+  /// callback — is not waited for). Afterwards the recorder never touches it again.
+  bool remove_listener(scope_listener* l) {
+    std::unique_lock<std::mutex> lk(lm_);
+    std::shared_ptr<listener_entry> found;
+    for (auto it = listeners_.begin(); it != listeners_.end(); ++it) {
+      if ((*it)->l == l) {
+        found = *it;
+        listeners_.erase(it);
+        break;
+      }
+    }
+    if (!found) return false;
+    found->removed = true;
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+    unsigned mine = 0;
+    for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
+      if (c->entry == found.get()) ++mine;
+    lcv_.wait(lk, [&] { return found->calling <= mine; });
+    return true;
+  }
+  /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
+  /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
+  /// is still alive; add_listener / remove_listener need no such care.
+  scope_listener* set_listener(scope_listener* l) {
+    std::vector<scope_listener*> old;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      for (const auto& e : listeners_) old.push_back(e->l);
+    }
+    for (scope_listener* o : old)
+      if (o != l) remove_listener(o);
+    add_listener(l);
+    return old.empty() ? nullptr : old.back();
+  }
+  /// The most recently attached listener still attached (nullptr if none).
+  scope_listener* listener() const {
+    std::lock_guard<std::mutex> lk(lm_);
+    return listeners_.empty() ? nullptr : listeners_.back()->l;
+  }
+  /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
+  bool listeners_want_reference_stats() const {
+    if (listener_count() == 0) return false;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (!e->removed && e->l->wants_reference_stats()) return true;
+    return false;
+  }
+  /// How many listeners are attached.
+  std::size_t listener_count() const { return listener_count_.load(std::memory_order_acquire); }
+
+  /// A number unique to this recorder within the process (snapshot file names carry it).
+  std::uint64_t id() const { return id_; }
 
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
@@ -553,6 +639,7 @@ class recorder {
   }
   void complete_step();
   void complete_hf(frame&& f, bool outermost);
+  /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
                                 const health_result* known);
@@ -594,10 +681,58 @@ class recorder {
   std::string stop_message_;
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
-  std::atomic<scope_listener*> listener_{nullptr};
   detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
   std::atomic<bool> detection_pending_{false};
   std::shared_ptr<const detection> pending_detection_;
+  // listeners: entries are shared so that a call in progress keeps its entry while it is detached
+  struct listener_entry {
+    explicit listener_entry(scope_listener* p) : l(p) {}
+    scope_listener* l;
+    unsigned calling = 0;  ///< calls into l in progress (under lm_)
+    bool removed = false;
+  };
+  /// Calls fn(listener) for every attached listener, outside the recorder's lock.
+  template <class F>
+  void notify(F&& fn) {
+    if (listener_count_.load(std::memory_order_acquire) == 0) return;
+    std::shared_ptr<listener_entry> one[4];
+    std::vector<std::shared_ptr<listener_entry>> more;
+    std::size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      n = listeners_.size();
+      if (n <= 4) {
+        for (std::size_t i = 0; i < n; ++i) one[i] = listeners_[i];
+      } else {
+        more = listeners_;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      listener_entry& e = n <= 4 ? *one[i] : *more[i];
+      {
+        std::lock_guard<std::mutex> lk(lm_);
+        if (e.removed) continue;
+        ++e.calling;
+      }
+      {
+        detail::listener_call mark(&e);
+        fn(*e.l);
+      }
+      std::lock_guard<std::mutex> lk(lm_);
+      if (--e.calling == 0 && e.removed) lcv_.notify_all();
+    }
+  }
+  /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
+  void report_misuse(const std::string& text) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(text);
+  }
+
+  mutable std::mutex lm_;  // guards listeners_ and the entries' counters
+  std::condition_variable lcv_;
+  std::vector<std::shared_ptr<listener_entry>> listeners_;
+  std::atomic<std::size_t> listener_count_{0};
+  const std::uint64_t id_ = detail::next_recorder_id();
 };
 
 /// The process-wide default recorder used by the macros.
@@ -629,15 +764,25 @@ class scope {
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
-    if (scope_listener* l = r.listener()) l->scope_opened(frame_, same_parent_ == nullptr);
+    r.notify([&](scope_listener& l) { l.scope_opened(frame_, same_parent_ == nullptr); });
   }
   scope(std::string_view name, std::string_view class_name, source_location where = {})
       : scope(default_recorder(), name, class_name, where) {}
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
+  /// Ends the module call. Scopes must end in the reverse order of their creation, on the thread that created
+  /// them (automatic variables always do). A heap-allocated scope ended while scopes opened inside it are still
+  /// alive is unlinked from the thread's chain (those scopes now nest in its enclosing scope), and the misuse is
+  /// printed to the recorder's sink; a scope ended on another thread than its own is reported and aborts the
+  /// process (the owning thread's chain cannot be repaired from here), never a use of freed memory.
   ~scope() {
-    if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
-    detail::thread_top_scope() = parent_;
+    scope*& top = detail::thread_top_scope();
+    if (top == this) {
+      top = parent_;
+    } else {
+      unlink_out_of_order(top);
+    }
+    rec_.notify([&](scope_listener& l) { l.scope_closed(frame_, same_parent_ == nullptr); });
     frame_.complete = true;
     rec_.complete(std::move(frame_), same_parent_ == nullptr);
   }
@@ -701,6 +846,29 @@ class scope {
 
  private:
   friend class recorder;
+  static std::string describe(const scope* s) {
+    std::string out = "'" + s->frame_.module_path + "'";
+    if (!s->frame_.class_name.empty()) out += " (" + s->frame_.class_name + ")";
+    return out;
+  }
+  /// ~scope of a scope that is not the innermost of this thread: remove it from the chain, or stop.
+  void unlink_out_of_order(scope*& top) {
+    scope* inner = top;
+    while (inner != nullptr && inner->parent_ != this) inner = inner->parent_;
+    if (inner == nullptr) {
+      rec_.report_misuse("nanscope: scope " + describe(this) +
+                         " ended on a thread that does not have it open (a scope must end on the thread that "
+                         "created it); aborting, since its own thread's scope chain would point to freed memory\n");
+      std::abort();
+    }
+    // Scopes opened inside this one (still alive) now nest in this one's enclosing scope.
+    for (scope* s = top; s != this; s = s->parent_)
+      if (s->same_parent_ == this) s->same_parent_ = same_parent_;
+    inner->parent_ = parent_;
+    rec_.report_misuse("nanscope: scope " + describe(this) + " ended before the scope " + describe(top) +
+                       " opened inside it on this thread (scopes must end in the reverse order of their creation); "
+                       "the scopes still open now nest in its enclosing scope\n");
+  }
   recorder& rec_;
   scope* parent_;
   const scope* same_parent_ = nullptr;
@@ -731,7 +899,7 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
   rec.is_none = is_none;
   rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
   f.tensors.push_back(std::move(rec));
-  if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
@@ -795,7 +963,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
       detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     }
     f.tensors.push_back(std::move(rec));
-    if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
     return f.tensors.back().health;
   }
   if (known != nullptr) {
@@ -817,7 +985,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
   if (warn) maybe_warn(f, stored);
-  if (scope_listener* l = listener()) l->tensor_recorded(f, stored);
+  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
   const health_result result = stored.health;
   if (bad && !hf) detect(f, stored);
   // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
@@ -907,60 +1075,6 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
       if (cb) cb(*d);
       return;
   }
-}
-
-/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
-/// files into `dir`, plus an index (JSON) naming them. Every file is written atomically. Failures are reported
-/// to the sink and do not replace the detection.
-inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
-  const std::string prefix = dir + "/nanscope_step" + std::to_string(d.step) + "_" +
-                             std::to_string(detections_.load(std::memory_order_relaxed));
-  std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
-                      detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
-                      ",\n  \"context\": " + detail::json_quote(d.context) +
-                      ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
-  bool first = true;
-  auto write_one = [&](const tensor_record& t, int k) {
-    if (!t.is_tensor || t.view.data == nullptr) return;
-    const std::string file = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
-                             detail::file_safe(t.context) + ".npy";
-    write_npy(file, t.view);
-    const std::string base = file.substr(file.find_last_of('/') + 1);
-    index += first ? "\n" : ",\n";
-    first = false;
-    index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
-             "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
-             "\", \"shape\": [";
-    for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
-    index += "], \"offending\": ";
-    index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
-  };
-  auto run = [&] {
-    ::mkdir(dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the files are written
-    int k = 0;
-    for (const auto& t : current.tensors)
-      if (t.context == d.context && t.role == d.role) write_one(t, k++);
-    if (d.produced_here)
-      for (const auto& t : current.tensors)
-        if (t.role == tensor_role::input || t.role == tensor_role::parameter) write_one(t, k++);
-    index += first ? "]" : "\n  ]";
-    if (!d.produced_here)
-      index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
-               "progress any more, so only the offending tensor was saved\"";
-    index += "\n}\n";
-    const std::string index_path = prefix + "_index.json";
-    detail::write_file_atomically(index_path, index.data(), index.size());
-  };
-#if NANSCOPE_IMPL_EXCEPTIONS
-  try {
-    run();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(m_);
-    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
-  }
-#else
-  run();
-#endif
 }
 
 inline void recorder::complete(frame&& f, bool outermost) {
@@ -1153,5 +1267,8 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
 }
 
 NANSCOPE_NAMESPACE_END
+
+// recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
+#include "snapshot.hpp"
 
 #endif  // NANSCOPE_RECORDER_HPP

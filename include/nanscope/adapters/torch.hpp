@@ -377,8 +377,7 @@ inline void torch_offer_stats(const at::TensorBase& base, const tensor_view& v) 
 class torch_recording {
  public:
   explicit torch_recording(scope& s) : s_(s) {
-    const scope_listener* l = s.owner().listener();
-    want_stats_ = l != nullptr && l->wants_reference_stats();
+    want_stats_ = s.owner().listeners_want_reference_stats();
   }
 
   tensor_view named_view(const at::TensorBase& t, const std::string& what) {
