@@ -81,6 +81,13 @@ inline void set_process_rank(int rank, int world_size, const char* source = "exp
   s.info.source = source;
 }
 
+/// The rank set with set_process_rank, or unknown (rank 0 of 1, empty source) when none was set.
+inline rank_info explicit_process_rank() {
+  auto& s = detail::rank_state();
+  std::lock_guard<std::mutex> lk(s.m);
+  return s.explicit_set ? s.info : rank_info{};
+}
+
 /// This process's rank: the explicit setting, else the environment (read on every call), else rank 0 of 1.
 inline rank_info process_rank() {
   auto& s = detail::rank_state();

@@ -131,8 +131,12 @@ TEST_CASE("process_rank: explicit setting over the environment; rank_tag") {
   nanscope::set_process_rank(3, 4, "test");
   CHECK(nanscope::rank_tag() == "rank3of4");
   CHECK(nanscope::process_rank().source == "test");
+  // snapshot and layer-tree names take the explicit rank first
+  CHECK(nanscope::detail::parse_env_rank() == 3);
   nanscope::set_process_rank(-1, 0);  // invalid: back to the environment
   CHECK(nanscope::rank_tag() == "rank1of2");
+  CHECK(nanscope::detail::parse_env_rank() == 1);
+  CHECK_FALSE(nanscope::explicit_process_rank().known());
 }
 
 TEST_CASE("a detection report ends with the rank in a multi-process run, and only there") {
