@@ -54,10 +54,23 @@ struct env_guard {
 const char* const launcher_vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
                                      "SLURM_PROCID", "SLURM_NTASKS", "RANK", "WORLD_SIZE"};
 
+// Scratch directories, removed when the test process ends.
+struct scratch_dirs {
+  std::vector<std::string> paths;
+  ~scratch_dirs() {
+    for (const auto& p : paths) {
+      const std::string cmd = "rm -rf '" + p + "'";
+      if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", p.c_str());
+    }
+  }
+};
+scratch_dirs g_scratch;
+
 std::string temp_dir(const char* tag) {
   std::string t = "/tmp/nanscope_multi_rank_" + std::string(tag) + "_" + std::to_string(::getpid());
   std::string cmd = "rm -rf '" + t + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
+  g_scratch.paths.push_back(t);
   return t;
 }
 
