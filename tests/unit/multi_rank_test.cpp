@@ -480,7 +480,7 @@ TEST_CASE("merge core: a missing rank's file is exit 3, naming it, with the attr
 
 namespace {
 nlohmann::json frame_ev(std::uint64_t order, std::uint64_t step, const char* path, bool in_bad, bool out_bad) {
-  auto h = [](bool bad) { return nlohmann::json{{"nonfinite", bad}}; };
+  auto h = [](bool bad) { return nlohmann::json::object({{"nonfinite", bad}}); };
   return {{"order", order},
           {"type", "frame"},
           {"step", step},
@@ -492,11 +492,16 @@ nlohmann::json frame_ev(std::uint64_t order, std::uint64_t step, const char* pat
 nlohmann::json coll_ev(std::uint64_t order, std::uint64_t seq, const char* kind, bool in_bad, bool out_bad) {
   return {{"order", order}, {"type", "collective"}, {"kind", kind},  {"step", 0},
           {"comm", "w"},    {"comm_size", 2},       {"comm_rank", 0}, {"seq", seq},
-          {"input", {{"nonfinite", in_bad}}},        {"output", {{"nonfinite", out_bad}}}};
+          {"input", nlohmann::json::object({{"nonfinite", in_bad}})},
+          {"output", nlohmann::json::object({{"nonfinite", out_bad}})}};
 }
-nlohmann::json rank_json(int rank, int world, nlohmann::json events) {
+// The events as a vector: a one-element braced list converted to nlohmann::json is a copy under some compilers
+// and an array under others.
+nlohmann::json rank_json(int rank, int world, const std::vector<nlohmann::json>& events) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& e : events) arr.push_back(e);
   return {{"format", "nanscope-rank-evidence"}, {"version", 1}, {"rank", rank}, {"world_size", world},
-          {"events", std::move(events)}};
+          {"events", arr}};
 }
 std::vector<nanscope_merge::rank_file> parse_all(const std::vector<nlohmann::json>& js) {
   std::vector<nanscope_merge::rank_file> out;
@@ -516,21 +521,21 @@ TEST_CASE("merge core on synthetic files: conflicting sequence numbers and bad f
   auto twice = parse_all({rank_json(0, 1, {coll_ev(0, 0, "all_reduce", false, false), coll_ev(1, 0, "all_reduce", false, false)})});
   CHECK_THROWS_AS(nanscope_merge::analyse(twice), nanscope_merge::input_error);
   // world sizes disagree; two files for one rank
-  CHECK_THROWS_AS(nanscope_merge::analyse(parse_all({rank_json(0, 2, nlohmann::json::array()),
-                                                     rank_json(1, 3, nlohmann::json::array())})),
+  CHECK_THROWS_AS(nanscope_merge::analyse(parse_all({rank_json(0, 2, {}),
+                                                     rank_json(1, 3, {})})),
                   nanscope_merge::input_error);
-  CHECK_THROWS_AS(nanscope_merge::analyse(parse_all({rank_json(0, 2, nlohmann::json::array()),
-                                                     rank_json(0, 2, nlohmann::json::array())})),
+  CHECK_THROWS_AS(nanscope_merge::analyse(parse_all({rank_json(0, 2, {}),
+                                                     rank_json(0, 2, {})})),
                   nanscope_merge::input_error);
   // program order going backwards, an impossible rank, a missing field, a wrong type
   CHECK_THROWS_WITH_AS(
       nanscope_merge::parse_rank_file(rank_json(0, 1, {frame_ev(3, 0, "a", false, false), frame_ev(2, 0, "b", false, false)}), "f.json"),
       doctest::Contains("f.json: event 1: order 2 does not follow 3"), nanscope_merge::input_error);
-  CHECK_THROWS_AS(nanscope_merge::parse_rank_file(rank_json(2, 2, nlohmann::json::array()), "f"), nanscope_merge::input_error);
-  auto nofmt = rank_json(0, 1, nlohmann::json::array());
+  CHECK_THROWS_AS(nanscope_merge::parse_rank_file(rank_json(2, 2, {}), "f"), nanscope_merge::input_error);
+  auto nofmt = rank_json(0, 1, {});
   nofmt.erase("format");
   CHECK_THROWS_AS(nanscope_merge::parse_rank_file(nofmt, "f"), nanscope_merge::input_error);
-  auto badtype = rank_json(0, 1, nlohmann::json::array());
+  auto badtype = rank_json(0, 1, {});
   badtype["rank"] = "zero";
   CHECK_THROWS_WITH_AS(nanscope_merge::parse_rank_file(badtype, "f"), doctest::Contains("\"rank\" has the wrong type"),
                        nanscope_merge::input_error);
