@@ -473,6 +473,8 @@ TEST_CASE("merge core: a missing rank's file is exit 3, naming it, with the attr
   CHECK(q.exit == nanscope_merge::incomplete);
   CHECK(q.origins.empty());
   CHECK(q.receivers == std::vector<int>{0, 1, 3});
+  REQUIRE(q.chain.size() == 1);
+  CHECK(q.chain[0].text.find("carried it from a rank without a record of it to ranks 0, 1, 3") != std::string::npos);
   bool named = false;
   for (const auto& n : q.notes) named = named || n.find("no record of it from rank 2") != std::string::npos;
   CHECK(named);
@@ -566,6 +568,8 @@ TEST_CASE("merge core on synthetic files: happens-before, not file order or cloc
   CHECK(o.exit == nanscope_merge::fault);
   REQUIRE(o.origins.size() == 2);
   CHECK(o.origins[0].kind == "reduction");
+  REQUIRE(o.chain.size() == 1);
+  CHECK(o.chain[0].text.find("all_reduce #0 on 'w' made it (every input finite) on ranks 0, 1") != std::string::npos);
   // an input that is bad on the first event seen, with older events dropped from the ring: incomplete
   auto dropped = rank_json(0, 1, {frame_ev(10, 0, "x", true, true)});
   dropped["dropped_events"] = 10;

@@ -207,6 +207,7 @@ struct carrier {
   std::uint64_t seq = 0, step = 0;
   int tag = 0;
   std::vector<int> from, to;
+  bool all_members = true;  // every member's record of the transfer is present
   std::string text;
 };
 
@@ -517,8 +518,8 @@ class analysis {
     r.exit = r.missing.empty() && !incomplete_ ? fault : incomplete;
     r.verdict = r.exit == fault ? "fault" : "incomplete";
     if (r.exit == incomplete && !r.origins.empty())
-      r.notes.push_back("among the ranks present, the earliest producing site is the one named; a missing rank could "
-                        "hold an earlier one only if it is not ordered after it");
+      r.notes.push_back("what can still be concluded: the site named is the earliest among the evidence present; "
+                        "a rank without evidence may hold a producing site concurrent with it or earlier");
   }
 
   void build_chain(result& r) {
@@ -547,6 +548,7 @@ class analysis {
         if (a.c.site.empty()) a.c.site = e.site;
       }
       if (!carried) continue;
+      a.c.all_members = static_cast<int>(g.second.size()) >= files_[g.second[0].first].events[g.second[0].second].comm_size;
       std::sort(a.c.from.begin(), a.c.from.end());
       std::sort(a.c.to.begin(), a.c.to.end());
       list.push_back(std::move(a));
@@ -584,7 +586,9 @@ class analysis {
                                                 : "send/recv on '" + c.comm + "' (tag " + std::to_string(c.tag) +
                                                       ", pair #" + std::to_string(c.seq) + ")";
       c.text = "step " + std::to_string(c.step) + ": " + what + (c.site.empty() ? "" : " at " + c.site) +
-               " carried it from " + (c.from.empty() ? std::string("an unknown rank") : ranks_text(c.from)) + " to " +
+               (!c.from.empty()   ? " carried it from " + ranks_text(c.from) + " to "
+                : c.all_members ? std::string(" made it (every input finite) on ")
+                                : std::string(" carried it from a rank without a record of it to ")) +
                ranks_text(c.to);
       r.chain.push_back(std::move(c));
     }
