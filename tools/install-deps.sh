@@ -5,6 +5,8 @@
 #   bash tools/install-deps.sh            install what is missing
 #   NANSCOPE_SKIP_DEPS=1 bash tools/...   do nothing (a machine set up by other means)
 #
+# libopenmpi-dev and openmpi-bin (Open MPI: mpicxx, mpirun) are for the multi-rank tests (tests/mpi); without
+# them those tests report skipped and the library builds as before (only nanscope/mpi.hpp needs MPI).
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
 # build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
 # tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
@@ -18,7 +20,7 @@ if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
 fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
+          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
 optional=(libtorch-dev python3-torch chromium)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
