@@ -443,7 +443,8 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       chunk_out o;
       hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
       fold_chunk(seg, o, m, cb, kp, plan.lv);
-      if (plan.hist != nullptr) hist_chunk(raw, es, m, *plan.hist->setup, hl);  // raw bits, still in L1/L2
+      if (plan.hist != nullptr)  // the raw bits, still in L1/L2
+        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, hl);
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {

@@ -98,19 +98,24 @@ inline int hist_mantissa_bits(dtype t) {
   }
 }
 
-/// Histogram setup for a floating source dtype: its bins and the margins' boundary patterns, built once.
+static_assert(mb_count <= hist_max_bounds, "every margins boundary has a counter");
+
+/// The margins kernels as the pass's boundary counter.
+inline void hist_count_ge(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge) {
+  margin_counts mc;
+  margins_run(p, t, n, static_cast<isa>(isa_code), margin_bounds_for(t), mc);
+  for (int k = 0; k < mb_count; ++k) ge[k] += mc.ge[k];
+}
+
+/// Histogram setup for a floating source dtype.
 inline hist_setup make_hist_setup(dtype t) {
   hist_setup s;
-  const margin_bounds& mb = margin_bounds_for(t);
+  s.type = t;
   s.shift = static_cast<unsigned>(hist_mantissa_bits(t));
-  s.abs_mask = mb.abs_mask;
-  s.nbins = static_cast<unsigned>((mb.abs_mask >> s.shift) + 1);
+  s.abs_mask = margin_bounds_for(t).abs_mask;
+  s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
   s.nbounds = mb_count;
-  for (int k = 0; k < mb_count; ++k) {
-    s.bound[k] = mb.b[k];
-    const std::uint64_t e = mb.b[k] >> s.shift;
-    if ((e << s.shift) != mb.b[k]) s.flag[e] = 1;  // strictly inside its bin: counted per element
-  }
+  s.count_ge = &hist_count_ge;
   return s;
 }
 
@@ -123,24 +128,12 @@ inline const hist_setup& hist_setup_for(dtype t) {
   return table[static_cast<std::size_t>(t)];
 }
 
-/// Turns the pass's raw bins into the histogram: #{|x| >= b} for each boundary, then the categories.
+/// Turns the pass's raw bins and boundary counts into the histogram.
 inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint64_t n, exponent_histogram& h) {
   std::uint64_t bins[hist_max_bins];
   for (unsigned e = 0; e < s.nbins; ++e) bins[e] = acc.bins[e].load(std::memory_order_relaxed);
-  // above[e] = elements in bins > e
-  std::uint64_t above[hist_max_bins];
-  std::uint64_t run = 0;
-  for (unsigned e = s.nbins; e-- > 0;) {
-    above[e] = run;
-    run += bins[e];
-  }
-  for (int k = 0; k < s.nbounds; ++k) {
-    const std::uint64_t b = s.bound[k];
-    const auto e = static_cast<unsigned>(b >> s.shift);
-    const bool at_start = (static_cast<std::uint64_t>(e) << s.shift) == b;
-    h.margin_ge[static_cast<std::size_t>(k)] =
-        above[e] + (at_start ? bins[e] : acc.in_bin[k].load(std::memory_order_relaxed));
-  }
+  for (int k = 0; k < mb_count; ++k)
+    h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
   h.count = n;
   h.zero = n - h.margin_ge[mb_nonzero];
   h.subnormal = bins[0] - h.zero;
