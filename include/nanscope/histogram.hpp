@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -119,13 +120,18 @@ inline hist_setup make_hist_setup(dtype t) {
   return s;
 }
 
-inline const hist_setup& hist_setup_for(dtype t) {
-  static const std::array<hist_setup, 6> table = [] {
-    std::array<hist_setup, 6> a{};
-    for (int i = 0; i < 6; ++i) a[static_cast<std::size_t>(i)] = make_hist_setup(static_cast<dtype>(i));
+/// Setups per floating dtype, built once: with bins (check_histogram) or boundary counts only (check_margins).
+inline const hist_setup& hist_setup_for(dtype t, bool bins = true) {
+  static const std::array<hist_setup, 12> table = [] {
+    std::array<hist_setup, 12> a{};
+    for (int i = 0; i < 6; ++i) {
+      a[static_cast<std::size_t>(i)] = make_hist_setup(static_cast<dtype>(i));
+      a[static_cast<std::size_t>(i + 6)] = a[static_cast<std::size_t>(i)];
+      a[static_cast<std::size_t>(i + 6)].bins = false;
+    }
     return a;
   }();
-  return table[static_cast<std::size_t>(t)];
+  return table[static_cast<std::size_t>(t) + (bins ? 0u : 6u)];
 }
 
 /// Turns the pass's raw bins and boundary counts into the histogram.
@@ -136,9 +142,10 @@ inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint
     h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
   h.count = n;
   h.zero = n - h.margin_ge[mb_nonzero];
-  h.subnormal = bins[0] - h.zero;
   h.nan = h.margin_ge[mb_nan];
   h.inf = h.margin_ge[mb_inf] - h.margin_ge[mb_nan];
+  if (!s.bins) return;  // check_margins: no exponent bins
+  h.subnormal = bins[0] - h.zero;
   const int bias = h.exponent_bias();
   const unsigned top = s.nbins - 1;
   // The all-ones field holds only inf and NaN, except in e4m3fn (normals 256..448 beside its one NaN).
@@ -151,25 +158,40 @@ inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint
 
 }  // namespace detail
 
+namespace detail {
+inline histogram_result check_histogram_impl(const tensor_view& v, const check_options& opt, bool bins,
+                                             const char* what) {
+  validate(v);
+  if (opt.mode != check_mode::full_health && opt.mode != check_mode::stats)
+    fail(v.name, std::string(what) + " needs mode FULL_HEALTH or STATS, got " + name(opt.mode));
+  if (!is_float(v.type))
+    fail(v.name, std::string(what) + ": dtype " + name(v.type) +
+                     " is not a floating type (f64, f32, f16, bf16, e4m3fn or e5m2)");
+  const hist_setup& s = hist_setup_for(v.type, bins);
+  auto acc = std::make_unique<hist_acc>();  // 16 KiB of atomic counters: on the heap
+  acc->setup = &s;
+  histogram_result r;
+  r.health = check_impl(v, opt, acc.get());
+  r.histogram.type = v.type;
+  finish_histogram(s, *acc, v.numel(), r.histogram);
+  return r;
+}
+}  // namespace detail
+
 /// Checks one tensor view (check_options as check(): mode, threads, instruction set, hash) and histograms
 /// the exponents of |x| in the same pass. The mode must read every element: full_health or stats (the
 /// default); abs_max, which margins() needs, comes from the health result. Floating dtypes only. Throws
 /// nanscope::error for an invalid view, another mode, a non-floating dtype or device memory.
 inline histogram_result check_histogram(const tensor_view& v, const check_options& opt = {}) {
-  validate(v);
-  if (opt.mode != check_mode::full_health && opt.mode != check_mode::stats)
-    detail::fail(v.name, std::string("check_histogram needs mode FULL_HEALTH or STATS, got ") + name(opt.mode));
-  if (!is_float(v.type))
-    detail::fail(v.name, std::string("check_histogram: dtype ") + name(v.type) +
-                             " is not a floating type (f64, f32, f16, bf16, e4m3fn or e5m2)");
-  const detail::hist_setup& s = detail::hist_setup_for(v.type);
-  auto acc = std::make_unique<detail::hist_acc>();  // 16 KiB of atomic counters: on the heap
-  acc->setup = &s;
-  histogram_result r;
-  r.health = detail::check_impl(v, opt, acc.get());
-  r.histogram.type = v.type;
-  detail::finish_histogram(s, *acc, v.numel(), r.histogram);
-  return r;
+  return detail::check_histogram_impl(v, opt, true, "check_histogram");
+}
+
+/// The health of a tensor and its low-precision margins (margins.hpp) from one pass: what check() and
+/// margins() give, without the second read of the tensor (the margins' boundary counts ride in the fused
+/// pass; no exponent bins, so it costs less than check_histogram). Same requirements as check_histogram.
+inline std::pair<health_result, margins_result> check_margins(const tensor_view& v, const check_options& opt = {}) {
+  const histogram_result r = detail::check_histogram_impl(v, opt, false, "check_margins");
+  return {r.health, r.margins()};
 }
 
 /// Histogram of any supported tensor (see traits.hpp).

@@ -148,8 +148,13 @@ void check_one(dtype t, const std::vector<std::uint64_t>& raws, isa i, unsigned 
   CHECK(bits64(r.health.abs_max) == bits64(plain.abs_max));
   CHECK(r.health.subnormal == h.subnormal);
   CHECK(r.health.zero == h.zero);
-  // Margins from the histogram are those of the second pass.
-  expect_same_margins(r.margins(), nanscope::margins(v, nanscope::margins_options{}.with_isa(i)), what);
+  // Margins from the histogram are those of the second pass, and so are check_margins' (no bins).
+  const nanscope::margins_result second = nanscope::margins(v, nanscope::margins_options{}.with_isa(i));
+  expect_same_margins(r.margins(), second, what);
+  const auto fused = nanscope::check_margins(v, opt);
+  expect_same_margins(fused.second, second, what + " (check_margins)");
+  CHECK(fused.first.zero == plain.zero);
+  CHECK(bits64(fused.first.abs_max) == bits64(plain.abs_max));
 }
 
 void check_all(dtype t, const std::vector<std::uint64_t>& raws, const std::string& what, bool all_offsets = true) {
@@ -288,7 +293,10 @@ TEST_CASE("histogram: modes that do not read every element, and integer dtypes, 
   std::vector<float> x(10, 1.0f);
   const nanscope::tensor_view v = nanscope::tensor_view::flat(x.data(), dtype::f32, 10);
   for (check_mode m : {check_mode::curt_health, check_mode::concise_health, check_mode::shape, check_mode::no_tensor})
+  {
     CHECK_THROWS_AS(nanscope::check_histogram(v, nanscope::check_options{}.with_mode(m)), nanscope::error);
+    CHECK_THROWS_AS(nanscope::check_margins(v, nanscope::check_options{}.with_mode(m)), nanscope::error);
+  }
   std::vector<std::int32_t> ints(4, 1);
   CHECK_THROWS_AS(nanscope::check_histogram(nanscope::tensor_view::flat(ints.data(), dtype::i32, 4)), nanscope::error);
   // an empty tensor: every count 0, margins as margins()

@@ -39,6 +39,7 @@ struct hist_setup {
   std::uint64_t abs_mask = 0;
   int nbounds = 0;
   hist_ge_fn count_ge = nullptr;
+  bool bins = true;  // false: the boundary counts only (fused margins, histogram.hpp)
 };
 
 /// The pass-wide accumulator: segments add their integer counts atomically (the sum does not depend on the
@@ -59,11 +60,11 @@ struct hist_local {
   std::uint64_t ge[hist_max_bounds];
 
   void reset(const hist_setup& s) {
-    std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
+    if (s.bins) std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
     for (auto& b : ge) b = 0;
   }
   void flush(const hist_setup& s, hist_acc& acc) const {
-    for (unsigned e = 0; e < s.nbins; ++e) {
+    for (unsigned e = 0; e < (s.bins ? s.nbins : 0u); ++e) {
       std::uint64_t t = 0;
       for (unsigned j = 0; j < hist_copies; ++j) t += c[e * hist_copies + j];
       if (t != 0) acc.bins[e].fetch_add(t, std::memory_order_relaxed);
@@ -191,6 +192,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
 /// against the boundaries, with the instruction set `isa_code` (nanscope::isa's value).
 inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, const hist_setup& s, hist_local& h) {
   const auto* p = static_cast<const unsigned char*>(vp);
+  if (!s.bins) {
+    s.count_ge(p, s.type, n, isa_code, h.ge);
+    return;
+  }
   std::size_t done = 0;
 #if NANSCOPE_HAS_X86_SIMD()
   if (isa_code == 3) {  // isa::avx512
