@@ -53,7 +53,15 @@ int min_normal_exponent(dtype t) {
 double ref_decode(dtype t, std::uint64_t raw) {
   switch (t) {
     case dtype::f64: return f64_from_bits(raw);
-    case dtype::f32: return static_cast<double>(f32_from_bits(static_cast<std::uint32_t>(raw)));
+    case dtype::f32: {
+      // from the bit fields (a float-to-double conversion would flush f32 subnormals under -ffast-math)
+      const auto b = static_cast<std::uint32_t>(raw);
+      const bool neg = (b >> 31) != 0;
+      const int e = static_cast<int>((b >> 23) & 0xFFu);
+      const auto m = static_cast<double>(b & 0x7FFFFFu);
+      if (e == 0xFF) return (b & 0x7FFFFFu) == 0 ? inf_with_sign(neg) : nan_with_sign(neg);
+      return with_sign(e == 0 ? std::ldexp(m, -149) : std::ldexp(8388608.0 + m, e - 150), neg);
+    }
     case dtype::f16: return ref_decode_f16(static_cast<std::uint16_t>(raw));
     case dtype::bf16: return ref_decode_bf16(static_cast<std::uint16_t>(raw));
     case dtype::f8_e4m3fn: return ref_decode_e4m3fn(static_cast<std::uint8_t>(raw));
