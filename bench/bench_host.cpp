@@ -3,6 +3,7 @@
 //
 //   health           nanscope::check, check_mode::stats, threads = 1
 //   health_hash      as health, with the content hash fused in (check_options::with_hash(), hash.hpp)
+//   health_hist      as health, with the exponent histogram fused in (check_histogram, histogram.hpp)
 //   full_health      nanscope::check, check_mode::full_health, threads = 1
 //   health_mt        nanscope::check, check_mode::stats, default threads
 //   health_relu      as health, on max(x, 0) (half the elements are zeros), f32 only
@@ -17,6 +18,7 @@
 // Build with the project's default flags (-O2/-O3, no -march=native): nanscope and the anchor pick their
 // instruction set at run time, and the comparison rows get what a baseline x86-64 build gives a user.
 #include <nanscope/check.hpp>
+#include <nanscope/histogram.hpp>
 
 #include "bench_data.hpp"
 #include "read_anchor.hpp"
@@ -123,6 +125,26 @@ void bm_check(benchmark::State& state, dtype t, std::size_t n, nanscope::check_m
   }
   set_throughput(state, t, n);
   state.counters["nthreads"] = threads == 0 ? threads_for(n) : threads;
+}
+
+void bm_check_hist(benchmark::State& state, dtype t, std::size_t n) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  const nanscope::tensor_view v = nanscope::tensor_view::flat(b.data, t, static_cast<std::int64_t>(n));
+  const auto opt = nanscope::check_options{}.with_threads(1);
+  {
+    const nanscope::histogram_result r = nanscope::check_histogram(v, opt);
+    if (r.health.nonfinite() != 0 || r.histogram.total() != n) {
+      state.SkipWithError("benchmark buffer is not finite");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    nanscope::histogram_result r = nanscope::check_histogram(v, opt);
+    benchmark::DoNotOptimize(r);
+    benchmark::ClobberMemory();
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -260,6 +282,7 @@ void register_rows() {
               [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::normal); });
       add_row("health_hash", t, n,
               [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::normal, true); });
+      add_row("health_hist", t, n, [t, n](benchmark::State& s) { bm_check_hist(s, t, n); });
       add_row("full_health", t, n,
               [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::full_health, 1, pattern::normal); });
       add_row("read_anchor_mt", t, n, [t, n](benchmark::State& s) { bm_read_anchor_mt(s, t, n); });

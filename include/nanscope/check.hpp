@@ -19,6 +19,7 @@
 #include "detail/kernel_common.hpp"
 #include "detail/kernel_x86.hpp"
 #include "detail/hash_x86.hpp"
+#include "detail/histogram_kernel.hpp"
 #include "detail/thread_pool.hpp"
 
 #include <atomic>
@@ -142,6 +143,7 @@ struct pass_plan {
   bool contiguous;
   bool hash = false;       // fold each chunk into the segment's content hash
   bool hash_only = false;  // hash without running the health kernel
+  hist_acc* hist = nullptr;  // also histogram each chunk's raw bits (histogram.hpp), right after the kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -409,6 +411,8 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
   static_assert(chunk_elems == hash_block, "a chunk is a hash block");
   std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
+  hist_local hl;              // the segment's exponent histogram (histogram.hpp), flushed at the end
+  if (plan.hist != nullptr) hl.reset(*plan.hist->setup);
   if (plan.hash) {
     seg.hash = hash_empty(es);
     weight = hash_pow(begin / hash_block);
@@ -439,6 +443,8 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       chunk_out o;
       hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
       fold_chunk(seg, o, m, cb, kp, plan.lv);
+      if (plan.hist != nullptr)  // the raw bits, still in L1/L2
+        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, hl);
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -455,6 +461,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
     }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
+  if (plan.hist != nullptr) hl.flush(*plan.hist->setup, *plan.hist);
 }
 
 inline health_result empty_like(const health_result& r) {
@@ -600,12 +607,9 @@ inline content_hash hash_pass(const tensor_view& v, const check_options& opt, co
   return run_pass(plan, n, opt, r).hash;
 }
 
-}  // namespace detail
-
-/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
-// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
-// AssertMacros.h defines one) cannot expand here.
-inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
+/// The host pass behind check(); `hist` (histogram.hpp) also histograms every element in the same pass (the
+/// caller has validated that the mode reads every element and the dtype is floating).
+inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -626,6 +630,7 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   }
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
+  plan.hist = hist;
   // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
   plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
@@ -645,11 +650,20 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   if (permuted && acc.any_nonfinite) {
     check_options first_only = opt;
     first_only.mode = check_mode::curt_health;
-    r.first_nonfinite = (check)(v, first_only).first_nonfinite;
+    r.first_nonfinite = check_impl(v, first_only, nullptr).first_nonfinite;
   }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
   detail::take_reported_fields(r, acc, plan.lv);
   return r;
+}
+
+}  // namespace detail
+
+/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
+// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
+// AssertMacros.h defines one) cannot expand here.
+inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
+  return detail::check_impl(v, opt, nullptr);
 }
 
 /// Checks any supported tensor (see traits.hpp).

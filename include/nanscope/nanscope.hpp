@@ -13,6 +13,7 @@
 #include "check.hpp"
 #include "format.hpp"
 #include "margins.hpp"
+#include "histogram.hpp"
 #include "npy.hpp"
 #include "safetensors.hpp"
 #include "recorder.hpp"

@@ -21,6 +21,7 @@
 #include "config.hpp"
 #include "health.hpp"
 #include "hf_style.hpp"
+#include "histogram.hpp"
 #include "margins.hpp"
 #include "npy.hpp"
 #include "rank.hpp"
@@ -971,10 +972,19 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   } else if (skip) {
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
-    rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
-    if (want_margins) {
-      rec.margins = margins(v);
+    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
+      auto hm = check_margins(v, copt);
+      rec.health = hm.first;
+      rec.margins = hm.second;
       rec.has_margins = true;
+    } else {
+      rec.health = (check)(v, copt);
+      if (want_margins) {
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
     }
   }
   const health_result& h = rec.health;
