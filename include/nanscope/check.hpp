@@ -23,6 +23,7 @@
 #include "detail/thread_pool.hpp"
 
 #include <atomic>
+#include <memory>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -411,8 +412,13 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
   static_assert(chunk_elems == hash_block, "a chunk is a hash block");
   std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
-  hist_local hl;              // the segment's exponent histogram (histogram.hpp), flushed at the end
-  if (plan.hist != nullptr) hl.reset(*plan.hist->setup);
+  // The segment's exponent histogram (histogram.hpp), flushed at the end: on the heap and only in that mode, so
+  // a plain check() keeps its stack and its no-allocation promise.
+  std::unique_ptr<hist_local> hl;
+  if (plan.hist != nullptr) {
+    hl.reset(new hist_local);
+    hl->reset(*plan.hist->setup);
+  }
   if (plan.hash) {
     seg.hash = hash_empty(es);
     weight = hash_pow(begin / hash_block);
@@ -444,7 +450,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
       fold_chunk(seg, o, m, cb, kp, plan.lv);
       if (plan.hist != nullptr)  // the raw bits, still in L1/L2
-        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, hl);
+        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, *hl);
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -461,7 +467,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
     }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
-  if (plan.hist != nullptr) hl.flush(*plan.hist->setup, *plan.hist);
+  if (plan.hist != nullptr) hl->flush(*plan.hist->setup, *plan.hist);
 }
 
 inline health_result empty_like(const health_result& r) {

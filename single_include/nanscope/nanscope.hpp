@@ -2509,6 +2509,229 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_DETAIL_HASH_X86_HPP
 // ---- end nanscope/detail/hash_x86.hpp ----
+// ---- begin nanscope/detail/histogram_kernel.hpp ----
+// nanscope — detail/histogram_kernel.hpp: the per-chunk exponent-histogram kernel that rides in the fused
+// pass (check.hpp) when nanscope/histogram.hpp asks for it. Internal: include <nanscope/histogram.hpp>.
+#ifndef NANSCOPE_DETAIL_HISTOGRAM_KERNEL_HPP
+#define NANSCOPE_DETAIL_HISTOGRAM_KERNEL_HPP
+
+#if !defined(NANSCOPE_CHECK_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/histogram_kernel.hpp is internal: include <nanscope/histogram.hpp>"
+#endif
+
+// #include "../config.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+// #include "kernel_x86.hpp": inlined above
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+// Bins are the biased exponent field of |x| in the *source* dtype: field = |x| bits >> mantissa bits.
+// Field 0 holds zeros and subnormals, the all-ones field inf and NaN (e4m3fn: normals and its one NaN).
+// Beside the bins, the pass counts #{|x| bits >= b[k]} for the margins' boundary patterns b[k] (margins.hpp)
+// with the margins' own integer-compare kernels, on the same chunk while it is in cache: zero, NaN, inf and
+// every low-precision margin come out exact from these, with no second pass over the tensor.
+inline constexpr unsigned hist_max_bins = 2048;  // f64: 11-bit exponent field
+inline constexpr int hist_max_bounds = 16;
+inline constexpr unsigned hist_copies = 4;       // interleaved sub-histograms: no store-to-load chains
+
+/// Counts #{|x| bits >= b[k]} over n raw elements (any alignment) and adds them to ge[k] (histogram.hpp
+/// points it at the margins kernels: check.hpp cannot include margins.hpp, which is built on it).
+using hist_ge_fn = void (*)(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge);
+
+/// What the fused pass needs to histogram one dtype (built by histogram.hpp, shared by every segment).
+struct hist_setup {
+  dtype type = dtype::f32;
+  unsigned shift = 0;  // mantissa bits of the source dtype
+  unsigned nbins = 0;  // 1 << exponent bits
+  std::uint64_t abs_mask = 0;
+  int nbounds = 0;
+  hist_ge_fn count_ge = nullptr;
+  bool bins = true;  // false: the boundary counts only (fused margins, histogram.hpp)
+};
+
+/// The pass-wide accumulator: segments add their integer counts atomically (the sum does not depend on the
+/// order, so the result is the same for any thread count).
+struct hist_acc {
+  const hist_setup* setup = nullptr;
+  std::atomic<std::uint64_t> bins[hist_max_bins];
+  std::atomic<std::uint64_t> ge[hist_max_bounds];
+  hist_acc() {
+    for (auto& b : bins) b.store(0, std::memory_order_relaxed);
+    for (auto& b : ge) b.store(0, std::memory_order_relaxed);
+  }
+};
+
+/// One segment's counters (uint32: a segment holds far fewer than 2^32 elements).
+struct hist_local {
+  std::uint32_t c[hist_max_bins * hist_copies];
+  std::uint64_t ge[hist_max_bounds];
+
+  void reset(const hist_setup& s) {
+    if (s.bins) std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
+    for (auto& b : ge) b = 0;
+  }
+  void flush(const hist_setup& s, hist_acc& acc) const {
+    for (unsigned e = 0; e < (s.bins ? s.nbins : 0u); ++e) {
+      std::uint64_t t = 0;
+      for (unsigned j = 0; j < hist_copies; ++j) t += c[e * hist_copies + j];
+      if (t != 0) acc.bins[e].fetch_add(t, std::memory_order_relaxed);
+    }
+    for (int k = 0; k < s.nbounds; ++k)
+      if (ge[k] != 0) acc.ge[k].fetch_add(ge[k], std::memory_order_relaxed);
+  }
+};
+
+template <class U>
+inline void hist_bins_typed(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h) {
+  const U mask = static_cast<U>(s.abs_mask);
+  const unsigned sh = s.shift;
+  std::uint32_t* c = h.c;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    U x[4];
+    std::memcpy(x, p + i * sizeof(U), sizeof x);  // any alignment
+    ++c[static_cast<unsigned>(static_cast<U>(x[0] & mask) >> sh) * hist_copies + 0];
+    ++c[static_cast<unsigned>(static_cast<U>(x[1] & mask) >> sh) * hist_copies + 1];
+    ++c[static_cast<unsigned>(static_cast<U>(x[2] & mask) >> sh) * hist_copies + 2];
+    ++c[static_cast<unsigned>(static_cast<U>(x[3] & mask) >> sh) * hist_copies + 3];
+  }
+  for (; i < n; ++i) {
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof x);
+    ++c[static_cast<unsigned>(static_cast<U>(x & mask) >> sh) * hist_copies];
+  }
+}
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/// The exponent field of |x| for 64 elements as 64 bytes (f32: 4 loads; f16 / bf16: 2 loads).
+template <unsigned ES, unsigned Shift>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i hist_fields64(const unsigned char* p) {
+  if constexpr (ES == 4) {
+    // bits >> 23 keeps sign:exponent in 9 bits; the truncation to a byte drops the sign
+    const __m128i a = _mm512_cvtepi32_epi8(_mm512_srli_epi32(_mm512_loadu_si512(p), 23));
+    const __m128i b = _mm512_cvtepi32_epi8(_mm512_srli_epi32(_mm512_loadu_si512(p + 64), 23));
+    const __m128i c = _mm512_cvtepi32_epi8(_mm512_srli_epi32(_mm512_loadu_si512(p + 128), 23));
+    const __m128i d = _mm512_cvtepi32_epi8(_mm512_srli_epi32(_mm512_loadu_si512(p + 192), 23));
+    const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  } else {
+    // 16-bit lanes: shift the field down, mask off the sign, narrow to bytes
+    const __m512i m = _mm512_set1_epi16(static_cast<short>(0x7FFF >> Shift));
+    const __m256i a = _mm512_cvtepi16_epi8(_mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(p), Shift), m));
+    const __m256i b = _mm512_cvtepi16_epi8(_mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(p + 64), Shift), m));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+  }
+}
+
+/// Sum of the 64 unsigned bytes of a.
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t hist_sum_bytes(__m512i a) {
+  return static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a, _mm512_setzero_si512())));
+}
+
+/// AVX-512 bins for f32 / f16 / bf16: byte counters for a window of 16 consecutive exponent fields picked
+/// from the chunk's own data, plus field 0 (zeros); fields outside the window are counted one by one. The
+/// counts are the same integers as the scalar loop's, for any data.
+template <unsigned ES, unsigned Shift>
+NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned char* p, std::size_t n, const hist_setup& s,
+                                                                hist_local& h) {
+  const std::size_t groups = n / 64;
+  if (groups == 0) return 0;
+  // Window [w0, w0 + 16): ends a little above the largest field among five samples (data rarely spans
+  // more than 16 binades below its top).
+  unsigned top = 0;
+  for (std::size_t k = 0; k < 5; ++k) {
+    const std::size_t i = (n - 1) * k / 4;
+    std::uint64_t x = 0;
+    std::memcpy(&x, p + i * ES, ES);
+    const unsigned f = static_cast<unsigned>((x & s.abs_mask) >> Shift);
+    if (f + 1 < s.nbins && f > top) top = f;  // not inf/NaN
+  }
+  const unsigned max_w0 = s.nbins - 16;
+  unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
+  if (w0 > max_w0) w0 = max_w0;
+  if (w0 < 1) w0 = 1;
+  std::uint32_t* c = h.c;
+  const __m512i base = _mm512_set1_epi8(static_cast<char>(w0));
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  const __m512i zero = _mm512_setzero_si512();
+  alignas(64) unsigned char fields[64];
+  for (std::size_t g0 = 0; g0 < groups; g0 += 255) {  // byte counters: at most 255 groups per flush
+    const std::size_t g1 = groups - g0 < 255 ? groups : g0 + 255;
+    __m512i acc[16];
+    for (auto& a : acc) a = zero;
+    __m512i acc0 = zero;
+    for (std::size_t g = g0; g < g1; ++g) {
+      const __m512i f = hist_fields64<ES, Shift>(p + g * 64 * ES);
+      const __m512i r = _mm512_sub_epi8(f, base);  // window index, wraps for fields below w0
+      const __mmask64 out = _mm512_cmpge_epu8_mask(r, sixteen);
+      const __mmask64 z = _mm512_cmpeq_epi8_mask(f, zero);
+      acc0 = _mm512_mask_add_epi8(acc0, z, acc0, ones);
+      for (int j = 0; j < 16; ++j)
+        acc[j] = _mm512_mask_add_epi8(acc[j], _mm512_cmpeq_epi8_mask(r, _mm512_set1_epi8(static_cast<char>(j))), acc[j], ones);
+      std::uint64_t rest = static_cast<std::uint64_t>(out & ~z);
+      if (rest != 0) {
+        _mm512_store_si512(fields, f);
+        while (rest != 0) {
+          const unsigned l = static_cast<unsigned>(__builtin_ctzll(rest));
+          ++c[static_cast<unsigned>(fields[l]) * hist_copies];
+          rest &= rest - 1;
+        }
+      }
+    }
+    c[0] += hist_sum_bytes(acc0);
+    for (unsigned j = 0; j < 16; ++j) c[(w0 + j) * hist_copies] += hist_sum_bytes(acc[j]);
+  }
+  return groups * 64;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+/// Histograms n contiguous raw elements of the setup's dtype (its bits, any alignment) and counts them
+/// against the boundaries, with the instruction set `isa_code` (nanscope::isa's value).
+inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, const hist_setup& s, hist_local& h) {
+  const auto* p = static_cast<const unsigned char*>(vp);
+  if (!s.bins) {
+    s.count_ge(p, s.type, n, isa_code, h.ge);
+    return;
+  }
+  std::size_t done = 0;
+#if NANSCOPE_HAS_X86_SIMD()
+  if (isa_code == 3) {  // isa::avx512
+    if (s.type == dtype::f32) done = hist_bins_avx512<4, 23>(p, n, s, h);
+    else if (s.type == dtype::f16) done = hist_bins_avx512<2, 10>(p, n, s, h);
+    else if (s.type == dtype::bf16) done = hist_bins_avx512<2, 7>(p, n, s, h);
+  }
+#endif
+  const unsigned char* q = p + done * size_of(s.type);
+  const std::size_t m = n - done;
+  switch (size_of(s.type)) {
+    case 1: hist_bins_typed<std::uint8_t>(q, m, s, h); break;
+    case 2: hist_bins_typed<std::uint16_t>(q, m, s, h); break;
+    case 4: hist_bins_typed<std::uint32_t>(q, m, s, h); break;
+    default: hist_bins_typed<std::uint64_t>(q, m, s, h); break;
+  }
+  s.count_ge(p, s.type, n, isa_code, h.ge);
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_HISTOGRAM_KERNEL_HPP
+// ---- end nanscope/detail/histogram_kernel.hpp ----
 // ---- begin nanscope/detail/thread_pool.hpp ----
 // nanscope — detail/thread_pool.hpp: a small persistent worker pool for splitting one large check across
 // threads. Workers are created once; a job allocates nothing. When the pool is busy (another thread is
@@ -2644,6 +2867,7 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/detail/thread_pool.hpp ----
 
 #include <atomic>
+#include <memory>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -2764,6 +2988,7 @@ struct pass_plan {
   bool contiguous;
   bool hash = false;       // fold each chunk into the segment's content hash
   bool hash_only = false;  // hash without running the health kernel
+  hist_acc* hist = nullptr;  // also histogram each chunk's raw bits (histogram.hpp), right after the kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -3031,6 +3256,13 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
   static_assert(chunk_elems == hash_block, "a chunk is a hash block");
   std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
+  // The segment's exponent histogram (histogram.hpp), flushed at the end: on the heap and only in that mode, so
+  // a plain check() keeps its stack and its no-allocation promise.
+  std::unique_ptr<hist_local> hl;
+  if (plan.hist != nullptr) {
+    hl.reset(new hist_local);
+    hl->reset(*plan.hist->setup);
+  }
   if (plan.hash) {
     seg.hash = hash_empty(es);
     weight = hash_pow(begin / hash_block);
@@ -3061,6 +3293,8 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       chunk_out o;
       hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
       fold_chunk(seg, o, m, cb, kp, plan.lv);
+      if (plan.hist != nullptr)  // the raw bits, still in L1/L2
+        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, *hl);
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -3077,6 +3311,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
     }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
+  if (plan.hist != nullptr) hl->flush(*plan.hist->setup, *plan.hist);
 }
 
 inline health_result empty_like(const health_result& r) {
@@ -3222,12 +3457,9 @@ inline content_hash hash_pass(const tensor_view& v, const check_options& opt, co
   return run_pass(plan, n, opt, r).hash;
 }
 
-}  // namespace detail
-
-/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
-// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
-// AssertMacros.h defines one) cannot expand here.
-inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
+/// The host pass behind check(); `hist` (histogram.hpp) also histograms every element in the same pass (the
+/// caller has validated that the mode reads every element and the dtype is floating).
+inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -3248,6 +3480,7 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   }
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
+  plan.hist = hist;
   // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
   plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
@@ -3267,11 +3500,20 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   if (permuted && acc.any_nonfinite) {
     check_options first_only = opt;
     first_only.mode = check_mode::curt_health;
-    r.first_nonfinite = (check)(v, first_only).first_nonfinite;
+    r.first_nonfinite = check_impl(v, first_only, nullptr).first_nonfinite;
   }
   if (mode == check_mode::curt_health) return r;  // counts of an early-stopped pass are partial: not reported
   detail::take_reported_fields(r, acc, plan.lv);
   return r;
+}
+
+}  // namespace detail
+
+/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
+// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
+// AssertMacros.h defines one) cannot expand here.
+inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
+  return detail::check_impl(v, opt, nullptr);
 }
 
 /// Checks any supported tensor (see traits.hpp).
@@ -4077,6 +4319,249 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_MARGINS_HPP
 // ---- end nanscope/margins.hpp ----
+// ---- begin nanscope/histogram.hpp ----
+// nanscope — histogram.hpp: exponent histogram of |x| in the fused health pass, and exact low-precision margins from it.
+//
+//   nanscope::histogram_result h = nanscope::check_histogram(tensor);  // one pass: STATS + histogram
+//   h.histogram.at(-3);        // elements with 2^-3 <= |x| < 2^-2
+//   h.histogram.subnormal;     // non-zero values below the dtype's min normal
+//   nanscope::margins_result m = h.margins();  // == nanscope::margins(tensor), with no second pass
+//
+// The histogram is of |x| (the sign is ignored: the magnitudes are what overflow and underflow depend on;
+// the signed counts are in health_result). Bins: one per binary exponent of the source dtype's normal range
+// (f64 -1022..1023, f32/bf16 -126..127, f16 -14..15, e4m3fn -6..8, e5m2 -14..15), plus zero, subnormal, inf
+// and NaN. Counts are integers, identical for every instruction set and thread count.
+#ifndef NANSCOPE_HISTOGRAM_HPP
+#define NANSCOPE_HISTOGRAM_HPP
+
+// #include "check.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "margins.hpp": inlined above
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Exponent histogram of |x| over one tensor.
+struct exponent_histogram {
+  /// Unbiased exponents e are stored at normal[e - lowest_exponent], for the widest dtype (f64).
+  static constexpr int lowest_exponent = -1022;
+  static constexpr int highest_exponent = 1023;
+
+  dtype type = dtype::f32;
+  std::uint64_t count = 0;      ///< elements
+  std::uint64_t zero = 0;       ///< +0 and -0
+  std::uint64_t subnormal = 0;  ///< non-zero, below the dtype's min normal
+  std::uint64_t inf = 0;        ///< +inf and -inf
+  std::uint64_t nan = 0;
+  /// normal[e - lowest_exponent]: finite normal values with 2^e <= |x| < 2^(e+1).
+  std::array<std::uint64_t, static_cast<std::size_t>(highest_exponent - lowest_exponent + 1)> normal{};
+
+  /// Internal (margins): margin_ge[k] = #{|x| bits >= margin_bounds_for(type).b[k]}, exact.
+  std::array<std::uint64_t, detail::mb_count> margin_ge{};
+
+  /// Elements with 2^e <= |x| < 2^(e+1) (normal values only); 0 outside the dtype's range.
+  std::uint64_t at(int e) const {
+    if (e < lowest_exponent || e > highest_exponent) return 0;
+    return normal[static_cast<std::size_t>(e - lowest_exponent)];
+  }
+  /// The dtype's smallest and largest normal exponent: the range of bins that can be non-zero.
+  int min_exponent() const { return 1 - exponent_bias(); }
+  int max_exponent() const {
+    const int top = (1 << exponent_bits()) - 1;
+    return (type == dtype::f8_e4m3fn ? top : top - 1) - exponent_bias();
+  }
+  int exponent_bits() const {
+    switch (type) {
+      case dtype::f64: return 11;
+      case dtype::f32:
+      case dtype::bf16: return 8;
+      case dtype::f8_e4m3fn: return 4;
+      default: return 5;  // f16, e5m2
+    }
+  }
+  int exponent_bias() const { return (1 << (exponent_bits() - 1)) - 1; }
+  /// Sum of every bin: equals count.
+  std::uint64_t total() const {
+    std::uint64_t t = zero + subnormal + inf + nan;
+    for (std::uint64_t c : normal) t += c;
+    return t;
+  }
+};
+
+/// The health of a tensor and its exponent histogram, from one pass.
+struct histogram_result {
+  health_result health;
+  exponent_histogram histogram;
+
+  /// The low-precision margins (margins.hpp), exact and equal to nanscope::margins() of the same tensor,
+  /// from the histogram and health.abs_max: no second pass.
+  margins_result margins() const;
+};
+
+namespace detail {
+
+inline int hist_mantissa_bits(dtype t) {
+  switch (t) {
+    case dtype::f64: return 52;
+    case dtype::f32: return 23;
+    case dtype::f16: return 10;
+    case dtype::bf16: return 7;
+    case dtype::f8_e4m3fn: return 3;
+    default: return 2;  // e5m2
+  }
+}
+
+static_assert(mb_count <= hist_max_bounds, "every margins boundary has a counter");
+
+/// The margins kernels as the pass's boundary counter.
+inline void hist_count_ge(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge) {
+  margin_counts mc;
+  margins_run(p, t, n, static_cast<isa>(isa_code), margin_bounds_for(t), mc);
+  for (int k = 0; k < mb_count; ++k) ge[k] += mc.ge[k];
+}
+
+/// Histogram setup for a floating source dtype.
+inline hist_setup make_hist_setup(dtype t) {
+  hist_setup s;
+  s.type = t;
+  s.shift = static_cast<unsigned>(hist_mantissa_bits(t));
+  s.abs_mask = margin_bounds_for(t).abs_mask;
+  s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
+  s.nbounds = mb_count;
+  s.count_ge = &hist_count_ge;
+  return s;
+}
+
+/// Setups per floating dtype, built once: with bins (check_histogram) or boundary counts only (check_margins).
+inline const hist_setup& hist_setup_for(dtype t, bool bins = true) {
+  static const std::array<hist_setup, 12> table = [] {
+    std::array<hist_setup, 12> a{};
+    for (int i = 0; i < 6; ++i) {
+      a[static_cast<std::size_t>(i)] = make_hist_setup(static_cast<dtype>(i));
+      a[static_cast<std::size_t>(i + 6)] = a[static_cast<std::size_t>(i)];
+      a[static_cast<std::size_t>(i + 6)].bins = false;
+    }
+    return a;
+  }();
+  return table[static_cast<std::size_t>(t) + (bins ? 0u : 6u)];
+}
+
+/// Turns the pass's raw bins and boundary counts into the histogram.
+inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint64_t n, exponent_histogram& h) {
+  std::uint64_t bins[hist_max_bins];
+  for (unsigned e = 0; e < s.nbins; ++e) bins[e] = acc.bins[e].load(std::memory_order_relaxed);
+  for (int k = 0; k < mb_count; ++k)
+    h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
+  h.count = n;
+  h.zero = n - h.margin_ge[mb_nonzero];
+  h.nan = h.margin_ge[mb_nan];
+  h.inf = h.margin_ge[mb_inf] - h.margin_ge[mb_nan];
+  if (!s.bins) return;  // check_margins: no exponent bins
+  h.subnormal = bins[0] - h.zero;
+  const int bias = h.exponent_bias();
+  const unsigned top = s.nbins - 1;
+  // The all-ones field holds only inf and NaN, except in e4m3fn (normals 256..448 beside its one NaN).
+  const unsigned last_normal = h.type == dtype::f8_e4m3fn ? top : top - 1;
+  for (unsigned e = 1; e <= last_normal; ++e) {
+    const std::uint64_t c = e == top ? bins[e] - h.nan : bins[e];
+    h.normal[static_cast<std::size_t>(static_cast<int>(e) - bias - exponent_histogram::lowest_exponent)] = c;
+  }
+}
+
+}  // namespace detail
+
+namespace detail {
+inline histogram_result check_histogram_impl(const tensor_view& v, const check_options& opt, bool bins,
+                                             const char* what) {
+  validate(v);
+  if (opt.mode != check_mode::full_health && opt.mode != check_mode::stats)
+    fail(v.name, std::string(what) + " needs mode FULL_HEALTH or STATS, got " + name(opt.mode));
+  if (!is_float(v.type))
+    fail(v.name, std::string(what) + ": dtype " + name(v.type) +
+                     " is not a floating type (f64, f32, f16, bf16, e4m3fn or e5m2)");
+  const hist_setup& s = hist_setup_for(v.type, bins);
+  auto acc = std::make_unique<hist_acc>();  // 16 KiB of atomic counters: on the heap
+  acc->setup = &s;
+  histogram_result r;
+  r.health = check_impl(v, opt, acc.get());
+  r.histogram.type = v.type;
+  finish_histogram(s, *acc, v.numel(), r.histogram);
+  return r;
+}
+}  // namespace detail
+
+/// Checks one tensor view (check_options as check(): mode, threads, instruction set, hash) and histograms
+/// the exponents of |x| in the same pass. The mode must read every element: full_health or stats (the
+/// default); abs_max, which margins() needs, comes from the health result. Floating dtypes only. Throws
+/// nanscope::error for an invalid view, another mode, a non-floating dtype or device memory.
+inline histogram_result check_histogram(const tensor_view& v, const check_options& opt = {}) {
+  return detail::check_histogram_impl(v, opt, true, "check_histogram");
+}
+
+/// The health of a tensor and its low-precision margins (margins.hpp) from one pass: what check() and
+/// margins() give, without the second read of the tensor (the margins' boundary counts ride in the fused
+/// pass; no exponent bins, so it costs less than check_histogram). Same requirements as check_histogram.
+inline std::pair<health_result, margins_result> check_margins(const tensor_view& v, const check_options& opt = {}) {
+  const histogram_result r = detail::check_histogram_impl(v, opt, false, "check_margins");
+  return {r.health, r.margins()};
+}
+
+/// Histogram of any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+histogram_result check_histogram(const T& tensor, const check_options& opt = {}) {
+  return check_histogram(to_view(tensor), opt);
+}
+/// Histogram of any supported tensor, naming it in error messages.
+template <class T>
+histogram_result check_histogram(const T& tensor, const char* name, const check_options& opt = {}) {
+  return check_histogram(to_view(tensor, name), opt);
+}
+
+/// Margins from a histogram and the abs_max of the same tensor (health_result::abs_max of a FULL_HEALTH or
+/// STATS pass): the same numbers as margins() of that tensor, shape aside (rank and shape are left empty).
+inline margins_result margins_from_histogram(const exponent_histogram& h, double abs_max) {
+  margins_result r;
+  r.type = h.type;
+  r.count = h.count;
+  r.zero = h.zero;
+  r.inf = h.inf;
+  r.nan = h.nan;
+  r.abs_max = h.count - h.nan != 0 ? abs_max : detail::margin_qnan();
+  const auto& ge = h.margin_ge;
+  for (std::size_t i = 0; i < 4; ++i) {
+    format_margin& f = r.formats[i];
+    f.target = margin_targets[i];
+    f.max_finite = info(f.target).max_finite;
+    f.headroom_bits = headroom_bits(r.abs_max, f.target);
+    const auto z = static_cast<std::size_t>(detail::mb_target0 + 3 * static_cast<int>(i));
+    f.underflow_to_zero = ge[detail::mb_nonzero] - ge[z];
+    f.subnormal = ge[z] - ge[z + 1];
+    f.overflow = ge[z + 2] - ge[detail::mb_inf];
+  }
+  return r;
+}
+
+inline margins_result histogram_result::margins() const {
+  margins_result m = margins_from_histogram(histogram, health.abs_max);
+  m.rank = health.rank;
+  for (int i = 0; i < health.rank; ++i) m.shape[i] = health.shape[i];
+  return m;
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_HISTOGRAM_HPP
+// ---- end nanscope/histogram.hpp ----
 // ---- begin nanscope/npy.hpp ----
 // nanscope — npy.hpp: write a tensor as a numpy .npy file (atomically), and read one back.
 //
@@ -6125,6 +6610,7 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_HF_STYLE_HPP
 // ---- end nanscope/hf_style.hpp ----
+// #include "histogram.hpp": inlined above
 // #include "margins.hpp": inlined above
 // #include "npy.hpp": inlined above
 // #include "rank.hpp": inlined above
@@ -7075,10 +7561,19 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   } else if (skip) {
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
-    rec.health = (check)(v, check_options{}.with_mode(mode).with_threads(threads));
-    if (want_margins) {
-      rec.margins = margins(v);
+    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
+      auto hm = check_margins(v, copt);
+      rec.health = hm.first;
+      rec.margins = hm.second;
       rec.has_margins = true;
+    } else {
+      rec.health = (check)(v, copt);
+      if (want_margins) {
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
     }
   }
   const health_result& h = rec.health;
