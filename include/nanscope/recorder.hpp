@@ -1187,6 +1187,10 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
       }
       return;
     }
+    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
+    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
+    const std::uint64_t call_batch = batch;
+    const bool reported_before = reported_step_ == call_batch;
     auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
                          [this](std::uint64_t b) { return tracing_locked(b); });
     if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
@@ -1198,8 +1202,8 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
     bool raised = false;
     if (o.report) {
       hf_.clear_detected();
-      if (!(opts_.report_once_per_step && reported_step_ == batch)) {
-        reported_step_ = batch;
+      if (!(opts_.report_once_per_step && reported_before)) {
+        reported_step_ = call_batch;
         detections_.fetch_add(1, std::memory_order_relaxed);
         d = std::make_shared<detection>();
         const frame& ff = hf_.first_frame();

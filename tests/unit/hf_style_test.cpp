@@ -118,6 +118,9 @@ struct hf_model {
     if (trace) frames.clear();                              // 1
     if (calls == 0) banner();                               // 2
     ++calls;
+    // "once per batch" (nanscope's continuing policies) is keyed by the batch the call belongs to: a root's
+    // call still belongs to the batch it ends, though HF prints the incremented number.
+    const long long call_batch = static_cast<long long>(batch);
     if (is_root) {                                          // 3
       ++batch;
       root_done = true;
@@ -139,8 +142,8 @@ struct hf_model {
     if (is_root) banner();                                  // 6
     if (detected && !trace) {                               // 7
       detected = false;
-      if (reported_batch != static_cast<long long>(batch)) {
-        reported_batch = static_cast<long long>(batch);
+      if (reported_batch != call_batch) {
+        reported_batch = call_batch;
         print("\nDetected inf/nan during batch_number=" + std::to_string(batch));
         print("Last " + std::to_string(frames.size()) + " forward frames:");
         print("abs min  abs max  metadata");
