@@ -26,6 +26,7 @@
 #include "detail/atomic_file.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -217,6 +218,21 @@ class scope_listener {
   virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
 };
 
+/// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
+/// time each check took (control.hpp's controller is one). Calls come on the recording thread, outside the
+/// recorder's lock; they must not throw. Attach with recorder::set_gate while no scope of the recorder is open.
+class check_gate {
+ public:
+  static constexpr std::uint32_t skip = 0xFFFFFFFFu;
+  virtual ~check_gate() = default;
+  /// A ticket for checked(), or `skip`: the tensor is neither checked nor recorded. May change `mode`.
+  virtual std::uint32_t admit(const frame& f, tensor_role role, std::string_view context, check_mode& mode) noexcept = 0;
+  /// The admitted check `ticket` read `bytes` bytes in `ns` nanoseconds.
+  virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
+  /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
+  virtual void step_boundary(std::uint64_t next) noexcept = 0;
+};
+
 namespace detail {
 inline bool glob_match(std::string_view pat, std::string_view s) {
   std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
@@ -382,8 +398,11 @@ class recorder {
   std::uint64_t step() const { return step_.load(std::memory_order_relaxed); }
   /// Sets the step number explicitly (for engines that own their loop); resets per-step state.
   void set_step(std::uint64_t s) {
-    std::lock_guard<std::mutex> lk(m_);
-    begin_step_locked(s);
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      begin_step_locked(s);
+    }
+    if (check_gate* g = gate()) g->step_boundary(s);
   }
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
@@ -392,6 +411,19 @@ class recorder {
   /// Do it while no scope of this recorder is open.
   scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
   scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+
+  /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
+  check_gate* set_gate(check_gate* g) { return gate_.exchange(g, std::memory_order_acq_rel); }
+  check_gate* gate() const { return gate_.load(std::memory_order_acquire); }
+  /// Switches checking off and on at run time (change it between steps). Off: scopes opened while off do
+  /// nothing but count steps, record() returns an empty result, no data is read.
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  /// Writes text to the sink (stderr without one), as the recorder's own messages: for layers above it.
+  void write_to_sink(std::string_view text) const {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(text);
+  }
 
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
@@ -429,6 +461,8 @@ class recorder {
 
   // --- used by scope ---
   void complete(frame&& f, bool outermost);
+  /// The outermost scope of a step opened while checking was off ended: only the step advances.
+  void complete_inert();
   /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
   /// storage moves as more tensors are recorded).
   /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
@@ -501,6 +535,8 @@ class recorder {
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
   std::atomic<scope_listener*> listener_{nullptr};
+  std::atomic<check_gate*> gate_{nullptr};
+  std::atomic<bool> enabled_{true};
 };
 
 /// The process-wide default recorder used by the macros.
@@ -518,6 +554,11 @@ class scope {
     const scope* p = parent_;
     while (p != nullptr && &p->rec_ != &r) p = p->parent_;
     same_parent_ = p;
+    if (!r.enabled()) {  // checking is off: count the step, nothing else
+      inert_ = true;
+      detail::thread_top_scope() = this;
+      return;
+    }
     if (p != nullptr && !p->frame_.module_path.empty() && !name.empty()) {
       frame_.module_path.reserve(p->frame_.module_path.size() + 1 + name.size());
       frame_.module_path = p->frame_.module_path;
@@ -539,6 +580,11 @@ class scope {
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
   ~scope() {
+    if (inert_) {
+      detail::thread_top_scope() = parent_;
+      if (same_parent_ == nullptr) rec_.complete_inert();
+      return;
+    }
     if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
     detail::thread_top_scope() = parent_;
     frame_.complete = true;
@@ -610,6 +656,7 @@ class scope {
   source_location where_;
   frame frame_;
   int inputs_ = 0;
+  bool inert_ = false;  ///< opened while checking was off (recorder::set_enabled)
 };
 
 namespace detail {
@@ -627,6 +674,7 @@ inline scope* current_scope(recorder& r) {
 
 inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
                                          std::string repr) {
+  if (!enabled()) return;
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
@@ -639,6 +687,11 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
                                       source_location where, allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
@@ -658,6 +711,25 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
   }
+  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost.
+  check_gate* const g = gate();
+  std::uint32_t ticket = check_gate::skip;
+  if (g != nullptr) {
+    ticket = g->admit(f, role, rec.context, mode);
+    if (ticket == check_gate::skip) return (check)(v, check_options{}.with_mode(check_mode::shape));
+  }
+  struct gate_timer {
+    check_gate* g;
+    std::uint32_t ticket;
+    std::uint64_t bytes;
+    std::chrono::steady_clock::time_point t0;
+    ~gate_timer() {
+      if (g == nullptr) return;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
+          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
   // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
   auto known_as = [&](check_mode m) {
     health_result h = *known;
@@ -842,6 +914,8 @@ inline void recorder::write_snapshot(const std::string& dir, const detection& d,
 
 inline void recorder::complete(frame&& f, bool outermost) {
   std::string trace;
+  std::uint64_t boundary = 0;
+  bool advanced = false;
   {
     bool stop = false;
     std::uint64_t finished_step = 0;
@@ -865,6 +939,8 @@ inline void recorder::complete(frame&& f, bool outermost) {
       stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
              !stop_pending_.load(std::memory_order_relaxed);
       begin_step_locked(finished_step + 1);
+      advanced = true;
+      boundary = finished_step + 1;
       if (stop) {
         stop_message_ = stop_text(finished_step + 1);
         emit(stop_message_ + "\n");
@@ -874,10 +950,24 @@ inline void recorder::complete(frame&& f, bool outermost) {
       }
     }
   }
+  if (advanced)
+    if (check_gate* g = gate()) g->step_boundary(boundary);
+}
+
+inline void recorder::complete_inert() {
+  std::uint64_t next = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!opts_.auto_step) return;
+    next = step_.load(std::memory_order_relaxed) + 1;
+    begin_step_locked(next);
+  }
+  if (check_gate* g = gate()) g->step_boundary(next);
 }
 
 inline void recorder::complete_step() {
   std::string msg;
+  std::uint64_t next = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
     const std::uint64_t finished = step_.load(std::memory_order_relaxed);
@@ -890,7 +980,9 @@ inline void recorder::complete_step() {
       if (opts_.policy == on_detect::abort) std::abort();
     }
     begin_step_locked(finished + 1);
+    next = finished + 1;
   }
+  if (check_gate* g = gate()) g->step_boundary(next);
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
 }
 
@@ -906,6 +998,11 @@ inline health_result recorder::checkpoint_result(const tensor_view& v, const hea
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
                                                allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
   scope* s = detail::current_scope(*this);
   // The frame is completed into the ring even when the check throws (throw_exception policy).
   struct pending {
