@@ -60,7 +60,7 @@ inline const char* name(warning_rule r) {
   }
   return "?";
 }
-inline const char* lp_name(lp_format f) {
+inline const char* lp_format_name(lp_format f) {
   switch (f) {
     case lp_format::f16: return "fp16";
     case lp_format::bf16: return "bf16";
@@ -92,7 +92,7 @@ struct early_warning {
         std::snprintf(buf, sizeof buf,
                       "nanscope: early warning at step %llu: %s will overflow %s in ~%.1f steps (abs_max %.6g, "
                       "headroom %.2f bits, trend %+.3f bits/step over %u steps, r2 %.2f)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), lp_name(target), steps_to_overflow, abs_max,
+                      static_cast<unsigned long long>(step), site.c_str(), lp_format_name(target), steps_to_overflow, abs_max,
                       headroom_bits, slope_bits, trend_points, fit_r2);
         break;
       case warning_rule::jump:
@@ -100,7 +100,7 @@ struct early_warning {
                       "nanscope: early warning at step %llu: %s jumped: abs_max %.6g is %.1fx its EMA %.6g (%s "
                       "headroom %.2f bits, trend %+.3f bits/step)\n",
                       static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_name(target), headroom_bits,
+                      ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target), headroom_bits,
                       slope_bits);
         break;
       case warning_rule::warmup:
@@ -108,7 +108,7 @@ struct early_warning {
                       "nanscope: early warning at step %llu: %s is large against warm-up: abs_max %.6g is %.1fx the "
                       "warm-up max %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
                       static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_name(target), headroom_bits,
+                      warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target), headroom_bits,
                       slope_bits);
         break;
     }

@@ -113,7 +113,7 @@ TEST_CASE("history: geometric growth gives the exact steps to overflow, and the 
   };
   for (fmt_case fc : {fmt_case{lp_format::f16, 65504.0}, fmt_case{lp_format::e4m3fn, 448.0},
                       fmt_case{lp_format::e5m2, 57344.0}, fmt_case{lp_format::bf16, 3.3895313892515355e38}}) {
-    CAPTURE(nanscope::lp_name(fc.f));
+    CAPTURE(nanscope::lp_format_name(fc.f));
     history_rules r;
     r.target = fc.f;
     r.overflow_steps = 40.0;
