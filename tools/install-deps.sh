@@ -16,7 +16,9 @@ fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
-optional=(libtorch-dev)
+# libtomlplusplus-dev: the TOML config file of nanscope/control.hpp (docs/runtime-control.md); without it the
+# NANSCOPE_* environment variables still work and the TOML tests are skipped.
+optional=(libtorch-dev libtomlplusplus-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -78,9 +80,12 @@ if [[ ${#missing_required[@]} -gt 0 ]]; then
   "${apt_get[@]}" install --no-install-recommends "${missing_required[@]}"
 fi
 if [[ ${#missing_optional[@]} -gt 0 ]]; then
-  echo "install-deps: installing ${missing_optional[*]} (optional, large)"
-  if ! "${apt_get[@]}" install --no-install-recommends "${missing_optional[@]}"; then
-    echo "install-deps: warning: could not install ${missing_optional[*]}; LibTorch tests and bench rows are skipped" >&2
-  fi
+  echo "install-deps: installing ${missing_optional[*]} (optional)"
+  for p in "${missing_optional[@]}"; do
+    if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
+      echo "install-deps: warning: could not install $p (libtorch-dev: LibTorch tests and bench rows are skipped;" \
+           "libtomlplusplus-dev: no TOML config files, the TOML tests are skipped)" >&2
+    fi
+  done
 fi
 echo "install-deps: done"
