@@ -1,7 +1,7 @@
 // forward_control: the transformer block of transformer_block.hpp checked through the recorder (as forward_checked)
 // with the runtime-control and early-warning layers attached: rows forward_gate_on (control.hpp's controller,
 // every site on), forward_gate_off (controller, checking switched off at run time: compare with
-// forward_disabled), forward_budget (controller with a 2% overhead budget, round-robin sampling) and
+// forward_disabled), forward_budget/200 and /20 (controller with a 2% and a 0.2% overhead budget, round-robin sampling) and
 // forward_history (history.hpp fed by every checked output).
 #include <nanscope/macros.hpp>
 #include <nanscope/nanscope.hpp>
@@ -49,7 +49,7 @@ void forward_gate_off(benchmark::State& state) {
   ctl.detach();
 }
 void forward_budget(benchmark::State& state) {
-  nanscope::controller ctl(control_with(true, 0.02));
+  nanscope::controller ctl(control_with(true, static_cast<double>(state.range(0)) / 10000.0));  // basis points
   ctl.attach(nanscope::default_recorder());
   run_block(state);
   const nanscope::control_report r = ctl.report();
@@ -69,5 +69,5 @@ void forward_history(benchmark::State& state) {
 }  // namespace
 BENCHMARK(forward_gate_on)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(forward_gate_off)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(forward_budget)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(forward_budget)->Arg(200)->Arg(20)->Unit(benchmark::kMillisecond)->UseRealTime();  // 2%, 0.2%
 BENCHMARK(forward_history)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -459,7 +459,6 @@ class budget_scheduler {
   std::size_t size() const { return sites_.size(); }
   /// Starts step `s`; `plain_ns` is the previous step's time without nanscope's (0: unknown).
   void begin_step(std::uint64_t s, std::uint64_t plain_ns) {
-    step_ = s;
     if (plain_ns > 0) plain_ema_ = plain_ema_ > 0 ? plain_ema_ + 0.3 * (static_cast<double>(plain_ns) - plain_ema_)
                                                   : static_cast<double>(plain_ns);
     planned_ns_ = 0.0;
@@ -494,22 +493,22 @@ class budget_scheduler {
     }
   }
   bool admit(std::uint32_t id) const { return id < sites_.size() && sites_[id].chosen; }
-  /// Site `id` was checked in the current step in `ns`.
-  void charge(std::uint32_t id, std::uint64_t ns) {
+  /// Site `id` was checked at step `step` in `ns`.
+  void charge(std::uint32_t id, std::uint64_t step, std::uint64_t ns) {
     if (id >= sites_.size()) return;
     site& st = sites_[id];
-    if (st.last != none && step_ > st.last) {
-      const std::uint64_t gap = step_ - st.last - 1;
+    if (st.last != none && step > st.last) {
+      const std::uint64_t gap = step - st.last - 1;
       if (gap > max_gap_) max_gap_ = gap;
     }
-    if (st.last == step_ && st.cost >= 0.0) {
+    if (st.last == step && st.cost >= 0.0) {
       st.cost += static_cast<double>(ns);  // checked again in the same step (a loop): its cost per step adds up
     } else if (st.cost < 0.0) {
       st.cost = static_cast<double>(ns);
     } else {
       st.cost += 0.3 * (static_cast<double>(ns) - st.cost);
     }
-    st.last = step_;
+    st.last = step;
   }
   /// The longest run of steps any site went unchecked between two checks.
   std::uint64_t max_gap() const { return max_gap_; }
@@ -525,7 +524,6 @@ class budget_scheduler {
   };
   std::vector<site> sites_;
   std::size_t cursor_ = 0;
-  std::uint64_t step_ = 0;
   double budget_ = 0.0;
   std::uint32_t max_skip_ = 8;
   double plain_ema_ = 0.0;
@@ -695,11 +693,13 @@ class controller : public check_gate {
       return skip;
     }
     if (st.has_mode) mode = st.mode;
+    st.admitted_step = s;
     return id;
   }
   void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
-    sched_.charge(ticket, ns);
+    if (ticket >= sites_.size()) return;
+    sched_.charge(ticket, sites_[ticket].admitted_step, ns);
     ++report_.checks;
     report_.bytes += bytes;
     report_.check_ns += ns;
@@ -754,6 +754,7 @@ class controller : public check_gate {
     bool has_mode = false;
     check_mode mode = check_mode::stats;
     std::uint64_t every = 1, from = 0, to = no_step_limit;
+    std::uint64_t admitted_step = 0;  ///< the step of the last admit (for checked())
   };
   struct file_state {
     bool exists = false;

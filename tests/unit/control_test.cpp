@@ -344,6 +344,23 @@ mode = "off"
   CHECK(admitted("encoder.block.1", "output", 1010));
 }
 
+TEST_CASE("control: attached late (the recorder's step already far on), the gaps are the real ones") {
+  nanscope::recorder rec;
+  rec.set_step(500);
+  controller_options co;
+  co.read_environment = false;
+  co.base.budget = 0.5;  // generous: every site every step (the fake clock makes each step last a second)
+  std::uint64_t now = 0;
+  co.now_ns = [&] { return now += 1000000000; };
+  controller ctl(co);
+  ctl.attach(rec);
+  std::vector<float> x(8, 1.0f);
+  for (int i = 0; i < 5; ++i) run_step(rec, x);
+  const auto r = ctl.report();
+  CHECK(r.checks == 15);
+  CHECK(r.max_gap == 0);
+}
+
 TEST_CASE("control: a bad regex keeps the previous configuration") {
   controller_options co;
   co.read_environment = false;
@@ -384,7 +401,7 @@ TEST_CASE("control: budget scheduler: round-robin under the budget, no site skip
       for (std::uint32_t i = 0; i < n; ++i) {
         if (!sch.admit(i)) continue;
         ++admitted;
-        sch.charge(i, 100);  // every site costs 100 ns
+        sch.charge(i, s, 100);  // every site costs 100 ns
         cost += 100;
         if (last[i] != ~std::uint64_t{0}) CHECK(s - last[i] - 1 <= max_skip);
         last[i] = s;
@@ -408,7 +425,7 @@ TEST_CASE("control: budget scheduler: round-robin under the budget, no site skip
   all.add_site();
   all.add_site();
   all.begin_step(0, 1000);
-  all.charge(0, 1000000);
+  all.charge(0, 0, 1000000);
   all.begin_step(1, 1000);
   CHECK(all.admit(0));
   CHECK(all.admit(1));
