@@ -2,6 +2,7 @@
 // /real_time: every row is timed in wall-clock time so that single- and multi-threaded rows compare).
 //
 //   health           nanscope::check, check_mode::stats, threads = 1
+//   health_hash      as health, with the content hash fused in (check_options::with_hash(), hash.hpp)
 //   full_health      nanscope::check, check_mode::full_health, threads = 1
 //   health_mt        nanscope::check, check_mode::stats, default threads
 //   health_relu      as health, on max(x, 0) (half the elements are zeros), f32 only
@@ -103,14 +104,14 @@ const nsbench::buffer& data_for(benchmark::State& state, dtype t, std::size_t n,
 // nanscope rows
 // ---------------------------------------------------------------------------------------------------------
 void bm_check(benchmark::State& state, dtype t, std::size_t n, nanscope::check_mode mode, unsigned threads,
-              nsbench::pattern p) {
+              nsbench::pattern p, bool hash = false) {
   const nsbench::buffer& b = data_for(state, t, n, p);
   const nanscope::tensor_view v = nanscope::tensor_view::flat(b.data, t, static_cast<std::int64_t>(n));
-  const auto opt = nanscope::check_options{}.with_mode(mode).with_threads(threads);
+  const auto opt = nanscope::check_options{}.with_mode(mode).with_threads(threads).with_hash(hash);
   {
     // not timed: the buffer is what the row claims to be (no NaN/Inf, so the fast path is measured)
     const nanscope::health_result r = nanscope::check(v, opt);
-    if (r.nonfinite() != 0 || r.count != n) {
+    if (r.nonfinite() != 0 || r.count != n || r.hash.valid != hash) {
       state.SkipWithError("benchmark buffer is not finite");
       return;
     }
@@ -257,6 +258,8 @@ void register_rows() {
       add_row("read_anchor", t, n, [t, n](benchmark::State& s) { bm_read_anchor(s, t, n); });
       add_row("health", t, n,
               [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::normal); });
+      add_row("health_hash", t, n,
+              [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::normal, true); });
       add_row("full_health", t, n,
               [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::full_health, 1, pattern::normal); });
       add_row("read_anchor_mt", t, n, [t, n](benchmark::State& s) { bm_read_anchor_mt(s, t, n); });

@@ -1,9 +1,10 @@
 // nanscope example: a T5-style gated-GELU feed-forward stack in Eigen, run with fp16 activations, whose
 // `wo` output overflows in the third block — the scenario of HuggingFace's "Activations Overflow" guide.
 //
-// Every module is a NANSCOPE_SCOPE; inputs and outputs are recorded; when the fp16 rounding of wo's output
-// produces inf, the recorder prints HuggingFace's report and nanscope's extended report, which marks the frame
-// that PRODUCED the inf (its inputs were finite) and shows how the fp16 headroom shrank block after block.
+// Every module is a NANSCOPE_SCOPE; inputs and outputs are recorded. The pass runs twice: in the hf style, which
+// prints what HuggingFace's DebugUnderflowOverflow prints when wo's call completes (and raises its exception),
+// and in the extended style, which marks the frame that PRODUCED the inf (its inputs were finite) and shows how
+// the fp16 headroom shrank block after block.
 #include <nanscope/adapters/eigen.hpp>
 #include <nanscope/macros.hpp>
 #include <nanscope/nanscope.hpp>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace {
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -95,32 +97,8 @@ MatH weights(Eigen::Index rows, Eigen::Index cols, float scale, unsigned seed) {
 }
 }  // namespace
 
-int main() {
-  constexpr Eigen::Index seq = 8, d_model = 64, d_ff = 256;
-  nanscope::recorder_options opts;
-  opts.max_frames = 12;
-  opts.count_margins = true;  // also count the values that would overflow / flush if cast to each format
-  opts.policy = nanscope::on_detect::callback;
-  opts.callback = [](const nanscope::detection& d) {
-    std::fputs("----- HuggingFace DebugUnderflowOverflow format -----", stdout);
-    std::fputs(nanscope::format_report(nanscope::report_style::hf, d).c_str(), stdout);
-    std::fputs("----- nanscope extended report -----", stdout);
-    std::fputs(nanscope::format_report(nanscope::report_style::extended, d).c_str(), stdout);
-  };
-  opts.sink = [](std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); };
-  nanscope::default_recorder().set_options(opts);
-
-  // The wo weights grow block after block (a model trained in bf16 whose activations fp16 cannot hold).
-  ffn_weights blocks[3];
-  for (unsigned b = 0; b < 3; ++b) {
-    const float growth = std::pow(12.0f, static_cast<float>(b));
-    blocks[b].wi_0 = weights(d_model, d_ff, 1.0f, 11 + b);
-    blocks[b].wi_1 = weights(d_model, d_ff, 2.0f * growth, 23 + b);
-    blocks[b].wo = weights(d_ff, d_model, 4.0f * growth, 37 + b);
-  }
-  MatH hidden = weights(seq, d_model, 4.0f, 5);
-
-  NANSCOPE_SCOPE("", "T5Stack");
+MatH t5_stack(const ffn_weights (&blocks)[3], MatH hidden) {
+  NANSCOPE_SCOPE("", "T5Stack");  // the root module (HF's model)
   NANSCOPE_INPUT(hidden);
   for (unsigned b = 0; b < 3; ++b) {
     NANSCOPE_SCOPE("block." + std::to_string(b), "T5Block");
@@ -129,7 +107,49 @@ int main() {
     NANSCOPE_OUTPUT(hidden);
   }
   NANSCOPE_OUTPUT(hidden);
-  const auto final_health = nanscope::check(hidden, "hidden");
+  return hidden;
+}
+
+int main() {
+  constexpr Eigen::Index seq = 8, d_model = 64, d_ff = 256;
+  // The wo weights grow block after block (a model trained in bf16 whose activations fp16 cannot hold).
+  ffn_weights blocks[3];
+  for (unsigned b = 0; b < 3; ++b) {
+    const float growth = std::pow(12.0f, static_cast<float>(b));
+    blocks[b].wi_0 = weights(d_model, d_ff, 1.0f, 11 + b);
+    blocks[b].wi_1 = weights(d_model, d_ff, 2.0f * growth, 23 + b);
+    blocks[b].wo = weights(d_ff, d_model, 4.0f * growth, 37 + b);
+  }
+  const MatH input = weights(seq, d_model, 4.0f, 5);
+  nanscope::recorder& rec = nanscope::default_recorder();
+
+  // 1. What HuggingFace's DebugUnderflowOverflow(model, max_frames_to_save=12) prints for the same model, byte
+  //    for byte: `output has infs` when wo's call completes, the report, then HF's ValueError.
+  nanscope::recorder_options hf;
+  hf.style = nanscope::report_style::hf;  // stdout, as HF
+  hf.max_frames = 12;
+  rec.set_options(hf);
+  std::puts("----- report_style::hf (HuggingFace DebugUnderflowOverflow) -----");
+  try {
+    t5_stack(blocks, input);
+  } catch (const nanscope::detection_error& e) {
+    std::printf("detection_error: %s\n", e.what());
+  }
+
+  // 2. nanscope's extended report of the same pass: detection as the tensor is recorded, the frame that
+  //    PRODUCED the inf, fp16 headroom per tensor (fp16 tensors: warnings at 1e4), exact margin counts.
+  nanscope::recorder_options ext;
+  ext.style = nanscope::report_style::extended;
+  ext.max_frames = 12;
+  ext.count_margins = true;  // also count the values that would overflow / flush if cast to each format
+  ext.policy = nanscope::on_detect::print_and_continue;
+  ext.sink = [](std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); };
+  rec.set_options(ext);
+  rec.clear();
+  rec.set_step(0);
+  std::puts("----- report_style::extended (nanscope) -----");
+  const MatH out = t5_stack(blocks, input);
+  const auto final_health = nanscope::check(out, "hidden");
   std::printf("final hidden state: %s\n", nanscope::summary(final_health).c_str());
-  return nanscope::default_recorder().detections() == 1 ? 0 : 1;
+  return rec.detections() == 2 ? 0 : 1;
 }

@@ -18,6 +18,8 @@
 //     --perturb-layer N  layer whose fc weight is changed in the candidate run (default 2; none: identical runs)
 //     --nan-layer N      also put a NaN into that layer's fc weight in the candidate run
 //     --style-a/-b       tensor style of each run's tree (default torch_repr, HuggingFace's strings)
+//     --ulp-layer N      also move that layer's fc weight w[4] by one ulp in the candidate run (bits differ, prints agree)
+//     --hash             write each tensor's content hash ("hash"; compare with nanscope-diff --bitwise)
 #include <nanscope/nanscope.hpp>
 
 #include <cmath>
@@ -116,7 +118,8 @@ std::vector<float> forward(const tiny_mlp& m, const std::vector<float>& x) {
   std::fprintf(stderr,
                "nanscope_tree_diff: %s\n"
                "usage: nanscope_tree_diff REF_DIR CAND_DIR [--perturb-layer N|none] [--nan-layer N]\n"
-               "                          [--style-a torch_repr|numeric] [--style-b torch_repr|numeric]\n",
+               "                          [--style-a torch_repr|numeric] [--style-b torch_repr|numeric]\n"
+               "                          [--ulp-layer N] [--hash]\n",
                msg);
   std::exit(2);
 }
@@ -135,11 +138,12 @@ nanscope::tree_style style_arg(const char* s) {
 }
 
 /// One run with its own tree writer; returns the FULL_TENSORS path.
-std::string run(const tiny_mlp& m, const std::vector<float>& x, const std::string& dir, nanscope::tree_style style) {
+std::string run(const tiny_mlp& m, const std::vector<float>& x, const std::string& dir, nanscope::tree_style style,
+                bool hash) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);  // the tree writer creates one level only
   nanscope::tree_writer tree(nanscope::default_recorder(),
-                             nanscope::tree_options{}.in(dir).with_style(style).with_pruning(false));
+                             nanscope::tree_options{}.in(dir).with_style(style).with_pruning(false).with_hash(hash));
   const std::vector<float> logits = forward(m, x);
   std::printf("%s: logits[0] = %.6f %.6f %.6f\n", dir.c_str(), static_cast<double>(logits[0]),
               static_cast<double>(logits[1]), static_cast<double>(logits[2]));
@@ -151,14 +155,20 @@ std::string run(const tiny_mlp& m, const std::vector<float>& x, const std::strin
 int main(int argc, char** argv) {
   if (argc < 3) usage("expected REF_DIR and CAND_DIR");
   const std::string ref_dir = argv[1], cand_dir = argv[2];
-  int perturb = 2, nan_layer = -1;
+  int perturb = 2, nan_layer = -1, ulp_layer = -1;
+  bool hash = false;
   nanscope::tree_style style_a = nanscope::tree_style::torch_repr, style_b = style_a;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--hash") {
+      hash = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(("missing the value of " + a).c_str());
     const char* v = argv[++i];
     if (a == "--perturb-layer") perturb = std::strcmp(v, "none") == 0 ? -1 : layer_arg(v);
     else if (a == "--nan-layer") nan_layer = layer_arg(v);
+    else if (a == "--ulp-layer") ulp_layer = layer_arg(v);
     else if (a == "--style-a") style_a = style_arg(v);
     else if (a == "--style-b") style_b = style_arg(v);
     else usage(("unknown option " + a).c_str());
@@ -176,10 +186,14 @@ int main(int argc, char** argv) {
   const tiny_mlp reference = make_model();
   tiny_mlp candidate = reference;
   if (perturb >= 0) candidate.layers[perturb].w[3] += 0.05f;  // the "porting bug": one weight of layers.N.fc
+  if (ulp_layer >= 0) {
+    float& w = candidate.layers[ulp_layer].w[4];  // w[4]: its 1-ulp change reaches the fc output
+    w = std::nextafter(w, std::numeric_limits<float>::infinity());
+  }
   if (nan_layer >= 0) candidate.layers[nan_layer].w[5] = std::numeric_limits<float>::quiet_NaN();
 
-  const std::string a = run(reference, x, ref_dir, style_a);
-  const std::string b = run(candidate, x, cand_dir, style_b);
+  const std::string a = run(reference, x, ref_dir, style_a, hash);
+  const std::string b = run(candidate, x, cand_dir, style_b, hash);
   std::printf("compare with:\n  nanscope-diff %s %s\n", a.c_str(), b.c_str());
   return 0;
 }

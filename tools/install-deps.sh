@@ -6,7 +6,9 @@
 #   NANSCOPE_SKIP_DEPS=1 bash tools/...   do nothing (a machine set up by other means)
 #
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
-# build works without it (find_package(Torch QUIET)). A failure to install it is reported but not fatal.
+# build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
+# tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
+# test reports SKIPPED. A failure to install either is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -18,7 +20,7 @@ required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doc
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
 # libtomlplusplus-dev: the TOML config file of nanscope/control.hpp (docs/runtime-control.md); without it the
 # NANSCOPE_* environment variables still work and the TOML tests are skipped.
-optional=(libtorch-dev libtomlplusplus-dev)
+optional=(libtorch-dev python3-torch libtomlplusplus-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -84,7 +86,8 @@ if [[ ${#missing_optional[@]} -gt 0 ]]; then
   for p in "${missing_optional[@]}"; do
     if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
       echo "install-deps: warning: could not install $p (libtorch-dev: LibTorch tests and bench rows are skipped;" \
-           "libtomlplusplus-dev: no TOML config files, the TOML tests are skipped)" >&2
+           "python3-torch: tree_torch_print_real is skipped; libtomlplusplus-dev: no TOML config files, the TOML" \
+           "tests are skipped)" >&2
     fi
   done
 fi

@@ -18,6 +18,7 @@
 
 #include "detail/kernel_common.hpp"
 #include "detail/kernel_x86.hpp"
+#include "detail/hash_x86.hpp"
 #include "detail/thread_pool.hpp"
 
 #include <atomic>
@@ -50,7 +51,14 @@ struct check_options {
   std::uint64_t parallel_threshold = use_default_threshold;
   static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
   isa instruction_set = isa::automatic;
+  /// Also compute the content hash of the tensor's bits (health_result::hash, see hash.hpp), fused into the
+  /// pass: any dtype, any mode (modes that stop early or read nothing get a separate hashing pass).
+  bool hash = false;
 
+  check_options& with_hash(bool on = true) {
+    hash = on;
+    return *this;
+  }
   check_options& with_mode(check_mode m) {
     mode = m;
     return *this;
@@ -132,6 +140,8 @@ struct pass_plan {
   isa use;
   bool stop_at_first;  // curt_health
   bool contiguous;
+  bool hash = false;       // fold each chunk into the segment's content hash
+  bool hash_only = false;  // hash without running the health kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -166,10 +176,36 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
   kp.tame_span32 = hi - lo;
 }
 
-/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD).
-inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
-                       chunk_out& o) {
+/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD). With
+/// `hb` (a block's hash sums; only when p holds the raw f32/f64 elements), the AVX2/AVX-512 f32 and the
+/// AVX-512 f64 kernels hash their main loop's elements as they go; returns how many leading elements were
+/// hashed (0: none, the caller hashes the chunk).
+inline std::size_t run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
+                              chunk_out& o, block_sums* hb = nullptr) {
 #if NANSCOPE_HAS_X86_SIMD()
+  if (hb != nullptr && use == isa::avx512 && (t == dtype::f32 || t == dtype::f64)) {
+    hash_lanes512 h;
+    auto go = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      if (t == dtype::f64) avx512_f64_kernel<L>(p, n, kp, o, &h);
+      else avx512_f32_kernel<L, load512_f32>(p, n, kp, o, &h);
+    };
+    if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
+    else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
+    else go(std::integral_constant<level, level::nonfinite>{});
+    const std::size_t v = t == dtype::f64 ? 8 : 256, done = n / v * v;
+    h.finish(size_of(t), t == dtype::f64 ? done / 8 : done / 16, *hb);
+    return done;
+  }
+  if (hb != nullptr && use == isa::avx2 && t == dtype::f32) {
+    hash_lanes256 h;
+    if (lv == level::stats) avx2_f32_kernel<level::stats, load256_f32>(p, n, kp, o, &h);
+    else if (lv == level::counts) avx2_f32_kernel<level::counts, load256_f32>(p, n, kp, o, &h);
+    else avx2_f32_kernel<level::nonfinite, load256_f32>(p, n, kp, o, &h);
+    const std::size_t done = n / 128 * 128;
+    h.finish(done / 8, *hb);
+    return done;
+  }
   if (use == isa::avx512) {
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
@@ -183,7 +219,7 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
   if (use == isa::avx2 && t != dtype::f64) {
     auto go = [&](auto lvl_tag) {
@@ -197,14 +233,16 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
 #else
   (void)use;
+  (void)hb;
 #endif
   if (lv == level::stats) scalar_kernel<level::stats>(p, t, n, kp, o);
   else if (lv == level::counts) scalar_kernel<level::counts>(p, t, n, kp, o);
   else scalar_kernel<level::nonfinite>(p, t, n, kp, o);
+  return 0;
 }
 
 /// Copies logical elements [begin, begin + n) of a strided view into buf (row-major order).
@@ -369,6 +407,12 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   kernel_params kp;
   set_thresholds(kp, t, plan.lv);
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
+  static_assert(chunk_elems == hash_block, "a chunk is a hash block");
+  std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
+  if (plan.hash) {
+    seg.hash = hash_empty(es);
+    weight = hash_pow(begin / hash_block);
+  }
   for (std::uint64_t c = 0; c < n; c += chunk_elems) {
     const std::size_t m = static_cast<std::size_t>((n - c) < chunk_elems ? (n - c) : chunk_elems);
     const std::uint64_t cb = begin + c;
@@ -379,18 +423,36 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       gather(plan.v, cb, m, gbuf);
       p = gbuf;
     }
-    dtype kt = t;
-    if (fp8 && plan.use != isa::scalar) {
-      const float* table = fp8_table(t);
-      const auto* b = static_cast<const unsigned char*>(p);
-      for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
-      p = dbuf;
-      kt = dtype::f32;
+    const void* raw = p;
+    block_sums bs;
+    std::size_t hashed = 0;  // leading elements the kernel hashed on the way
+    if (!plan.hash_only) {
+      dtype kt = t;
+      if (fp8 && plan.use != isa::scalar) {
+        const float* table = fp8_table(t);
+        const auto* b = static_cast<const unsigned char*>(p);
+        for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
+        p = dbuf;
+        kt = dtype::f32;
+      }
+      if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
+      chunk_out o;
+      hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
+      fold_chunk(seg, o, m, cb, kp, plan.lv);
     }
-    if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
-    chunk_out o;
-    run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
-    fold_chunk(seg, o, m, cb, kp, plan.lv);
+    if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
+      if (hashed < m) {
+#if NANSCOPE_HAS_X86_SIMD()
+        if (plan.use == isa::avx512) hash_block_avx512(raw, es, hashed, m, bs);
+        else if (plan.use == isa::avx2) hash_block_avx2(raw, es, hashed, m, bs);
+        else hash_block_scalar(raw, es, hashed, m, bs);
+#else
+        hash_block_scalar(raw, es, hashed, m, bs);
+#endif
+      }
+      hash_add_block(seg.hash, bs, weight);
+      weight = mulmod61(weight, hash_base);
+    }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
 }
@@ -477,13 +539,65 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
   std::int64_t expect = 1;
   for (int k = m - 1; k >= 0; --k) {
     if (v.strides[dims[k]] != expect) return false;
-    expect *= v.shape[dims[k]];
+    if (mul_overflow(expect, v.shape[dims[k]], expect)) return false;  // not for a valid view: gather instead
   }
   out = v;
   out.rank = 1;
   out.shape[0] = static_cast<std::int64_t>(v.numel());
   out.strides[0] = 1;
   return true;
+}
+
+/// Runs the plan over n elements in fixed segments (on the pool when large enough), merged in order.
+inline health_result run_pass(const pass_plan& plan, std::uint64_t n, const check_options& opt, const health_result& r) {
+  health_result acc = empty_like(r);
+  if (plan.hash) acc.hash = hash_empty(size_of(plan.v.type));
+  const std::uint64_t nseg = (n + segment_elems - 1) / segment_elems;
+  unsigned threads = opt.threads == 0 ? default_thread_count() : opt.threads;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
+  if (threads <= 1) {
+    for (std::uint64_t s = 0; s < nseg; ++s) {
+      health_result seg = empty_like(r);
+      const std::uint64_t begin = s * segment_elems;
+      run_segment(plan, begin, (n - begin) < segment_elems ? (n - begin) : segment_elems, seg);
+      merge(acc, seg);
+      hash_merge(acc.hash, seg.hash);
+      if (plan.stop_at_first && acc.any_nonfinite) break;
+    }
+  } else {
+    health_result slots[wave_segments];
+    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
+    for (std::uint64_t w = 0; w < nseg; w += wave_segments) {
+      const std::uint64_t cnt = (nseg - w) < wave_segments ? (nseg - w) : wave_segments;
+      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = empty_like(r);
+      parallel_ctx ctx{&plan, n, w, slots, &stop_after};
+      default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &parallel_task, &ctx);
+      bool stop = false;
+      for (std::uint64_t i = 0; i < cnt; ++i) {
+        merge(acc, slots[i]);
+        hash_merge(acc.hash, slots[i].hash);
+        if (plan.stop_at_first && acc.any_nonfinite) {
+          stop = true;
+          break;
+        }
+      }
+      if (stop) break;
+    }
+  }
+  return acc;
+}
+
+/// The content hash alone (a pass that runs no health kernel), for what the fused pass does not read in
+/// full logical order: integer dtypes, modes that read nothing or stop early.
+inline content_hash hash_pass(const tensor_view& v, const check_options& opt, const health_result& r) {
+  const std::uint64_t n = v.numel();
+  if (n == 0) return hash_empty(size_of(v.type));
+  pass_plan plan{v, level::nonfinite, resolve_isa(opt.instruction_set), false, v.is_contiguous()};
+  plan.hash = true;
+  plan.hash_only = true;
+  return run_pass(plan, n, opt, r).hash;
 }
 
 }  // namespace detail
@@ -507,51 +621,25 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
     r.count = n;
     if (mode == check_mode::stats) r.m2 = 0.0L;
+    if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
     return r;
   }
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
+  // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
+  plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
-  if (!plan.contiguous && mode != check_mode::curt_health && detail::dense_permutation(v, plan.v)) {
+  // The hash is defined in logical order, so a hashed pass keeps the logical (gathered) order.
+  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && detail::dense_permutation(v, plan.v)) {
     plan.contiguous = true;
     permuted = true;
   }
-  health_result acc = detail::empty_like(r);
-  const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
-  unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
-  const std::uint64_t threshold =
-      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
-  if (n < threshold || nseg < 2) threads = 1;
-  if (threads <= 1) {
-    for (std::uint64_t s = 0; s < nseg; ++s) {
-      health_result seg = detail::empty_like(r);
-      const std::uint64_t begin = s * detail::segment_elems;
-      detail::run_segment(plan, begin, (n - begin) < detail::segment_elems ? (n - begin) : detail::segment_elems, seg);
-      merge(acc, seg);
-      if (plan.stop_at_first && acc.any_nonfinite) break;
-    }
-  } else {
-    health_result slots[detail::wave_segments];
-    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
-    for (std::uint64_t w = 0; w < nseg; w += detail::wave_segments) {
-      const std::uint64_t cnt = (nseg - w) < detail::wave_segments ? (nseg - w) : detail::wave_segments;
-      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = detail::empty_like(r);
-      detail::parallel_ctx ctx{&plan, n, w, slots, &stop_after};
-      detail::default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &detail::parallel_task, &ctx);
-      bool stop = false;
-      for (std::uint64_t i = 0; i < cnt; ++i) {
-        merge(acc, slots[i]);
-        if (plan.stop_at_first && acc.any_nonfinite) {
-          stop = true;
-          break;
-        }
-      }
-      if (stop) break;
-    }
-  }
+  const health_result acc = detail::run_pass(plan, n, opt, r);
   r.count = n;
+  if (plan.hash) r.hash = acc.hash;
+  else if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
   r.any_nonfinite = acc.any_nonfinite;
   r.first_nonfinite = acc.first_nonfinite;
   if (permuted && acc.any_nonfinite) {

@@ -5,6 +5,7 @@
 
 #include "config.hpp"
 #include "dtype.hpp"
+#include "hash.hpp"
 #include "view.hpp"
 
 #include <array>
@@ -87,6 +88,9 @@ struct health_result {
 
   std::int64_t first_nonfinite = -1;  ///< flat row-major index of the first NaN/Inf, −1 if none
   bool any_nonfinite = false;         ///< set in every mode that reads data (curt_health included)
+  /// The content hash of the tensor's bits (hash.hpp), filled only when check_options::hash was on
+  /// (`hash.valid`), in any mode and for any dtype. merge() leaves it alone.
+  content_hash hash;
 
   std::uint64_t finite() const { return negative + zero + positive; }
   std::uint64_t nonfinite() const { return neg_inf + pos_inf + nan; }

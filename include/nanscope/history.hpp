@@ -309,8 +309,7 @@ struct history_options {
 };
 
 /// The history of every site of a recorder: a scope listener fed with each checked tensor. Thread-safe.
-/// Attach with attach(recorder): it installs itself as the recorder's listener and forwards every event to the
-/// listener that was there before (the layer-tree writer, for example), so both see the same events.
+/// attach(recorder) adds it to the recorder's listeners (next to a layer-tree writer, for example).
 class history : public scope_listener {
  public:
   explicit history(history_options o = {}) : opts_(std::move(o)) {}
@@ -318,18 +317,17 @@ class history : public scope_listener {
   history(const history&) = delete;
   history& operator=(const history&) = delete;
 
-  /// Installs this history as `r`'s listener (chaining the previous one). Do it while no scope is open.
+  /// Adds this history to `r`'s listeners (it detaches from a previous recorder first).
   void attach(recorder& r) {
     detach();
     rec_ = &r;
-    next_ = r.set_listener(this);
+    r.add_listener(this);
   }
-  /// Restores the previous listener when this history is still the recorder's listener.
+  /// Leaves the recorder's listeners (waits for calls in progress on other threads).
   void detach() {
     if (rec_ == nullptr) return;
-    if (rec_->listener() == this) rec_->set_listener(next_);
+    rec_->remove_listener(this);
     rec_ = nullptr;
-    next_ = nullptr;
   }
 
   /// Feeds one observation of `site` (standalone use, or a site the recorder does not see). Returns the
@@ -376,9 +374,7 @@ class history : public scope_listener {
   const history_options& options() const { return opts_; }
 
   // --- scope_listener ---
-  void scope_opened(const frame& f, bool outermost) noexcept override {
-    if (next_ != nullptr) next_->scope_opened(f, outermost);
-  }
+  void scope_opened(const frame&, bool) noexcept override {}
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     if (rec.is_tensor && rec.health.is_float() && rec.health.reads_data() &&
         (!opts_.outputs_only || rec.role == tensor_role::output || rec.role == tensor_role::checkpoint)) {
@@ -394,11 +390,8 @@ class history : public scope_listener {
       observe(key, f.step, rec.health.abs_max, rms_of(rec.health));
 #endif
     }
-    if (next_ != nullptr) next_->tensor_recorded(f, rec);
   }
-  void scope_closed(const frame& f, bool outermost) noexcept override {
-    if (next_ != nullptr) next_->scope_closed(f, outermost);
-  }
+  void scope_closed(const frame&, bool) noexcept override {}
 
  private:
   site_history& site_locked(std::string_view site) {
@@ -431,7 +424,6 @@ class history : public scope_listener {
   std::unordered_map<std::string, site_history> sites_;
   std::vector<early_warning> all_;
   recorder* rec_ = nullptr;
-  scope_listener* next_ = nullptr;
 };
 
 NANSCOPE_NAMESPACE_END

@@ -292,7 +292,7 @@ inline void margin_add_block(margin_counts& out, const std::uint64_t (&block)[mb
 
 /// Portable kernel (also the reference for the SIMD ones: same tiers, one lane at a time).
 template <class U>
-inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {
+inline void margins_scalar(const unsigned char* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {
   U b[mb_count];
   for (int k = 0; k < mb_count; ++k) b[k] = static_cast<U>(mb.b[k]);
   const U mask = static_cast<U>(mb.abs_mask);
@@ -302,7 +302,9 @@ inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, m
   std::uint64_t c[mb_count] = {};
   U amax = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const U a = static_cast<U>(p[i] & mask);
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));  // any alignment
+    const U a = static_cast<U>(x & mask);
     for (int k : mb_always) c[k] += a >= b[k] ? 1u : 0u;
     if (a != 0 && a < small_hi) {
       for (int k : mb_small) c[k] += a < b[k] ? 1u : 0u;
@@ -474,7 +476,7 @@ struct m256_u64 : m256_common {
 // flush_vectors groups keep the lane counters from wrapping.
 #define NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(NAME, TARGET)                                                          \
   template <class L>                                                                                             \
-  TARGET inline void NAME(const typename L::U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {  \
+  TARGET inline void NAME(const unsigned char* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {   \
     using U = typename L::U;                                                                                     \
     using V = typename L::vec;                                                                                   \
     using M = typename L::mask;                                                                                  \
@@ -492,13 +494,14 @@ struct m256_u64 : m256_common {
       NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
       V vmax = L::zero();                                                                                        \
       for (; i < end; i += W) {                                                                                  \
-        const U* src = p + i;                                                                                    \
+        const void* src = p + i * sizeof(U); /* any alignment: unaligned loads */                                \
         if (end - i < W) {                                                                                       \
-          for (std::size_t j = 0; j < W; ++j) tail[j] = j < end - i ? p[i + j] : U{0};                           \
+          for (std::size_t j = 0; j < W; ++j) tail[j] = U{0};                                                    \
+          std::memcpy(tail, src, (end - i) * sizeof(U));                                                         \
           src = tail;                                                                                            \
         }                                                                                                        \
         if ((i * sizeof(U)) % 64 == 0)                                                                           \
-          _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);        \
+          _mm_prefetch(reinterpret_cast<const char*>(p + i * sizeof(U)) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0); \
         const V a = L::band(L::load(src), absm);                                                                 \
         const M nz = L::ge(a, bnd[mb_nonzero]);                                                                  \
         NANSCOPE_IMPL_UNROLL(3) for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
@@ -539,7 +542,7 @@ NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
 /// Runs the kernel for `use` on n contiguous elements of floating dtype t.
 template <class U>
 inline void margins_run_typed(const void* vp, std::size_t n, isa use, const margin_bounds& mb, margin_counts& out) {
-  const U* p = static_cast<const U*>(vp);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment
 #if NANSCOPE_HAS_X86_SIMD()
   if (use == isa::avx512) {
     using L = std::conditional_t<sizeof(U) == 1, m512_u8,

@@ -354,16 +354,14 @@ inline std::vector<unsigned char> npy_read_file(const std::string& path) {
 
 }  // namespace detail
 
-/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
-/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
-/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
-inline void write_npy(const std::string& path, const tensor_view& v) {
+namespace detail {
+/// The .npy bytes of `v` written into `file` (not committed): the body of write_npy.
+inline void write_npy_into(atomic_file& file, const tensor_view& v) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
   const dtype ft = detail::npy_file_dtype(v.type);
   const std::string pre = detail::npy_preamble(ft, v.rank, v.shape);
-  detail::atomic_file file(path);
   file.write(pre.data(), pre.size());
   const std::uint64_t n = v.numel();
   const std::size_t es = size_of(v.type), fes = size_of(ft);
@@ -380,6 +378,18 @@ inline void write_npy(const std::string& path, const tensor_view& v) {
       file.write(out.data(), m * fes);
     }
   }
+}
+}  // namespace detail
+
+/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
+/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
+/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
+inline void write_npy(const std::string& path, const tensor_view& v) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
+  detail::atomic_file file(path);
+  detail::write_npy_into(file, v);
   file.commit();
 }
 
@@ -435,15 +445,7 @@ struct npy_layout {
     v.name = name;
     v.rank = static_cast<int>(shape.size());
     for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
-    if (!fortran_order) {
-      v.set_contiguous_strides();
-    } else {
-      std::int64_t s = 1;
-      for (int i = 0; i < v.rank; ++i) {
-        v.strides[i] = s;
-        s *= (v.shape[i] > 0 ? v.shape[i] : 1);
-      }
-    }
+    detail::dense_strides(name, v.rank, v.shape, v.strides, fortran_order);  // empty: no overflow, no error
     return v;
   }
 };
@@ -557,12 +559,8 @@ inline npy_array read_npy(const std::string& path) {
     if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
   } else {
     // column-major source: stride of dimension i is the product of the extents before it
-    std::int64_t fstride[max_rank];
-    std::int64_t s = 1;
-    for (std::size_t i = 0; i < rank; ++i) {
-      fstride[i] = s;
-      s *= a.shape[i];
-    }
+    std::int64_t fstride[max_rank];  // n != 0 and n * es bytes are in the file: no stride overflows
+    detail::dense_strides(path.c_str(), static_cast<int>(rank), a.shape.data(), fstride, true);
     std::int64_t idx[max_rank] = {};
     for (std::uint64_t k = 0; k < n; ++k) {
       std::int64_t off = 0;

@@ -20,6 +20,7 @@
 #include "check.hpp"
 #include "config.hpp"
 #include "health.hpp"
+#include "hf_style.hpp"
 #include "margins.hpp"
 #include "npy.hpp"
 #include "view.hpp"
@@ -27,14 +28,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -77,6 +81,14 @@ inline dtype lp_dtype(lp_format f) {
   return dtype::f16;
 }
 
+/// A tensor's mean and std as its framework computes them (LibTorch's own float32 reduction order), set by an
+/// adapter for the layer tree, which prints them instead of nanscope's (see docs/adapters.md).
+struct reference_stats {
+  bool known = false;
+  double mean = 0.0;
+  double std = 0.0;
+};
+
 /// One tensor inside a frame.
 struct tensor_record {
   tensor_role role = tensor_role::output;
@@ -91,6 +103,7 @@ struct tensor_record {
   margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+  reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -102,6 +115,9 @@ struct frame {
   bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
   bool complete = false;
   source_location where;       ///< where the scope (or checkpoint) was opened
+  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
+  /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
+  std::string banner;
   std::vector<tensor_record> tensors;
 
   bool inputs_finite() const {
@@ -136,11 +152,14 @@ struct detection {
   std::string report;            ///< the report text as printed (in the recorder's style)
 };
 
-/// Thrown by the `throw_exception` policy. what() is the report's first line; report() the whole text.
+/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
+/// ValueError text, byte for byte); report() the whole text.
 class detection_error : public std::runtime_error {
  public:
   explicit detection_error(std::shared_ptr<const detection> d)
       : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
+  detection_error(std::shared_ptr<const detection> d, const std::string& what)
+      : std::runtime_error(what), d_(std::move(d)) {}
   const detection& info() const { return *d_; }
   const std::string& report() const { return d_->report; }
 
@@ -163,16 +182,27 @@ class stop_requested : public std::runtime_error {
 
 enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
 enum class report_style : std::uint8_t {
-  hf,        ///< HuggingFace DebugUnderflowOverflow (FORMATS.md §2)
+  /// HuggingFace DebugUnderflowOverflow, byte for byte (FORMATS.md §2): detection when a module call completes,
+  /// `{ctx} has nans` lines, batch banners, HF's exception texts; stdout unless a sink is given.
+  hf,
   hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
   extended,  ///< nanscope's: counts, headroom, source locations, producer marker
 };
 
 /// A rule for module paths matching `pattern` (glob: `*` any run of characters, `?` one character).
 struct site_rule {
+  site_rule() = default;
+  // A constructor (not an aggregate) so that `site_rule{pattern, allowed, skip}` stays warning-free under
+  // -Wmissing-field-initializers now that cast_to exists.
+  site_rule(std::string pattern_, allow allowed_ = allow::none, bool skip_ = false,
+            std::optional<dtype> cast_to_ = std::nullopt)
+      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_) {}
   std::string pattern;
   allow allowed = allow::none;
   bool skip = false;  ///< do not check tensors here at all
+  /// The low-precision dtype these tensors will be cast to: warnings are measured against it (see
+  /// recorder_options::cast_to).
+  std::optional<dtype> cast_to;
 };
 
 struct recorder_options {
@@ -181,17 +211,25 @@ struct recorder_options {
   std::int64_t abort_after_step = -1;          ///< stop once this step has completed (-1: never)
   bool auto_step = true;                        ///< the step advances when an outermost scope completes
   on_detect policy = on_detect::throw_exception;
-  report_style style = report_style::hf;
+  /// extended (nanscope's native behaviour: detection as each tensor is recorded); hf for output that diffs
+  /// byte for byte against HuggingFace's DebugUnderflowOverflow.
+  report_style style = report_style::extended;
   std::function<void(const detection&)> callback;      ///< for on_detect::callback
-  std::function<void(std::string_view)> sink;          ///< output; default: stderr
+  std::function<void(std::string_view)> sink;          ///< output; default: stdout in the hf style (as HF), else stderr
   /// Integer and bool tensors cannot hold NaN/Inf: they are never classified, but by default they are recorded
   /// with their abs min/max (HuggingFace's report shows input_ids too). true: leave them out of the frames.
   bool skip_integer_tensors = false;
   check_mode mode = check_mode::stats;                 ///< mode of each check (stats keeps abs min/max)
   bool report_once_per_step = true;                    ///< later detections in the same step are not re-reported
   /// Warn when abs_max reaches these thresholds (per lp_format; <= 0 disables). Default: fp16 at 1e4, the
-  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range).
+  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range). A threshold applies
+  /// to a tensor whose cast target (a site_rule's cast_to, else `cast_to`, else the tensor's own dtype) is that
+  /// format: an f32 tensor is not warned about fp16 unless the user says it will be cast to fp16.
   double warn_abs_max[lp_format_count] = {1e4, 0.0, 0.0, 0.0};
+  /// The dtype the recorded tensors will be cast to (mixed precision: f32 activations that become fp16).
+  std::optional<dtype> cast_to;
+  /// The hf style prints nothing HuggingFace would not print: true also prints the warnings of warn_abs_max.
+  bool warn_in_hf_style = false;
   std::vector<site_rule> rules;
   std::string snapshot_dir;  ///< non-empty: write the offending tensor and the producer's inputs as .npy
   unsigned check_threads = 1;  ///< threads per check (1: the recording thread only)
@@ -205,7 +243,9 @@ class scope;
 
 /// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
 /// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
-/// not throw. Attach with recorder::set_listener while no scope of the recorder is open.
+/// not throw. A recorder has any number of listeners (recorder::add_listener / remove_listener), each attached
+/// and detached on its own: detaching waits until calls into that listener on other threads have returned, so a
+/// listener may be destroyed right after remove_listener returns, in any order relative to the others.
 class scope_listener {
  public:
   virtual ~scope_listener() = default;
@@ -216,6 +256,8 @@ class scope_listener {
   virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
   /// The scope is closing (also during stack unwinding).
   virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+  /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
+  virtual bool wants_reference_stats() const noexcept { return false; }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
@@ -286,10 +328,55 @@ inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) 
   amax = hi;
 }
 
-/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
+/// Reference statistics for the next tensor this thread records, if its data pointer is `data`: an adapter
+/// sets them right before recording (offer_reference_stats) and recorder::record takes them.
+struct pending_reference {
+  const void* data = nullptr;
+  reference_stats stats;
+};
+inline pending_reference& pending_reference_slot() {
+  thread_local pending_reference p;
+  return p;
+}
+inline void offer_reference_stats(const void* data, double mean, double std) {
+  pending_reference& p = pending_reference_slot();
+  p.data = data;
+  p.stats = reference_stats{true, mean, std};
+}
+inline reference_stats take_reference_stats(const void* data) {
+  pending_reference& p = pending_reference_slot();
+  reference_stats r;
+  if (p.data != nullptr && p.data == data) r = p.stats;
+  p.data = nullptr;
+  return r;
+}
+
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one. A scope
+/// unlinks itself when it ends, also when it ends out of order (see ~scope).
 inline scope*& thread_top_scope() {
   thread_local scope* top = nullptr;
   return top;
+}
+
+/// Marks a call into a listener in progress on this thread (remove_listener does not wait for the calls of its
+/// own thread: a listener may detach itself, or another one, from inside a callback).
+struct listener_call {
+  const void* entry;
+  listener_call* prev;
+  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
+  ~listener_call() { top() = prev; }
+  listener_call(const listener_call&) = delete;
+  listener_call& operator=(const listener_call&) = delete;
+  static listener_call*& top() {
+    thread_local listener_call* t = nullptr;
+    return t;
+  }
+};
+
+/// A process-wide serial number for recorders (1, 2, ...).
+inline std::uint64_t next_recorder_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Report formatting lives in report.hpp (it needs fmt); the recorder calls it through this hook so that
@@ -407,10 +494,71 @@ class recorder {
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
-  /// Installs the listener of scope events (one per recorder; nullptr removes it) and returns the previous one.
-  /// Do it while no scope of this recorder is open.
-  scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
-  scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+  /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
+  /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
+  /// scopes ignores closes it never saw open, as the tree writer does).
+  void add_listener(scope_listener* l) {
+    if (l == nullptr) return;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (e->l == l) return;
+    listeners_.push_back(std::make_shared<listener_entry>(l));
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+  }
+  /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
+  /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
+  /// callback — is not waited for). Afterwards the recorder never touches it again.
+  bool remove_listener(scope_listener* l) {
+    std::unique_lock<std::mutex> lk(lm_);
+    std::shared_ptr<listener_entry> found;
+    for (auto it = listeners_.begin(); it != listeners_.end(); ++it) {
+      if ((*it)->l == l) {
+        found = *it;
+        listeners_.erase(it);
+        break;
+      }
+    }
+    if (!found) return false;
+    found->removed = true;
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+    unsigned mine = 0;
+    for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
+      if (c->entry == found.get()) ++mine;
+    lcv_.wait(lk, [&] { return found->calling <= mine; });
+    return true;
+  }
+  /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
+  /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
+  /// is still alive; add_listener / remove_listener need no such care.
+  scope_listener* set_listener(scope_listener* l) {
+    std::vector<scope_listener*> old;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      for (const auto& e : listeners_) old.push_back(e->l);
+    }
+    for (scope_listener* o : old)
+      if (o != l) remove_listener(o);
+    add_listener(l);
+    return old.empty() ? nullptr : old.back();
+  }
+  /// The most recently attached listener still attached (nullptr if none).
+  scope_listener* listener() const {
+    std::lock_guard<std::mutex> lk(lm_);
+    return listeners_.empty() ? nullptr : listeners_.back()->l;
+  }
+  /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
+  bool listeners_want_reference_stats() const {
+    if (listener_count() == 0) return false;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (!e->removed && e->l->wants_reference_stats()) return true;
+    return false;
+  }
+  /// How many listeners are attached.
+  std::size_t listener_count() const { return listener_count_.load(std::memory_order_acquire); }
+
+  /// A number unique to this recorder within the process (snapshot file names carry it).
+  std::uint64_t id() const { return id_; }
 
   /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
   check_gate* set_gate(check_gate* g) { return gate_.exchange(g, std::memory_order_acq_rel); }
@@ -436,6 +584,7 @@ class recorder {
     std::lock_guard<std::mutex> lk(m_);
     for (auto& f : ring_) f = frame{};
     head_ = count_ = 0;
+    hf_.clear();
   }
 
   /// Records a one-tensor checkpoint frame (DETECT_OVERFLOW). Path: the enclosing scope of this thread.
@@ -446,9 +595,17 @@ class recorder {
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
 
-  /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
-  /// the scope that completes a step cannot throw from its destructor).
+  /// Throws what a completed scope could not throw from its destructor, once: the detection_error of the hf
+  /// style (its report is printed already), else stop_requested if abort_after_step was reached. Called when
+  /// the next scope opens, by recording (detection_error only) and by next_step(); call it after a forward pass
+  /// to raise at once what HuggingFace raises in the root module's hook.
+  void raise_pending() {
+    raise_pending_detection();
+    raise_pending_stop();
+  }
+  /// raise_pending() (the name scopes call when they open).
   void raise_pending_stop() {
+    raise_pending_detection();
     if (!stop_pending_.load(std::memory_order_acquire)) return;
     std::string msg;
     {
@@ -457,6 +614,18 @@ class recorder {
       msg = stop_message_;
     }
     NANSCOPE_IMPL_THROW(stop_requested(msg));
+  }
+  /// Throws the hf style's pending detection_error, if any.
+  void raise_pending_detection() {
+    if (!detection_pending_.load(std::memory_order_acquire)) return;
+    std::shared_ptr<const detection> d;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!detection_pending_.exchange(false, std::memory_order_relaxed)) return;
+      d = std::move(pending_detection_);
+      pending_detection_.reset();
+    }
+    NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
   }
 
   // --- used by scope ---
@@ -492,14 +661,18 @@ class recorder {
     banner_step_ = ~std::uint64_t{0};
   }
   void emit(std::string_view text) const {
+    if (text.empty()) return;
     if (opts_.sink) {
       opts_.sink(text);
     } else {
-      std::fwrite(text.data(), 1, text.size(), stderr);
-      std::fflush(stderr);
+      std::FILE* to = opts_.style == report_style::hf ? stdout : stderr;  // HF prints with print()
+      std::fwrite(text.data(), 1, text.size(), to);
+      std::fflush(to);
     }
   }
   void complete_step();
+  void complete_hf(frame&& f, bool outermost);
+  /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
                                 const health_result* known);
@@ -520,6 +693,13 @@ class recorder {
     }
     return a;
   }
+  /// The dtype a tensor at `path` of dtype `own` will be cast to: the first matching rule's cast_to, else the
+  /// options' cast_to, else its own dtype.
+  dtype cast_target_locked(const std::string& path, dtype own) const {
+    for (const auto& r : opts_.rules)
+      if (r.cast_to && detail::glob_match(r.pattern, path)) return *r.cast_to;
+    return opts_.cast_to ? *opts_.cast_to : own;
+  }
 
   mutable std::mutex m_;
   recorder_options opts_;
@@ -534,7 +714,58 @@ class recorder {
   std::string stop_message_;
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
-  std::atomic<scope_listener*> listener_{nullptr};
+  detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
+  std::atomic<bool> detection_pending_{false};
+  std::shared_ptr<const detection> pending_detection_;
+  // listeners: entries are shared so that a call in progress keeps its entry while it is detached
+  struct listener_entry {
+    explicit listener_entry(scope_listener* p) : l(p) {}
+    scope_listener* l;
+    unsigned calling = 0;  ///< calls into l in progress (under lm_)
+    bool removed = false;
+  };
+  /// Calls fn(listener) for every attached listener, outside the recorder's lock.
+  template <class F>
+  void notify(F&& fn) {
+    if (listener_count_.load(std::memory_order_acquire) == 0) return;
+    std::shared_ptr<listener_entry> one[4];
+    std::vector<std::shared_ptr<listener_entry>> more;
+    std::size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      n = listeners_.size();
+      if (n <= 4) {
+        for (std::size_t i = 0; i < n; ++i) one[i] = listeners_[i];
+      } else {
+        more = listeners_;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      listener_entry& e = n <= 4 ? *one[i] : *more[i];
+      {
+        std::lock_guard<std::mutex> lk(lm_);
+        if (e.removed) continue;
+        ++e.calling;
+      }
+      {
+        detail::listener_call mark(&e);
+        fn(*e.l);
+      }
+      std::lock_guard<std::mutex> lk(lm_);
+      if (--e.calling == 0 && e.removed) lcv_.notify_all();
+    }
+  }
+  /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
+  void report_misuse(const std::string& text) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(text);
+  }
+
+  mutable std::mutex lm_;  // guards listeners_ and the entries' counters
+  std::condition_variable lcv_;
+  std::vector<std::shared_ptr<listener_entry>> listeners_;
+  std::atomic<std::size_t> listener_count_{0};
+  const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};
   std::atomic<bool> enabled_{true};
 };
@@ -573,20 +804,29 @@ class scope {
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
-    if (scope_listener* l = r.listener()) l->scope_opened(frame_, same_parent_ == nullptr);
+    r.notify([&](scope_listener& l) { l.scope_opened(frame_, same_parent_ == nullptr); });
   }
   scope(std::string_view name, std::string_view class_name, source_location where = {})
       : scope(default_recorder(), name, class_name, where) {}
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
+  /// Ends the module call. Scopes must end in the reverse order of their creation, on the thread that created
+  /// them (automatic variables always do). A heap-allocated scope ended while scopes opened inside it are still
+  /// alive is unlinked from the thread's chain (those scopes now nest in its enclosing scope), and the misuse is
+  /// printed to the recorder's sink; a scope ended on another thread than its own is reported and aborts the
+  /// process (the owning thread's chain cannot be repaired from here), never a use of freed memory.
   ~scope() {
-    if (inert_) {
-      detail::thread_top_scope() = parent_;
+    scope*& top = detail::thread_top_scope();
+    if (top == this) {
+      top = parent_;
+    } else {
+      unlink_out_of_order(top);
+    }
+    if (inert_) {  // opened while checking was off: only the step advances
       if (same_parent_ == nullptr) rec_.complete_inert();
       return;
     }
-    if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
-    detail::thread_top_scope() = parent_;
+    rec_.notify([&](scope_listener& l) { l.scope_closed(frame_, same_parent_ == nullptr); });
     frame_.complete = true;
     rec_.complete(std::move(frame_), same_parent_ == nullptr);
   }
@@ -650,6 +890,29 @@ class scope {
 
  private:
   friend class recorder;
+  static std::string describe(const scope* s) {
+    std::string out = "'" + s->frame_.module_path + "'";
+    if (!s->frame_.class_name.empty()) out += " (" + s->frame_.class_name + ")";
+    return out;
+  }
+  /// ~scope of a scope that is not the innermost of this thread: remove it from the chain, or stop.
+  void unlink_out_of_order(scope*& top) {
+    scope* inner = top;
+    while (inner != nullptr && inner->parent_ != this) inner = inner->parent_;
+    if (inner == nullptr) {
+      rec_.report_misuse("nanscope: scope " + describe(this) +
+                         " ended on a thread that does not have it open (a scope must end on the thread that "
+                         "created it); aborting, since its own thread's scope chain would point to freed memory\n");
+      std::abort();
+    }
+    // Scopes opened inside this one (still alive) now nest in this one's enclosing scope.
+    for (scope* s = top; s != this; s = s->parent_)
+      if (s->same_parent_ == this) s->same_parent_ = same_parent_;
+    inner->parent_ = parent_;
+    rec_.report_misuse("nanscope: scope " + describe(this) + " ended before the scope " + describe(top) +
+                       " opened inside it on this thread (scopes must end in the reverse order of their creation); "
+                       "the scopes still open now nest in its enclosing scope\n");
+  }
   recorder& rec_;
   scope* parent_;
   const scope* same_parent_ = nullptr;
@@ -682,7 +945,7 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
   rec.is_none = is_none;
   rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
   f.tensors.push_back(std::move(rec));
-  if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
@@ -692,20 +955,34 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     off.mode = check_mode::no_tensor;
     return off;
   }
+  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
+  if (detection_pending_.load(std::memory_order_acquire) || stop_pending_.load(std::memory_order_acquire)) {
+    bool hf;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hf = opts_.style == report_style::hf;
+    }
+    if (hf) raise_pending_stop();
+  }
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.where = where;
   rec.view = v;
+  rec.reference = detail::take_reference_stats(v.data);
   if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
   bool skip = false;
   check_mode mode;
   unsigned threads;
   bool skip_int;
   bool want_margins;
+  bool hf;
+  bool warn;
   {
     std::lock_guard<std::mutex> lk(m_);
     allowed = allowed | rule_allow(f.module_path, skip);
+    hf = opts_.style == report_style::hf;
+    warn = !hf || opts_.warn_in_hf_style;
     mode = opts_.mode;
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
@@ -756,7 +1033,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
       detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     }
     f.tensors.push_back(std::move(rec));
-    if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
     return f.tensors.back().health;
   }
   if (known != nullptr) {
@@ -777,10 +1054,19 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   rec.allowed = h.has_nonfinite() && !bad;
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
-  maybe_warn(f, stored);
-  if (scope_listener* l = listener()) l->tensor_recorded(f, stored);
+  if (warn) maybe_warn(f, stored);
+  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
   const health_result result = stored.health;
-  if (bad) detect(f, stored);
+  if (bad && !hf) detect(f, stored);
+  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
+  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
+  if (bad && hf && role == tensor_role::checkpoint) {
+    std::string lines;
+    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
+    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
+    std::lock_guard<std::mutex> lk(m_);
+    if (opts_.policy != on_detect::callback) emit(lines);
+  }
   return result;
 }
 
@@ -791,8 +1077,10 @@ inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
   std::string text;
   {
     std::lock_guard<std::mutex> lk(m_);
+    const dtype target = cast_target_locked(f.module_path, rec.health.type);
     for (int i = 0; i < lp_format_count; ++i) {
       const double thr = opts_.warn_abs_max[i];
+      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
       if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
       rec.warned |= 1u << i;
       std::string site = f.module_path;
@@ -858,61 +1146,20 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
   }
 }
 
-/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
-/// files into `dir`, plus an index (JSON) naming them. Every file is written atomically. Failures are reported
-/// to the sink and do not replace the detection.
-inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
-  const std::string prefix = dir + "/nanscope_step" + std::to_string(d.step) + "_" +
-                             std::to_string(detections_.load(std::memory_order_relaxed));
-  std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
-                      detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
-                      ",\n  \"context\": " + detail::json_quote(d.context) +
-                      ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
-  bool first = true;
-  auto write_one = [&](const tensor_record& t, int k) {
-    if (!t.is_tensor || t.view.data == nullptr) return;
-    const std::string file = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
-                             detail::file_safe(t.context) + ".npy";
-    write_npy(file, t.view);
-    const std::string base = file.substr(file.find_last_of('/') + 1);
-    index += first ? "\n" : ",\n";
-    first = false;
-    index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
-             "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
-             "\", \"shape\": [";
-    for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
-    index += "], \"offending\": ";
-    index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
-  };
-  auto run = [&] {
-    ::mkdir(dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the files are written
-    int k = 0;
-    for (const auto& t : current.tensors)
-      if (t.context == d.context && t.role == d.role) write_one(t, k++);
-    if (d.produced_here)
-      for (const auto& t : current.tensors)
-        if (t.role == tensor_role::input || t.role == tensor_role::parameter) write_one(t, k++);
-    index += first ? "]" : "\n  ]";
-    if (!d.produced_here)
-      index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
-               "progress any more, so only the offending tensor was saved\"";
-    index += "\n}\n";
-    const std::string index_path = prefix + "_index.json";
-    detail::write_file_atomically(index_path, index.data(), index.size());
-  };
-#if NANSCOPE_IMPL_EXCEPTIONS
-  try {
-    run();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(m_);
-    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
-  }
-#else
-  run();
-#endif
-}
-
 inline void recorder::complete(frame&& f, bool outermost) {
+  bool hf;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    hf = opts_.style == report_style::hf;
+  }
+  if (hf) {
+    const std::uint64_t before = step();
+    complete_hf(std::move(f), outermost);
+    const std::uint64_t after = step();
+    if (after != before)
+      if (check_gate* g = gate()) g->step_boundary(after);
+    return;
+  }
   std::string trace;
   std::uint64_t boundary = 0;
   bool advanced = false;
@@ -966,24 +1213,117 @@ inline void recorder::complete_inert() {
 }
 
 inline void recorder::complete_step() {
+  raise_pending_detection();
   std::string msg;
-  std::uint64_t next = 0;
+  std::uint64_t boundary = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
+    const bool hf = opts_.style == report_style::hf;
     const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    std::uint64_t next = finished;
+    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
+    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
     const bool already = stop_pending_.exchange(false, std::memory_order_relaxed);
     if (already) {
-      msg = stop_message_;  // auto_step armed the stop and printed it already
-    } else if (opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step)) {
+      msg = stop_message_;  // auto_step armed the stop already
+    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
+                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
       msg = stop_text(finished + 1);
-      emit(msg + "\n");
+      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
       if (opts_.policy == on_detect::abort) std::abort();
     }
     begin_step_locked(finished + 1);
-    next = finished + 1;
+    boundary = finished + 1;
   }
-  if (check_gate* g = gate()) g->step_boundary(next);
+  if (check_gate* g = gate()) g->step_boundary(boundary);
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
+}
+
+/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
+/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
+/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
+inline void recorder::complete_hf(frame&& f, bool outermost) {
+  std::shared_ptr<detection> d;
+  on_detect policy = on_detect::throw_exception;
+  std::function<void(const detection&)> cb;
+  bool abort_now = false;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
+    ring_[head_] = f;
+    head_ = (head_ + 1) % ring_.size();
+    if (count_ < ring_.size()) ++count_;
+    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
+    const bool is_root = outermost && opts_.auto_step;
+    std::uint64_t batch = step_.load(std::memory_order_relaxed);
+    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
+    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
+    bool skip = detection_pending_.load(std::memory_order_relaxed) || stop_pending_.load(std::memory_order_relaxed);
+#if NANSCOPE_IMPL_EXCEPTIONS
+    skip = skip || std::uncaught_exceptions() > 0;
+#endif
+    if (skip) {
+      if (is_root) {
+        hf_.end_batch(batch, -1);
+        begin_step_locked(batch);
+      }
+      return;
+    }
+    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
+                         [this](std::uint64_t b) { return tracing_locked(b); });
+    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
+    policy = opts_.policy;
+    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
+    if (o.trace && policy != on_detect::callback) {
+      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
+    }
+    bool raised = false;
+    if (o.report) {
+      hf_.clear_detected();
+      if (!(opts_.report_once_per_step && reported_step_ == batch)) {
+        reported_step_ = batch;
+        detections_.fetch_add(1, std::memory_order_relaxed);
+        d = std::make_shared<detection>();
+        const frame& ff = hf_.first_frame();
+        const tensor_record& t = ff.tensors[hf_.first_tensor()];
+        d->step = batch;
+        d->module_path = ff.module_path;
+        d->class_name = ff.class_name;
+        d->context = t.context;
+        d->role = t.role;
+        d->health = t.health;
+        d->where = t.where;
+        d->produced_here = ff.inputs_finite();
+        d->frames = hf_.frames();
+        if (auto fn = detail::report_formatter().load()) {
+          d->report = fn(report_style::hf, *d);
+        } else {
+          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+        }
+        if (policy != on_detect::callback) text += d->report;
+        cb = opts_.callback;
+        if (policy == on_detect::throw_exception) {
+          raised = true;
+          pending_detection_ = d;
+          detection_pending_.store(true, std::memory_order_release);
+        }
+        abort_now = policy == on_detect::abort;
+      }
+    }
+    if (o.stop && !raised && !stop_pending_.load(std::memory_order_relaxed)) {
+      stop_message_ = detail::hf_abort_text(batch, opts_.abort_after_step);
+      if (policy == on_detect::abort) {
+        text += stop_message_ + "\n";  // the process ends: the reason must show somewhere
+        abort_now = true;
+      } else {
+        stop_pending_.store(true, std::memory_order_release);  // HF prints nothing: it raises
+      }
+    }
+    emit(text);
+  }
+  if (abort_now) std::abort();
+  if (d && policy == on_detect::callback && cb) cb(*d);
 }
 
 template <class T>
@@ -1024,5 +1364,8 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
 }
 
 NANSCOPE_NAMESPACE_END
+
+// recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
+#include "snapshot.hpp"
 
 #endif  // NANSCOPE_RECORDER_HPP

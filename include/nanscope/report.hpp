@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -21,8 +22,7 @@
 NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
-inline constexpr const char* hf_prefix = "                 ";  // 17 spaces
-inline constexpr const char* hf_header = "abs min  abs max  metadata";
+// hf_prefix, hf_header and hf_banner() are in hf_style.hpp.
 
 /// abs min / abs max with torch semantics (what `var.abs().min()` prints): any NaN makes both NaN.
 inline double hf_abs_min(const health_result& h) { return h.nan != 0 ? qnan : h.abs_min; }
@@ -57,8 +57,10 @@ void for_each_in_hf_order(const frame& f, Fn&& fn) {
       if (role_rank(t.role) == r) fn(t);
 }
 
+/// FRAME of the grammar: the frame's banner lines (hf style), the module line, one line per tensor.
 template <class Out>
 Out format_hf_frame(Out out, const frame& f) {
+  out = std::copy(f.banner.begin(), f.banner.end(), out);
   out = fmt::format_to(out, "{} {} {}", hf_prefix, f.module_path, f.class_name);
   for_each_in_hf_order(f, [&](const tensor_record& t) {
     if (t.is_none) {
@@ -132,7 +134,8 @@ inline std::string short_file(const char* file) {
 }
 }  // namespace detail
 
-/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, frames, blank lines.
+/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, the frames joined with
+/// '\n' (a `print`), then `print("\n\n")`: four newlines after the last frame.
 template <class Out>
 Out format_hf_report(Out out, const detection& d) {
   out = fmt::format_to(out, "\nDetected inf/nan during batch_number={}\nLast {} forward frames:\n{}\n", d.step,
@@ -141,15 +144,17 @@ Out format_hf_report(Out out, const detection& d) {
     if (i != 0) out = fmt::format_to(out, "\n");
     out = detail::format_hf_frame(out, d.frames[i]);
   }
-  return fmt::format_to(out, "\n\n\n");
+  return fmt::format_to(out, "\n\n\n\n");
 }
 
-/// One traced frame as HuggingFace prints it in trace mode, with the batch banner before a step's first.
+/// One traced frame as HuggingFace prints it in trace mode. `banner`: put the batch banner of f.step before it
+/// (the native styles' trace; in the hf style the frame carries its banner lines itself).
 template <class Out>
 Out format_hf_trace(Out out, const frame& f, bool banner) {
-  if (banner)
-    out = fmt::format_to(out, "\n\n{} *** Starting batch number={} ***\n{}\n", detail::hf_prefix, f.step,
-                         detail::hf_header);
+  if (banner) {
+    const std::string b = detail::hf_banner(f.step);
+    out = std::copy(b.begin(), b.end(), out);
+  }
   out = detail::format_hf_frame(out, f);
   return fmt::format_to(out, "\n");
 }

@@ -23,7 +23,10 @@
 // level. Output is streamed: the files are written while the pass runs, and only a run of numbered siblings that
 // pruning may still drop is held in memory (one layer block and what follows it), so memory stays bounded for
 // deep and wide trees. Files are written atomically (a temporary file renamed over the target when the
-// outermost scope ends): a crash leaves the previous file or the complete new one.
+// outermost scope ends): a crash never leaves a truncated file. The pair is committed as "remove the old
+// SUMMARY, rename FULL_TENSORS, rename SUMMARY", so whenever both files exist they are of the same pass; both
+// end with the same "nanscope_pair" {run, pass} (with extras). Temporaries of writers killed midway are removed
+// by the next writer's first pass (dead processes only). docs/tree.md, "Crash consistency of the pair".
 //
 // Ranks: by default only rank 0 writes (the rank comes from tree_options::rank or the first of RANK,
 // LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK that is set); every_rank writes "{Class}_rank{r}_debug_tree_*.json".
@@ -42,8 +45,11 @@
 #include "recorder.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
+#include "detail/process.hpp"
 #include "detail/torch_print.hpp"
 
+#include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -80,6 +86,7 @@ struct tree_options {
   bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
   bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
   bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  bool hash = false;          ///< with extras: each tensor's content hash under "hash" (hash.hpp; for nanscope-diff --bitwise)
   tree_ranks ranks = tree_ranks::rank0_only;
   int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
   std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
@@ -95,6 +102,7 @@ struct tree_options {
   tree_options& with_rank(int r) { rank = r; return *this; }
   tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
   tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& with_hash(bool on = true) { hash = on; return *this; }
   tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
 };
 
@@ -108,32 +116,28 @@ namespace detail {
 #endif
 }
 
-/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
-inline bool make_directories(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
-  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
-  }
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
 inline int env_rank() {
-  static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
-  for (const char* var : vars) {
-    const char* v = std::getenv(var);
-    if (v == nullptr || *v == '\0') continue;
-    long long r = 0;
-    const char* end = v + std::strlen(v);
-    auto res = std::from_chars(v, end, r);
-    if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF)
-      tree_fail(std::string("environment variable ") + var + "='" + v + "' is not a rank (a non-negative integer)");
-    return static_cast<int>(r);
-  }
-  return -1;
+  const char* var = nullptr;
+  const char* value = nullptr;
+  const int r = parse_env_rank(&var, &value);
+  if (r == -2)
+    tree_fail(std::string("environment variable ") + var + "='" + value + "' is not a rank (a non-negative integer)");
+  return r;
+}
+
+/// Serialises the commit of SUMMARY/FULL_TENSORS pairs within the process (two writers into one directory never
+/// interleave their renames).
+inline std::mutex& tree_commit_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Test hook: when set, called at each stage of a pass's commit (1: the old SUMMARY removed, 2: FULL_TENSORS
+/// renamed into place, 3: SUMMARY renamed into place). The fault-injection tests kill the writer there.
+inline std::atomic<void (*)(int)>& tree_commit_probe() {
+  static std::atomic<void (*)(int)> probe{nullptr};
+  return probe;
 }
 
 /// A JSON string literal as Python's json.dumps writes it (ensure_ascii): \" \\ \n \r \t \b \f named, other
@@ -411,8 +415,9 @@ struct tree_text {
 
 }  // namespace detail
 
-/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as the
-/// recorder's scope listener for its lifetime; construct and destroy it while no scope of the recorder is open.
+/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as one
+/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder and
+/// destroyed in any order.
 class tree_writer final : public scope_listener {
  public:
   explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
@@ -424,13 +429,14 @@ class tree_writer final : public scope_listener {
       if (!detail::make_directories(opts_.directory))
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
-    previous_ = rec_.set_listener(this);
+    run_id_ = detail::unique_run_id();
+    rec_.add_listener(this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
-  ~tree_writer() override {
-    if (rec_.listener() == this) rec_.set_listener(previous_);
-  }
+  /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
+  /// abandoned: its temporary files are removed and the previous files stay.
+  ~tree_writer() override { rec_.remove_listener(this); }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -489,13 +495,30 @@ class tree_writer final : public scope_listener {
     });
   }
 
+  bool wants_reference_stats() const noexcept override { return active_; }
+
   void scope_closed(const frame& f, bool outermost) noexcept override {
+    (void)outermost;
     std::lock_guard<std::mutex> lk(m_);
     guarded([&] {
-      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty() || nodes_.back().fp != &f) return;
+      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      bool open = false;
+      for (const node& n : nodes_) open = open || n.fp == &f;
+      if (!open) return;
+      // A scope that ends before the scopes opened inside it (a heap scope deleted out of order, which the
+      // recorder reports) closes them too: the tree stays well formed.
+      while (nodes_.back().fp != &f) close_node();
       close_node();
-      if (outermost || nodes_.empty()) end_pass();
+      if (nodes_.empty()) end_pass();
     });
+  }
+
+  /// The id of this writer instance, written with the pass number as "nanscope_pair" in both files.
+  const std::string& run_id() const { return run_id_; }
+  /// Passes begun so far (the "pass" of "nanscope_pair").
+  std::uint64_t passes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return pass_;
   }
 
  private:
@@ -576,6 +599,15 @@ class tree_writer final : public scope_listener {
                              "_debug_tree_";
     summary_path_ = opts_.write_summary ? base + "SUMMARY.json" : std::string();
     full_path_ = opts_.write_full ? base + "FULL_TENSORS.json" : std::string();
+    if (cleaned_base_ != base) {
+      // temporaries of this writer's files left by writers killed midway (dead processes only)
+      std::vector<std::string> names;
+      for (const std::string* p : {&summary_path_, &full_path_})
+        if (!p->empty()) names.push_back(p->substr(p->rfind('/') + 1));
+      detail::remove_stale_temporaries(opts_.directory, names);
+      cleaned_base_ = base;
+    }
+    ++pass_;
     if (opts_.write_summary) summary_file_ = std::make_unique<detail::atomic_file>(summary_path_);
     if (opts_.write_full) full_file_ = std::make_unique<detail::atomic_file>(full_path_);
     in_pass_ = true;
@@ -804,6 +836,13 @@ class tree_writer final : public scope_listener {
                                            {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}}),
                         k);
       w.add(s);
+      // the pair id, the root's last key: equal in the SUMMARY and FULL_TENSORS files of one pass
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string pair = "\"nanscope_pair\": ";
+      detail::append_at(pair, detail::py_object({{"run", detail::py_json_quote(run_id_)}, {"pass", std::to_string(pass_)}}),
+                        k);
+      w.add(pair);
     }
   }
 
@@ -849,10 +888,28 @@ class tree_writer final : public scope_listener {
     root_.clear();
   }
 
+  /// Commits the pass's files. With both files: the old SUMMARY is removed first, then FULL_TENSORS and then
+  /// SUMMARY are renamed into place (each fsynced). Whatever moment the process dies at, the directory holds the
+  /// old pair, the old FULL_TENSORS alone, the new FULL_TENSORS alone, or the new pair: whenever both files
+  /// exist they are of the same pass. SUMMARY is the commit mark of a pair.
   void end_pass() {
     maybe_flush(true);
-    if (summary_file_) summary_file_->commit();
-    if (full_file_) full_file_->commit();
+    auto probe = [](int stage) {
+      if (auto p = detail::tree_commit_probe().load(std::memory_order_acquire)) p(stage);
+    };
+    {
+      std::lock_guard<std::mutex> commit_lock(detail::tree_commit_mutex());
+      if (summary_file_ && full_file_) {
+        if (::unlink(summary_path_.c_str()) != 0 && errno != ENOENT)
+          detail::file_fail(summary_path_, detail::errno_text("cannot remove the previous pass's file", errno));
+        detail::fsync_directory(detail::directory_of(summary_path_), summary_path_);
+        probe(1);
+      }
+      if (full_file_) full_file_->commit();
+      probe(2);
+      if (summary_file_) summary_file_->commit();
+      probe(3);
+    }
     summary_file_.reset();
     full_file_.reset();
     summary_bytes_ += pass_summary_bytes_;
@@ -899,8 +956,9 @@ class tree_writer final : public scope_listener {
     health_result own;
     const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
                                                 v.space == memory_space::cuda_managed);
+    const bool want_hash = opts_.hash && opts_.extras && readable;
     if (is_float(v.type) && h->mode != check_mode::stats && readable) {
-      own = (check)(v, check_options{}.with_mode(check_mode::stats));
+      own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
       h = &own;
     }
     if (torch) {
@@ -930,7 +988,11 @@ class tree_writer final : public scope_listener {
     }
     const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
     if (is_float(v.type) && (torch ? hf_stats : true)) {
-      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+        s.mean = rec.reference.mean;
+        s.std = rec.reference.std;
+      }
       if (torch) {
         io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
         io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
@@ -963,6 +1025,11 @@ class tree_writer final : public scope_listener {
       if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     } else if (detail::is_finite_bits(h->abs_max)) {
       io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
+    }
+    if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
+      const content_hash ch =
+          h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
+      io.fields.emplace_back("hash", detail::py_json_quote(to_hex(ch)));
     }
   }
 
@@ -1000,7 +1067,9 @@ class tree_writer final : public scope_listener {
 
   recorder& rec_;
   tree_options opts_;
-  scope_listener* previous_ = nullptr;
+  std::string run_id_;
+  std::uint64_t pass_ = 0;
+  std::string cleaned_base_;
   int rank_ = 0;
   bool active_ = true;
 

@@ -46,7 +46,15 @@ double value(rng& g, int flavour) {
     }
     case 5: return 0.0;  // all zeros
     case 6: return g.uniform() * 1e-6;  // tiny
-    default: return std::floor(g.uniform() * 3) * 1e9;  // huge integers (> 1e8: sci)
+    case 7: return std::floor(g.uniform() * 3) * 1e9;  // huge integers (> 1e8: sci)
+    case 8: {  // no non-zero finite value: zeros of both signs and specials (torch's integer style)
+      const int k = g.below(5);
+      return k == 0 ? 0.0 : k == 1 ? -0.0 : k == 2 ? inf : k == 3 ? -inf : std::numeric_limits<double>::quiet_NaN();
+    }
+    default: {  // only inf/nan
+      const int k = g.below(3);
+      return k == 0 ? inf : k == 1 ? -inf : std::numeric_limits<double>::quiet_NaN();
+    }
   }
 }
 
@@ -66,9 +74,9 @@ int main(int argc, char** argv) {
   rng g{12345};
   const dtype types[] = {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::i32, dtype::i64, dtype::u8, dtype::boolean};
   int n_cases = 0;
-  for (int c = 0; c < 400; ++c) {
+  for (int c = 0; c < 500; ++c) {
     const dtype t = types[c % 8];
-    const int flavour = g.below(8);
+    const int flavour = g.below(10);
     // shapes: 0-d, 1-d, 2-d, 3-d; some above the 1000-element threshold; some empty
     int rank = g.below(4);
     std::int64_t shape[3] = {1, 1, 1};

@@ -24,12 +24,15 @@ class Formatter:
     def __init__(self, values, floating):
         self.floating = floating
         self.width = 1
+        self.int_style = False
         if not floating:
             for v in values:
                 self.width = max(self.width, len(str(v)))
             return
         nz = [v for v in values if math.isfinite(v) and v != 0]
         if not nz:
+            # torch's _Formatter returns here, before `self.sci_mode = PRINT_OPTS.sci_mode`: integer style
+            self.int_style = True
             return
         mags = [abs(v) for v in nz]
         lo, hi = min(mags), max(mags)
@@ -44,7 +47,10 @@ class Formatter:
             self.width = max(len("{:.{}f}".format(v, PREC)) for v in nz)
 
     def format(self, v):
-        s = "{:{}.{}e}".format(v, self.width, PREC) if self.floating else str(v)
+        if self.floating and self.int_style:
+            s = "{:.0f}".format(v) + ("." if math.isfinite(v) else "")
+        else:
+            s = "{:{}.{}e}".format(v, self.width, PREC) if self.floating else str(v)
         return " " * (self.width - len(s)) + s
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 LAYER = re.compile(r"(.*)\.(\d+)$")
-NODE_KEYS = ["module_path", "inputs", "outputs", "children", "parameters", "source", "nanscope"]
+NODE_KEYS = ["module_path", "inputs", "outputs", "children", "parameters", "source", "nanscope", "nanscope_pair"]
 TENSOR_KEYS = ["shape", "dtype", "value", "mean", "std", "min", "max", "health", "abs_max", "abs_min_nonzero",
                "headroom_bits", "first_nonfinite"]
 errors = []
@@ -136,14 +136,18 @@ def main():
             check_node(full, "TinyModel", f"{d}:root", True)
             if full["nanscope"]["style"] != style or full["nanscope"]["pruned"] != (mode == "pruned"):
                 fail(f"{d}: nanscope extras {full['nanscope']}")
+            if list(full.keys())[-1] != "nanscope_pair" or full["nanscope_pair"] != summary["nanscope_pair"]:
+                fail(f"{d}: nanscope_pair missing, not last, or different in SUMMARY and FULL_TENSORS")
             trees[(style, mode)] = full
     for style in ("torch_repr", "numeric"):
         unpruned, pruned = trees[(style, "unpruned")], trees[(style, "pruned")]
         reference = json.loads(json.dumps(unpruned))
         prune(reference)
-        # the root's own nanscope object differs on purpose (its "pruned" flag and the recorder's step)
+        # the root's own nanscope object differs on purpose (its "pruned" flag and the recorder's step), and so
+        # does the pair id (another writer)
         reference.pop("nanscope")
-        pruned = {k: v for k, v in pruned.items() if k != "nanscope"}
+        reference.pop("nanscope_pair")
+        pruned = {k: v for k, v in pruned.items() if k not in ("nanscope", "nanscope_pair")}
         if reference != pruned:
             fail(f"{style}: the streamed pruning differs from the Python rule applied to the unpruned tree")
         if count(pruned) >= count(unpruned):

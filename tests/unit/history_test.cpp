@@ -233,20 +233,20 @@ struct counting_listener : nanscope::scope_listener {
   void scope_closed(const nanscope::frame&, bool) noexcept override { ++closed; }
 };
 
-TEST_CASE("history: attached to a recorder it is fed each output, warns to the sink, and forwards events") {
+TEST_CASE("history: attached to a recorder it is fed each output, warns to the sink, next to another listener") {
   std::string sink;
   nanscope::recorder_options o;
   o.sink = [&](std::string_view t) { sink.append(t); };
   o.warn_abs_max[0] = 0.0;  // the recorder's own threshold warning off: only the history speaks
   nanscope::recorder rec(o);
   counting_listener prev;
-  rec.set_listener(&prev);
+  rec.add_listener(&prev);
   nanscope::history_options ho;
   ho.rules.overflow_steps = 30.0;
   ho.rules.warmup_factor = 0.0;  // growth of 64x over the warm-up max would fire too (s = 28): tested above
   nanscope::history hist(ho);
   hist.attach(rec);
-  CHECK(rec.listener() == &hist);
+  CHECK(rec.listener_count() == 2);
   std::vector<float> quiet(64, 1.0f), loud(64, 1.0f);
   std::uint64_t warned_at = ~std::uint64_t{0};
   for (std::uint64_t s = 0; s < 60; ++s) {
@@ -285,6 +285,7 @@ TEST_CASE("history: attached to a recorder it is fed each output, warns to the s
   CHECK(prev.recorded == 60 * 3);
   CHECK(prev.closed == 180);
   hist.detach();
+  CHECK(rec.listener_count() == 1);
   CHECK(rec.listener() == &prev);
 }
 

@@ -34,7 +34,8 @@ using nanscope::tensor_role;
 
 using vec = std::vector<double>;
 
-/// Options printing into `c`, with no low-precision warnings unless a test turns them on.
+/// Options printing into `c`, with no low-precision warnings unless a test turns them on. The style is the
+/// default, native one (extended): detection as each tensor is recorded. The hf style is in hf_style_test.cpp.
 nanscope::recorder_options opts(const nsrec::capture& c, on_detect policy) {
   nanscope::recorder_options o = nsrec::quiet_options(c, policy);
   for (double& w : o.warn_abs_max) w = 0.0;
@@ -126,9 +127,9 @@ TEST_CASE("recorder: print_and_continue — the producer is reported once, later
     model.output(h);
   }
   CHECK(rec.detections() == 1);
-  CHECK(nsrec::count_of(out.str(), "Detected inf/nan during batch_number=0") == 1);
-  CHECK(out.str().find(" layers.2 LogLayer\n") != std::string::npos);
-  CHECK(out.str().find(" layers.3 ") == std::string::npos);  // the report was printed at layer 3
+  CHECK(nsrec::count_of(out.str(), "=== nanscope: inf/nan detected ===\nstep 0, ") == 1);
+  CHECK(out.str().find("step 0, layers.2 (LogLayer), output:") != std::string::npos);
+  CHECK(out.str().find("layers.3") == std::string::npos);  // the report was printed at layer 3
   const auto saved = rec.frames();
   REQUIRE(saved.size() == 7);
   CHECK(saved[2].produced_nonfinite());
@@ -457,7 +458,7 @@ TEST_CASE("recorder: trace_steps prints every frame of a traced step as it compl
   }
   CHECK(thrown);
   CHECK(out.str().find("Starting batch number") == std::string::npos);
-  CHECK(out.str().find("Detected inf/nan during batch_number=2") != std::string::npos);
+  CHECK(out.str().find("=== nanscope: inf/nan detected ===\nstep 2, ") != std::string::npos);
   CHECK(rec.frames().size() == 3);
 }
 
@@ -581,9 +582,9 @@ TEST_CASE("recorder: print_and_continue — one report per step; the next step r
     }
   }
   CHECK(rec.detections() == 2);
-  CHECK(nsrec::count_of(out.str(), "Detected inf/nan during batch_number=0") == 1);
-  CHECK(nsrec::count_of(out.str(), "Detected inf/nan during batch_number=1") == 1);
-  CHECK(nsrec::count_of(out.str(), "Detected inf/nan") == 2);
+  CHECK(nsrec::count_of(out.str(), "inf/nan detected ===\nstep 0, ") == 1);
+  CHECK(nsrec::count_of(out.str(), "inf/nan detected ===\nstep 1, ") == 1);
+  CHECK(nsrec::count_of(out.str(), "inf/nan detected") == 2);
 
   // report_once_per_step = false: every detection reports.
   out.clear();
@@ -595,7 +596,7 @@ TEST_CASE("recorder: print_and_continue — one report per step; the next step r
     root.input(bad);
     root.output(bad);
   }
-  CHECK(nsrec::count_of(out.str(), "Detected inf/nan during batch_number=2") == 2);
+  CHECK(nsrec::count_of(out.str(), "inf/nan detected ===\nstep 2, ") == 2);
   CHECK(rec.detections() == 4);
 }
 
@@ -774,6 +775,7 @@ TEST_CASE("recorder: integer tensors are recorded with abs min/max, never classi
 TEST_CASE("recorder: an fp16 warning for abs_max 2e4 once per site per step, never for non-finite values") {
   nsrec::capture out;
   nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::callback);  // default: f16 at 1e4
+  o.cast_to = nanscope::dtype::f16;  // these f64 tensors will be cast to fp16
   recorder rec(o);
   const vec big{2e4, 1.0};
   const vec small{9e3};
@@ -816,7 +818,9 @@ TEST_CASE("recorder: no low-precision warning for a tensor that holds NaN (the d
   // abs_max is taken over non-NaN values, so {NaN, 2e4} has a finite abs_max of 2e4; the tensor is still
   // non-finite and is already reported as such.
   nsrec::capture out;
-  recorder rec(nsrec::quiet_options(out, on_detect::callback));
+  nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::callback);
+  o.cast_to = nanscope::dtype::f16;
+  recorder rec(o);
   const vec nan_big{nsrec::qnan(), 2e4};
   scope s(rec, "other", "Linear");
   s.output(nan_big);
@@ -825,25 +829,52 @@ TEST_CASE("recorder: no low-precision warning for a tensor that holds NaN (the d
   CHECK(out.str().find("warning") == std::string::npos);
 }
 
-TEST_CASE("recorder: warning thresholds are set per low-precision format") {
+TEST_CASE("recorder: warning thresholds are set per low-precision format and measured against the cast target") {
+  // A threshold of format F applies to a tensor whose cast target is F: the first matching rule's cast_to, else
+  // recorder_options::cast_to, else the tensor's own dtype.
   nsrec::capture out;
-  nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::callback);
-  o.warn_abs_max[static_cast<int>(nanscope::lp_format::f16)] = 0.0;   // off
+  nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::callback);  // f16 at 1e4 by default
   o.warn_abs_max[static_cast<int>(nanscope::lp_format::bf16)] = 1e30;
   o.warn_abs_max[static_cast<int>(nanscope::lp_format::e4m3fn)] = 100.0;
+  o.rules.push_back(nanscope::site_rule{"kv.*", nanscope::allow::none, false, nanscope::dtype::f8_e4m3fn});
   recorder rec(o);
   const vec a{2e4};
   const vec b{2e30};
-  scope s(rec, "m", "M");
-  s.output(a);
-  CHECK(rec.warnings() == 1);  // e4m3 only
-  CHECK(s.current().tensors.back().warned == (1u << 2));
-  CHECK(out.str().find("e4m3") != std::string::npos);
-  s.output(b, 1);
-  CHECK(rec.warnings() == 3);  // bf16 and e4m3
-  CHECK(s.current().tensors.back().warned == ((1u << 1) | (1u << 2)));
+  const std::vector<float> af{2e4f};
+  {
+    scope s(rec, "m", "M");
+    s.output(a);   // f64, no cast target: no low-precision format to warn about
+    s.output(af, 1);  // f32 in an f32 model: no fp16 warning (issue 14 item 6)
+    CHECK(rec.warnings() == 0);
+    CHECK(s.current().tensors.back().warned == 0u);
+  }
+  {
+    scope s(rec, "kv.cache", "KV");  // the rule: these are cast to e4m3fn
+    s.output(a);
+    CHECK(rec.warnings() == 1);
+    CHECK(s.current().tensors.back().warned == (1u << 2));
+    CHECK(out.str().find("e4m3") != std::string::npos);
+  }
+  const std::vector<nanscope::half> h{nanscope::half::from_float(3e4)};
+  {
+    scope s(rec, "fp16", "H");
+    s.output(h);  // an fp16 tensor: its own dtype
+    CHECK(rec.warnings() == 2);
+    CHECK(s.current().tensors.back().warned == 1u);
+  }
+  nanscope::recorder_options o2 = rec.options();
+  o2.cast_to = nanscope::dtype::bf16;  // everything else will be cast to bf16
+  rec.set_options(o2);
+  {
+    scope s(rec, "m2", "M");
+    s.output(b);
+    s.output(a, 1);  // 2e4 is far below the bf16 threshold; the f16 one does not apply
+    CHECK(rec.warnings() == 3);
+    CHECK(s.current().tensors.at(0).warned == (1u << 1));
+    CHECK(s.current().tensors.at(1).warned == 0u);
+  }
   CHECK(out.str().find("bf16") != std::string::npos);
-  CHECK(out.str().find("(f16 headroom") == std::string::npos);
+  CHECK(out.str().find("(f16 headroom") != std::string::npos);  // the fp16 tensor's warning
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 // (verdict, producer marker, counts, low-precision headroom, source locations).
 //
 // Output is captured through recorder_options::sink; the policies print_and_continue and callback keep the
-// test running after a detection.
+// test running after a detection. The printer goldens take the detection of the native (extended) style through
+// a callback and print it with format_report(hf, d); the hf style's own behaviour (detection at completion,
+// has-lines, banners, exception texts) is in hf_style_test.cpp, with a few goldens here.
 #include "support/recorder_support.hpp"
 
 #include <nanscope/recorder.hpp>
@@ -36,6 +38,15 @@ nanscope::recorder_options golden_options(const nsrec::capture& c, on_detect pol
   return o;
 }
 
+/// Options whose callback keeps the first detection of the native style, for printer goldens.
+nanscope::recorder_options printer_options(const nsrec::capture& c, std::shared_ptr<nanscope::detection>& got) {
+  nanscope::recorder_options o = golden_options(c, on_detect::callback);
+  o.callback = [&got](const nanscope::detection& d) {
+    if (!got) got = std::make_shared<nanscope::detection>(d);
+  };
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("report: the prefix and header constants of this test are what the grammar says") {
@@ -46,7 +57,8 @@ TEST_CASE("report: the prefix and header constants of this test are what the gra
 
 TEST_CASE("report: HF report golden text — parameters, then inputs, then outputs; None and not-a-tensor lines") {
   nsrec::capture out;
-  recorder rec(golden_options(out));
+  std::shared_ptr<nanscope::detection> got;
+  recorder rec(printer_options(out, got));
   const double inf = nsrec::pos_inf();
   const std::vector<float> x{1.0f, -2.0f, 0.5f};
   const std::vector<float> w{0.25f, -4.0f};
@@ -87,14 +99,16 @@ TEST_CASE("report: HF report golden text — parameters, then inputs, then outpu
       P + " act GELU\n"
           "3.00e+00 1.50e+03 input[0]\n"
           "0.00e+00      inf output\n"
-          "\n\n";
-  CHECK(out.str() == expected);
+          "\n\n\n";
+  REQUIRE(got);
+  CHECK(nanscope::format_report(report_style::hf, *got) == expected);
   CHECK(rec.detections() == 1);
 }
 
 TEST_CASE("report: HF report golden text — NaN in both columns, allowed -inf shows as inf, root path is empty") {
   nsrec::capture out;
-  nanscope::recorder_options o = golden_options(out);
+  std::shared_ptr<nanscope::detection> got;
+  nanscope::recorder_options o = printer_options(out, got);
   o.max_frames = 2;
   o.rules.push_back(nanscope::site_rule{"mask", nanscope::allow::neg_inf, false});
   recorder rec(o);
@@ -130,39 +144,67 @@ TEST_CASE("report: HF report golden text — NaN in both columns, allowed -inf s
       P + "  Model\n"
           "1.25e-01 3.00e+00 input[0]\n"
           "     nan      nan output\n"
-          "\n\n";
-  CHECK(out.str() == expected);
+          "\n\n\n";
+  REQUIRE(got);
+  CHECK(nanscope::format_report(report_style::hf, *got) == expected);
   CHECK(rec.detections() == 1);
 }
 
-TEST_CASE("report: HF report text equals what detection_error carries; what() is the report's first line") {
+TEST_CASE("report: hf style — detection_error carries the printed report; what() is HF's ValueError text") {
+  nsrec::capture out;
+  nanscope::recorder_options o = golden_options(out, on_detect::throw_exception);
+  o.style = report_style::hf;
+  recorder rec(o);
+  const std::vector<float> bad{nsrec::qnan_f(), 1.0f};
+  {
+    scope s(rec, "head", "Linear");  // the root (outermost): batch 0 ends before its frame is built
+    s.output(bad);
+  }  // HF's hook: has-line and report printed now; the exception is raised by the next record/scope
+  const std::string report =
+      "\nDetected inf/nan during batch_number=1\n"
+      "Last 1 forward frames:\n"
+      "abs min  abs max  metadata\n"
+      "\n\n" + P + " *** Starting batch number=0 ***\n" + HEADER + "\n" +
+      P + " head Linear\n"
+          "     nan      nan output\n"
+          "\n\n\n";
+  CHECK(out.str() == "output has nans\n" + report);
+  bool thrown = false;
+  try {
+    scope next(rec, "head", "Linear");
+  } catch (const nanscope::detection_error& e) {
+    thrown = true;
+    CHECK(e.report() == report);
+    CHECK(e.info().report == report);
+    CHECK(e.info().step == 1);
+    CHECK(std::string(e.what()) ==
+          "DebugUnderflowOverflow: inf/nan detected, aborting as there is no point running further. Please scroll "
+          "up above this traceback to see the activation values prior to this event.");
+  }
+  CHECK(thrown);
+  CHECK_NOTHROW(rec.raise_pending());  // raised once
+}
+
+TEST_CASE("report: extended style — detection_error's what() is the report's first line") {
   nsrec::capture out;
   recorder rec(golden_options(out, on_detect::throw_exception));
   const std::vector<float> bad{nsrec::qnan_f(), 1.0f};
   bool thrown = false;
   try {
     scope s(rec, "head", "Linear");
-    s.output(bad);
+    s.output(bad);  // the native style detects as the tensor is recorded
   } catch (const nanscope::detection_error& e) {
     thrown = true;
-    const std::string expected =
-        "\nDetected inf/nan during batch_number=0\n"
-        "Last 1 forward frames:\n"
-        "abs min  abs max  metadata\n" +
-        P + " head Linear\n"
-            "     nan      nan output\n"
-            "\n\n";
-    CHECK(e.report() == expected);
-    CHECK(out.str() == expected);
-    CHECK(std::string(e.what()) == "Detected inf/nan during batch_number=0");
-    CHECK(e.info().report == expected);
+    CHECK(e.report() == out.str());
+    CHECK(std::string(e.what()) == "=== nanscope: inf/nan detected ===");
   }
   CHECK(thrown);
 }
 
-TEST_CASE("report: HF report shows a checkpoint as a frame of its enclosing module") {
+TEST_CASE("report: the HF printer shows a native-style checkpoint as a frame of its enclosing module") {
   nsrec::capture out;
-  recorder rec(golden_options(out));
+  std::shared_ptr<nanscope::detection> got;
+  recorder rec(printer_options(out, got));
   const std::vector<float> ok{2.0f, -0.5f};
   const std::vector<float> bad{1.0f, nsrec::pos_inf_f()};
   {
@@ -179,8 +221,9 @@ TEST_CASE("report: HF report shows a checkpoint as a frame of its enclosing modu
           "5.00e-01 2.00e+00 after layer_norm\n" +
       P + " encoder.ff T5LayerFF\n"
           "1.00e+00      inf after DenseReluDense\n"
-          "\n\n";
-  CHECK(out.str() == expected);
+          "\n\n\n";
+  REQUIRE(got);
+  CHECK(nanscope::format_report(report_style::hf, *got) == expected);
 }
 
 TEST_CASE("report: HF report does not show a (skipped) integer tensor as NaN") {
@@ -188,7 +231,9 @@ TEST_CASE("report: HF report does not show a (skipped) integer tensor as NaN") {
   // most models). An integer tensor cannot hold NaN, so a line reading `nan` would send the reader after a
   // NaN that does not exist.
   nsrec::capture out;
-  recorder rec(golden_options(out));
+  nanscope::recorder_options o = golden_options(out);
+  o.style = report_style::hf;
+  recorder rec(o);
   const std::vector<std::int32_t> ids{0, 7, 3};
   const std::vector<float> bad{nsrec::qnan_f()};
   {
@@ -197,6 +242,7 @@ TEST_CASE("report: HF report does not show a (skipped) integer tensor as NaN") {
     emb.output(bad);
   }
   const std::string& s = out.str();
+  CHECK(s.find("input[0] has") == std::string::npos);
   const std::string line_start = P + " embed_tokens Embedding\n";
   REQUIRE(s.find(line_start) != std::string::npos);
   const std::size_t b = s.find(line_start) + line_start.size();
@@ -209,6 +255,7 @@ TEST_CASE("report: HF report does not show a (skipped) integer tensor as NaN") {
 TEST_CASE("report: HF trace mode golden text — banner once per traced step, every frame as it completes") {
   nsrec::capture out;
   nanscope::recorder_options o = golden_options(out, on_detect::throw_exception);
+  o.style = report_style::hf;
   o.trace_steps = {1, 2};
   recorder rec(o);
   const double nan = nsrec::qnan();
@@ -226,8 +273,9 @@ TEST_CASE("report: HF trace mode golden text — banner once per traced step, ev
   };
   step(a);  // step 0: not traced, nothing printed
   CHECK(out.str().empty());
-  step(n);  // step 1: traced; the NaN is not a detection while tracing (no throw)
-  const std::string step1 = "\n\n" + P + " *** Starting batch number=1 ***\n" + HEADER + "\n" +  //
+  step(n);  // step 1: traced; the NaN is not reported while tracing (no throw), its has-line comes first
+  const std::string step1 = "output has nans\n"
+                            "\n\n" + P + " *** Starting batch number=1 ***\n" + HEADER + "\n" +  //
                             P + " layers.0 Linear\n"
                                 "1.25e-01 3.00e+00 input[0]\n"
                                 "     nan      nan output\n" +
@@ -246,8 +294,22 @@ TEST_CASE("report: HF trace mode golden text — banner once per traced step, ev
   CHECK(out.str() == step1 + step2);
   CHECK(rec.detections() == 0);
   out.clear();
-  step(a);  // step 3: not traced
+  // step 3: not traced. HF's detected flag, set in step 1, was never reset: the first call of the next
+  // untraced batch prints the report (its ring holds that one frame, with the batch banner) and raises.
+  CHECK_THROWS_AS(step(a), nanscope::detection_error);
+  const std::string step3 = "\nDetected inf/nan during batch_number=3\n"
+                            "Last 1 forward frames:\n" + HEADER + "\n" +
+                            "\n\n" + P + " *** Starting batch number=3 ***\n" + HEADER + "\n" +  //
+                            P + " layers.0 Linear\n"
+                                "1.25e-01 3.00e+00 input[0]\n"
+                                "1.25e-01 3.00e+00 output\n"
+                                "\n\n\n";
+  CHECK(out.str() == step3);
+  CHECK(rec.detections() == 1);
+  out.clear();
+  step(a);  // step 4 (the unwound root still ended step 3): clean
   CHECK(out.str().empty());
+  CHECK(rec.step() == 5);
 }
 
 TEST_CASE("report: v1 one-line format golden text (FORMATS.md §1)") {
@@ -311,6 +373,7 @@ TEST_CASE("report: extended report — producer verdict and marker, counts, head
   std::shared_ptr<nanscope::detection> got;
   o.callback = [&got](const nanscope::detection& d) { got = std::make_shared<nanscope::detection>(d); };
   o.style = report_style::extended;
+  o.cast_to = nanscope::dtype::f16;  // f64 tensors, measured against fp16 (they will be cast to it)
   recorder rec(o);
   const double nan = nsrec::qnan();
   const std::vector<double> a{0.5, -2.0};
@@ -444,7 +507,7 @@ TEST_CASE("report: the printers can be called directly on a hand-built detection
                                "abs min  abs max  metadata\n" +
                                P + " x X\n"
                                    "0.00e+00      inf output\n"
-                                   "\n\n";
+                                   "\n\n\n";
   CHECK(nanscope::format_report(report_style::hf, d) == expected);
   CHECK(nanscope::format_report(report_style::hf_v1, d) ==
         "< [7] x: X: output has infs\n\n\nlast 1 frames:\nabs_max=      inf < [7] x: X: output\n");

@@ -4,10 +4,13 @@
 #include <doctest/doctest.h>
 #include <nanscope/nanscope.hpp>
 
+#include "support/recorder_support.hpp"
+
 #if NANSCOPE_TEST_HAVE_JSON
 #include <nlohmann/json.hpp>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -189,4 +192,128 @@ TEST_CASE("snapshot: JSON strings stay valid for hostile module names") {
 #endif
   CHECK(q.find("\\ufffd") != std::string::npos);  // invalid bytes replaced
   CHECK(q.find("\\u0001") != std::string::npos);
+}
+
+// ---- issue 13 items 10 and 11: parents created, names unique per process and recorder, nothing overwritten
+
+namespace {
+void remove_tree(const std::string& dir) {
+  for (const auto& f : list_dir(dir)) {
+    const std::string p = dir + "/" + f;
+    if (::unlink(p.c_str()) != 0) remove_tree(p);
+  }
+  ::rmdir(dir.c_str());
+}
+/// One detection in recorder `rec` at step 0: output of "m" is NaN.
+void detect_once(nanscope::recorder& rec, float marker) {
+  const std::vector<float> bad{marker, std::nanf("")};
+  nanscope::scope s(rec, "m", "M");
+  s.output(bad);
+}
+std::vector<std::string> with_suffix(const std::vector<std::string>& names, const std::string& suffix) {
+  std::vector<std::string> out;
+  for (const auto& n : names)
+    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(n);
+  return out;
+}
+nanscope::recorder_options snapshot_options(const std::string& dir) {
+  nanscope::recorder_options o;
+  o.policy = nanscope::on_detect::print_and_continue;
+  o.sink = [](std::string_view) {};
+  o.snapshot_dir = dir;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("snapshot: a snapshot_dir whose parents do not exist is created with them") {
+  const std::string base = make_temp_dir();
+  const std::string dir = base + "/a/b/c";  // the old code created only the last component: the write failed
+  std::string seen;
+  nanscope::recorder_options o = snapshot_options(dir);
+  o.sink = [&](std::string_view s) { seen.append(s.data(), s.size()); };
+  nanscope::recorder rec(o);
+  detect_once(rec, 1.0f);
+  CHECK(seen.find("snapshot failed") == std::string::npos);
+  CHECK(with_suffix(list_dir(dir), "_index.json").size() == 1);
+  CHECK(with_suffix(list_dir(dir), ".npy").size() == 1);
+  remove_tree(base);
+}
+
+TEST_CASE("snapshot: two recorders and two processes share one directory without overwriting each other") {
+  const std::string dir = make_temp_dir();
+  nanscope::recorder r1(snapshot_options(dir)), r2(snapshot_options(dir));
+  CHECK(r1.id() != r2.id());
+  detect_once(r1, 1.0f);  // same step, same detection count: the old names were equal
+  detect_once(r2, 2.0f);
+#if NANSCOPE_TEST_HAVE_FORK
+  // a child process (another rank, say) with a copy of r1: same recorder id and counter, another pid
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("RANK", "3", 1);
+    nanscope::recorder r3(snapshot_options(dir));
+    detect_once(r3, 3.0f);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  const int expected = 3;
+#else
+  const int expected = 2;
+#endif
+  const std::vector<std::string> names = list_dir(dir);
+  const std::vector<std::string> indexes = with_suffix(names, "_index.json");
+  REQUIRE(indexes.size() == static_cast<std::size_t>(expected));
+  CHECK(with_suffix(names, ".npy").size() == static_cast<std::size_t>(expected));
+  // every index names its own .npy, which holds that recorder's marker value
+  std::vector<float> markers;
+  for (const auto& ix : indexes) {
+    CAPTURE(ix);
+    const std::string pid_part = "_p" + std::to_string(ix.find("_r3_") != std::string::npos ? pid : ::getpid()) + "_";
+    CHECK(ix.find(pid_part) != std::string::npos);
+    CHECK(ix.find("_rec") != std::string::npos);
+#if NANSCOPE_TEST_HAVE_JSON
+    const nlohmann::json j = nlohmann::json::parse(read_text(dir + "/" + ix));
+    REQUIRE(j["files"].size() == 1);
+    const nanscope::npy_array a = nanscope::read_npy(dir + "/" + j["files"][0]["file"].get<std::string>());
+    markers.push_back(as_vector<float>(a)[0]);
+#endif
+  }
+#if NANSCOPE_TEST_HAVE_JSON
+  std::sort(markers.begin(), markers.end());
+  std::vector<float> want{1.0f, 2.0f, 3.0f};
+  want.resize(static_cast<std::size_t>(expected));
+  CHECK(markers == want);
+#endif
+  remove_tree(dir);
+}
+
+TEST_CASE("snapshot: an existing file of the same name is never overwritten") {
+  for (const bool npy_taken : {true, false}) {  // the .npy and the index taken, or only the index
+    const std::string dir = make_temp_dir();
+    nanscope::recorder rec(snapshot_options(dir));
+    // the names the first detection would take (an earlier process with the same pid left them, say)
+    const std::string stem = nanscope::detail::snapshot_prefix(rec.id(), 0, 1);
+    const std::string index = dir + "/" + stem + "_index.json";
+    const std::string npy = dir + "/" + stem + "_0_m_output.npy";
+    CAPTURE(npy_taken);
+    std::ofstream(index) << "precious index";
+    if (npy_taken) std::ofstream(npy) << "precious data";
+    detect_once(rec, 5.0f);
+    CHECK(read_text(index) == "precious index");
+    if (npy_taken) CHECK(read_text(npy) == "precious data");
+    const std::string moved = dir + "/" + stem + "-1_index.json";
+    const std::string moved_npy = dir + "/" + stem + "-1_0_m_output.npy";
+    REQUIRE(!read_text(moved).empty());
+    CHECK(as_vector<float>(nanscope::read_npy(moved_npy))[0] == 5.0f);
+#if NANSCOPE_TEST_HAVE_JSON
+    const nlohmann::json j = nlohmann::json::parse(read_text(moved));
+    CHECK(j["files"][0]["file"] == stem + "-1_0_m_output.npy");
+#endif
+    // with only the index taken, the .npy written under the first name is removed again (the set moved on)
+    CHECK(list_dir(dir).size() == (npy_taken ? 4u : 3u));
+    remove_tree(dir);
+  }
 }

@@ -5,6 +5,7 @@
 //
 // Exit status: 0 same within tolerance, 1 diverged (values, structure or health), 2 bad input, usage, or a report
 // that could not be written.
+#include "bitwise.hpp"
 #include "diff.hpp"
 #include "names.hpp"
 #include "pair.hpp"
@@ -46,6 +47,8 @@ constexpr const char* usage_text =
     "  --strict-text     count differing non-tensor arguments (reprs) as divergences\n"
     "  --fifo-wait S     seconds to wait for the writer of a named pipe with none (default 5)\n"
     "  --max-input-size N  refuse inputs larger than N bytes (K, M, G suffixes: KiB...; default 512M; 0: no limit)\n"
+    "  --bitwise         compare content hashes instead (trees written with tree_options::with_hash()):\n"
+    "                    name the first tensor whose bits differ\n"
     "  -h, --help        this text\n"
     "\n"
     "exit status: 0 same within tolerance, 1 diverged, 2 bad input, usage, or the report could not be written\n";
@@ -56,6 +59,7 @@ struct cli {
   bool json = false;
   bool quiet = false;
   nsdiff::input_limits limits;
+  bool bitwise = false;
   std::vector<std::string> files;
 };
 
@@ -175,6 +179,9 @@ cli parse_args(int argc, char** argv) {
     } else if (arg == "--strict-text") {
       no_value();
       c.diff.strict_text = true;
+    } else if (arg == "--bitwise") {
+      no_value();
+      c.bitwise = true;
     } else {
       usage_error("unknown option '" + arg + "'");
     }
@@ -568,13 +575,17 @@ int main(int argc, char** argv) {
   std::string text;
   int status = 0;
   try {
-    nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
-    r.notes.insert(r.notes.end(), pair_notes.begin(), pair_notes.end());
     std::ostringstream out;
-    if (c.json) print_json(out, c, trees[0], trees[1], r);
-    else print_text(out, c, trees[0], trees[1], r);
+    if (c.bitwise) {
+      status = nsdiff::run_bitwise(out, std::cerr, trees[0], trees[1], c.json, c.quiet);
+    } else {
+      nsdiff::report r = nsdiff::diff_trees(trees[0], trees[1], c.diff);
+      r.notes.insert(r.notes.end(), pair_notes.begin(), pair_notes.end());
+      if (c.json) print_json(out, c, trees[0], trees[1], r);
+      else print_text(out, c, trees[0], trees[1], r);
+      status = r.diverged(c.diff) ? 1 : 0;
+    }
     text = out.str();
-    status = r.diverged(c.diff) ? 1 : 0;
   } catch (const std::exception& e) {
     std::cerr << "nanscope-diff: internal error: " << safe(e.what()) << "\n";
     return 2;

@@ -69,6 +69,7 @@ struct tensor_info {
   bool has_health = false;
   health_counts health;
   stat_value abs_max;  ///< nanscope extra
+  std::string hash;    ///< nanscope extra: the content hash (32 or 64 hex digits), "" when absent
 };
 
 enum class slot_kind : std::uint8_t { tensor, text };
@@ -506,6 +507,12 @@ class tree_loader {
     statistic(j, jp, "max", t.max);
     statistic(j, jp, "abs_max", t.abs_max);
     if (auto h = j.find("health"); h != j.end() && !h->is_null()) health(*h, join_path(jp, "health"), t);
+    if (auto h = j.find("hash"); h != j.end() && !h->is_null()) {
+      const bool ok = h->is_string() && (h->get_ref<const std::string&>().size() == 32 || h->get_ref<const std::string&>().size() == 64) &&
+                      h->get_ref<const std::string&>().find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!ok) fail_at(join_path(jp, "hash"), "expected 32 or 64 lowercase hex digits (a content hash), got " + shown(*h));
+      t.hash = h->get<std::string>();
+    }
   }
 
   void value(const json& v, const std::string& vp, tensor_info& t) {

@@ -9,7 +9,7 @@
 //    codes kDLFloat8_e4m3fn / kDLFloat8_e5m2 (8 bits). lanes must be 1.
 //  - strides in elements; null strides mean compact row-major. A negative stride is refused unless its
 //    dimension has extent 0 or 1 (where it is never applied: it is read as 0).
-//  - byte_offset is added to data; the result must be aligned to the element size.
+//  - byte_offset is added to data; the result may have any alignment (nanscope reads unaligned data).
 //  - device: kDLCPU -> memory_space::host, kDLCUDAHost -> cuda_pinned (both read by the host check);
 //    kDLCUDA -> cuda_device and kDLCUDAManaged -> cuda_managed views (device_id from the tensor), for a CUDA
 //    backend: the host check refuses cuda_device views. Every other device is refused.
@@ -25,7 +25,7 @@
 // and refuses sub-byte types).
 //
 // Every unreadable tensor (complex, opaque handles, lanes != 1, unusual bit widths, bool with bits != 8,
-// negative strides, ndim outside [0, 8], null shape, null data with elements, misaligned data, an unknown
+// negative strides, ndim outside [0, 8], null shape, null data with elements, an unknown
 // device) is a nanscope::error that names the tensor and the problem.
 #ifndef NANSCOPE_ADAPTERS_DLPACK_HPP
 #define NANSCOPE_ADAPTERS_DLPACK_HPP
@@ -243,11 +243,7 @@ inline tensor_view dl_view(const DLTensor& t, const char* name, int known_versio
       fail(name, "DLPack tensor with null data and " + std::to_string(v.numel()) + " elements");
     v.data = nullptr;  // byte_offset of nothing
   } else {
-    v.data = static_cast<const unsigned char*>(t.data) + t.byte_offset;
-    const std::size_t esize = size_of(v.type);
-    if (reinterpret_cast<std::uintptr_t>(v.data) % esize != 0)
-      fail(name, "DLPack tensor whose data + byte_offset (" + std::to_string(t.byte_offset) +
-                     ") is not aligned to its " + std::to_string(esize) + "-byte elements");
+    v.data = static_cast<const unsigned char*>(t.data) + t.byte_offset;  // any alignment is read
   }
   validate(v);
   return v;

@@ -22,18 +22,8 @@ tensor_view eigen_tensor_view(const T& t) {
   v.rank = rank;
   const auto& dims = t.dimensions();
   for (int i = 0; i < rank; ++i) v.shape[i] = static_cast<std::int64_t>(dims[i]);
-  std::int64_t s = 1;
-  if (static_cast<int>(T::Layout) == static_cast<int>(Eigen::ColMajor)) {
-    for (int i = 0; i < rank; ++i) {
-      v.strides[i] = s;
-      s *= v.shape[i] > 0 ? v.shape[i] : 1;
-    }
-  } else {
-    for (int i = rank - 1; i >= 0; --i) {
-      v.strides[i] = s;
-      s *= v.shape[i] > 0 ? v.shape[i] : 1;
-    }
-  }
+  detail::dense_strides(nullptr, rank, v.shape, v.strides,
+                        static_cast<int>(T::Layout) == static_cast<int>(Eigen::ColMajor));
   return v;
 }
 }  // namespace detail

@@ -39,6 +39,7 @@
 #include "../view.hpp"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/Device.h>
 #include <c10/core/Layout.h>
 #include <c10/core/ScalarType.h>
@@ -52,6 +53,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -303,10 +305,15 @@ template <class M>
 struct torch_is_module_ptr<std::shared_ptr<M>> : std::is_base_of<::torch::nn::Module, M> {};
 
 template <class T>
+struct torch_is_module_rawptr : std::false_type {};
+template <class M>
+struct torch_is_module_rawptr<M*> : std::is_base_of<::torch::nn::Module, std::remove_cv_t<M>> {};
+
+template <class T>
 using torch_is_module_object = std::is_base_of<::torch::nn::Module, T>;
 
-/// The module behind a callable (a ModuleHolder such as torch::nn::Linear, a shared_ptr to a module, or a
-/// module object), or null for any other callable.
+/// The module behind a callable (a ModuleHolder such as torch::nn::Linear, a shared_ptr or a plain pointer to a
+/// module, or a module object), or null for any other callable.
 template <class F>
 const ::torch::nn::Module* torch_module_of(const F& f) {
   using D = std::decay_t<F>;
@@ -314,6 +321,8 @@ const ::torch::nn::Module* torch_module_of(const F& f) {
     return f.is_empty() ? nullptr : f.ptr().get();
   } else if constexpr (torch_is_module_ptr<D>::value) {
     return f.get();
+  } else if constexpr (torch_is_module_rawptr<D>::value) {
+    return f;
   } else if constexpr (torch_is_module_object<D>::value) {
     return &f;
   } else {
@@ -328,7 +337,7 @@ decltype(auto) torch_invoke(F&& f, Args&&... args) {
   using D = std::decay_t<F>;
   if constexpr (torch_is_holder<D>::value) {
     return f.ptr()->forward(std::forward<Args>(args)...);
-  } else if constexpr (torch_is_module_ptr<D>::value) {
+  } else if constexpr (torch_is_module_ptr<D>::value || torch_is_module_rawptr<D>::value) {
     return f->forward(std::forward<Args>(args)...);
   } else if constexpr (torch_is_module_object<D>::value) {
     return f.forward(std::forward<Args>(args)...);
@@ -337,12 +346,39 @@ decltype(auto) torch_invoke(F&& f, Args&&... args) {
   }
 }
 
+/// Hands the recorder torch's own mean and std of a floating tensor (at::mean / at::std, unbiased, in the
+/// tensor's dtype: the same reduction, in the same order, as `tensor.mean()` in Python), so that the layer tree
+/// prints exactly torch's digits. A one-element std is NaN, as torch's (computed here without torch's warning).
+/// If torch cannot reduce the tensor, nothing is offered and the tree uses nanscope's own statistics.
+inline void torch_offer_stats(const at::TensorBase& base, const tensor_view& v) {
+  if (v.data == nullptr) return;
+  if (v.type != dtype::f32 && v.type != dtype::f16 && v.type != dtype::bf16 && v.type != dtype::f64) return;
+  const std::int64_t n = base.numel();
+  if (n == 0) return;
+  const at::Tensor t(base);
+  at::NoGradGuard no_grad;
+  double mean = 0.0, sd = std::numeric_limits<double>::quiet_NaN();
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+#endif
+    mean = t.mean().item<double>();
+    if (n > 1) sd = t.std().item<double>();
+#if NANSCOPE_IMPL_EXCEPTIONS
+  } catch (const std::exception&) {
+    return;
+  }
+#endif
+  offer_reference_stats(v.data, mean, sd);
+}
+
 /// Records tensors into a scope under names that say where they come from ("fc1.input[0]"): the view is
 /// converted (and any problem reported) with that name, then recorded without it (the recorder's frames
 /// outlive this object).
 class torch_recording {
  public:
-  explicit torch_recording(scope& s) : s_(s) {}
+  explicit torch_recording(scope& s) : s_(s) {
+    want_stats_ = s.owner().listeners_want_reference_stats();
+  }
 
   tensor_view named_view(const at::TensorBase& t, const std::string& what) {
     label_ = s_.module_path();
@@ -350,6 +386,7 @@ class torch_recording {
     label_ += what;
     tensor_view v = ::nanscope::torch::view(t, label_.c_str());
     v.name = nullptr;
+    if (want_stats_) torch_offer_stats(t, v);
     return v;
   }
 
@@ -440,6 +477,7 @@ class torch_recording {
   scope& s_;
   std::string label_;
   int inputs_ = 0;
+  bool want_stats_ = false;
 };
 
 inline ::torch::nn::AnyValue torch_run_sequential(recorder& rec, ::torch::nn::SequentialImpl& seq,
@@ -467,6 +505,23 @@ inline ::torch::nn::AnyValue torch_run_sequential(recorder& rec, ::torch::nn::Se
   return value;
 }
 
+/// The body of a module call inside its open scope `s`: parameters, inputs, the call, its outputs.
+template <class F, class... Args>
+decltype(auto) torch_call_in(scope& s, const ::nanscope::torch::call_options& opts, const ::torch::nn::Module* m,
+                             F&& fn, Args&&... args) {
+  torch_recording r(s);
+  if (m != nullptr && opts.parameters) r.parameters(*m);
+  (r.input(args), ...);
+  using result = decltype(torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...));
+  if constexpr (std::is_void<result>::value) {
+    torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...);
+  } else {
+    decltype(auto) out = torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...);
+    r.output(out);
+    return out;
+  }
+}
+
 }  // namespace detail
 
 namespace torch {
@@ -482,17 +537,7 @@ template <class F, class... Args>
 decltype(auto) call(recorder& rec, const call_options& opts, std::string_view name, F&& fn, Args&&... args) {
   const ::torch::nn::Module* m = detail::torch_module_of(fn);
   scope s(rec, name, m != nullptr ? detail::torch_class_name(m->name()) : std::string("callable"));
-  detail::torch_recording r(s);
-  if (m != nullptr && opts.parameters) r.parameters(*m);
-  (r.input(args), ...);
-  using result = decltype(detail::torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...));
-  if constexpr (std::is_void<result>::value) {
-    detail::torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...);
-  } else {
-    decltype(auto) out = detail::torch_invoke(std::forward<F>(fn), std::forward<Args>(args)...);
-    r.output(out);
-    return out;
-  }
+  return detail::torch_call_in(s, opts, m, std::forward<F>(fn), std::forward<Args>(args)...);
 }
 template <class F, class... Args>
 decltype(auto) call(recorder& rec, std::string_view name, F&& fn, Args&&... args) {

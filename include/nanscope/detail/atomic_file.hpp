@@ -1,13 +1,16 @@
 // nanscope — detail/atomic_file.hpp: write a file so that readers see the old content or the new one, never
 // a partial file, even if the writer is killed or the machine loses power midway.
 //
-//   nanscope::detail::atomic_file f("out/x.npy");  // creates out/.x.npy.tmp.<pid>.<n> (O_EXCL)
+//   nanscope::detail::atomic_file f("out/x.npy");  // creates out/.x.npy.tmp.<pid>.<start>.<host>.<n> (O_EXCL)
 //   f.write(p, n); ...
-//   f.commit();  // fsync the data, rename over out/x.npy, fsync the directory
+//   f.commit();      // fsync the data, rename over out/x.npy, fsync the directory
+//   // or f.commit_new(): the same, but never replaces an existing out/x.npy (returns false instead)
 //
 // If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
 // process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
-// the target's name, ".tmp.", the writer's pid and a counter): the target itself is untouched until the rename.
+// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host and a counter):
+// the target itself is untouched until the rename. remove_stale_temporaries() deletes such leftovers whose
+// writer is dead (its pid gone, or reused by a process started at another time) and never those of a live one.
 // Every failure throws nanscope::error naming the path and the system's reason (strerror). POSIX only; on
 // other platforms the constructor throws "not supported".
 #ifndef NANSCOPE_DETAIL_ATOMIC_FILE_HPP
@@ -21,13 +24,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include "process.hpp"
 
 #if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
 #define NANSCOPE_IMPL_POSIX_FILES 1
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #else
 #define NANSCOPE_IMPL_POSIX_FILES 0
 #endif
@@ -46,6 +56,138 @@ namespace detail {
 /// "<what>: <strerror(err)>".
 inline std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
 
+/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
+inline bool make_directories(const std::string& dir) {
+#if NANSCOPE_IMPL_POSIX_FILES
+  struct stat st;
+  if (dir.empty()) return false;
+  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
+  }
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+#else
+  (void)dir;
+  return false;
+#endif
+}
+
+/// fsync of directory `dir` (makes renames and unlinks in it durable); throws naming `path` on failure.
+/// Filesystems that cannot fsync a directory (EINVAL, ENOTSUP) are accepted as they are.
+inline void fsync_directory(const std::string& dir, const std::string& path) {
+#if NANSCOPE_IMPL_POSIX_FILES
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC
+#ifdef O_DIRECTORY
+                                          | O_DIRECTORY
+#endif
+  );
+  if (dfd < 0) file_fail(path, errno_text(("written, but cannot open its directory '" + dir + "' to fsync it").c_str(), errno));
+  int rc;
+  while ((rc = ::fsync(dfd)) != 0 && errno == EINTR) {
+  }
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL
+#ifdef ENOTSUP
+      && err != ENOTSUP
+#endif
+  )
+    file_fail(path, errno_text(("written, but fsync of its directory '" + dir + "' failed").c_str(), err));
+#else
+  (void)dir;
+  (void)path;
+#endif
+}
+
+/// The directory part of `path` ("." for a bare name, "/" for a file in the root).
+inline std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+/// The parts of a temporary file name written by atomic_file: ".{base}.tmp.{pid}.{start}.{host}.{n}".
+struct temp_name_parts {
+  std::string base, host;
+  unsigned long long pid = 0, start = 0;
+};
+inline bool parse_temp_name(const std::string& name, temp_name_parts& out) {
+  if (name.size() < 2 || name[0] != '.') return false;
+  std::size_t end = name.size();
+  std::string field[4];  // n, host, start, pid (from the right)
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t dot = name.rfind('.', end - 1);
+    if (dot == std::string::npos || dot == 0 || dot + 1 >= end) return false;
+    field[i] = name.substr(dot + 1, end - dot - 1);
+    end = dot;
+  }
+  static const char tmp[] = ".tmp";
+  if (end < 1 + 4 + 1 || name.compare(end - 4, 4, tmp) != 0) return false;
+  auto digits = [](const std::string& s, unsigned long long& v) {
+    if (s.empty() || s.size() > 19) return false;
+    v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + static_cast<unsigned long long>(c - '0');
+    }
+    return true;
+  };
+  unsigned long long n = 0;
+  if (!digits(field[0], n) || !digits(field[2], out.start) || !digits(field[3], out.pid)) return false;
+  if (field[1].size() != 8 || field[1].find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  out.host = field[1];
+  out.base = name.substr(1, end - 4 - 1);
+  return !out.base.empty();
+}
+
+/// Removes, in `dir`, the temporary files of atomic_file writers that are dead (killed midway): names
+/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host whose `base` is one of `bases` (or starts with
+/// `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live writers, of other hosts
+/// and every other file are left alone. Returns how many were removed; never throws.
+inline std::size_t remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& bases,
+                                            const std::string& base_prefix = std::string()) noexcept {
+  std::size_t removed = 0;
+#if NANSCOPE_IMPL_POSIX_FILES
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+#endif
+    const std::string host = host_tag();
+    const unsigned long long self = process_id();
+    std::vector<std::string> victims;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() < 2 || name[0] != '.' || name.find(".tmp.") == std::string::npos) continue;
+        temp_name_parts t;
+        if (!parse_temp_name(name, t) || t.host != host || t.pid == self) continue;
+        bool wanted = false;
+        if (bases.empty()) {
+          wanted = t.base.compare(0, base_prefix.size(), base_prefix) == 0;
+        } else {
+          for (const auto& b : bases) wanted = wanted || b == t.base;
+        }
+        if (wanted && !process_may_be_alive(t.pid, t.start)) victims.push_back(name);
+      }
+      ::closedir(d);
+    }
+    for (const auto& v : victims) {
+      const std::string p = dir + "/" + v;
+      struct stat st;
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+    }
+#if NANSCOPE_IMPL_EXCEPTIONS
+  } catch (...) {
+  }
+#endif
+#else
+  (void)dir;
+  (void)bases;
+  (void)base_prefix;
+#endif
+  return removed;
+}
+
 /// A file written under a temporary name in the target's directory and renamed over the target by commit().
 class atomic_file {
  public:
@@ -54,9 +196,10 @@ class atomic_file {
     const std::size_t slash = path.rfind('/');
     const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
     if (base.empty() || base == "." || base == "..") file_fail(path, "the path names a directory, not a file");
-    dir_ = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+    dir_ = directory_of(path);
     const std::string prefix = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." + base +
-                               ".tmp." + std::to_string(static_cast<long long>(::getpid())) + ".";
+                               ".tmp." + std::to_string(process_id()) + "." + std::to_string(self_start_time()) + "." +
+                               host_tag() + ".";
     // Keep the permissions of a file being replaced; a new file gets 0666 & ~umask like any other.
     mode_t mode = 0666;
     struct stat st;
@@ -103,39 +246,13 @@ class atomic_file {
   }
 
   /// Makes the written bytes the content of the target path: fsync, close, rename, fsync of the directory.
-  void commit() {
-#if NANSCOPE_IMPL_POSIX_FILES
-    if (fd_ < 0) file_fail(path_, "commit after commit or failure");
-    while (::fsync(fd_) != 0) {
-      if (errno != EINTR) fail_and_clean(errno_text("fsync failed", errno));
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail_and_clean(errno_text("close failed", errno));
-    if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename over the target failed", errno));
-    committed_ = true;
-    temp_.clear();
-    // The rename is durable only once the directory entry is on disk. Filesystems that cannot fsync a
-    // directory (EINVAL, ENOTSUP) are accepted as they are.
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_CLOEXEC
-#ifdef O_DIRECTORY
-                                              | O_DIRECTORY
-#endif
-    );
-    if (dfd < 0) file_fail(path_, errno_text(("written, but cannot open its directory '" + dir_ + "' to fsync it").c_str(), errno));
-    int rc;
-    while ((rc = ::fsync(dfd)) != 0 && errno == EINTR) {
-    }
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0 && err != EINVAL
-#ifdef ENOTSUP
-        && err != ENOTSUP
-#endif
-    )
-      file_fail(path_, errno_text(("written, but fsync of its directory '" + dir_ + "' failed").c_str(), err));
-#endif
-  }
+  void commit() { (void)finish(true); }
+
+  /// As commit(), but never replaces an existing target: returns false (and removes the temporary file) when
+  /// the target exists. Uses link(2), which fails on an existing name; where the filesystem has no hard links,
+  /// renameat2(RENAME_NOREPLACE) on Linux, else a check followed by rename (not atomic against a concurrent
+  /// writer of the same name).
+  bool commit_new() { return finish(false); }
 
   /// Closes and removes the temporary file unless committed (the destructor does this too).
   void discard() noexcept {
@@ -161,6 +278,64 @@ class atomic_file {
   std::string temp_;
   int fd_ = -1;
   bool committed_ = false;
+
+  bool finish(bool replace) {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (fd_ < 0) file_fail(path_, "commit after commit or failure");
+    while (::fsync(fd_) != 0) {
+      if (errno != EINTR) fail_and_clean(errno_text("fsync failed", errno));
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_and_clean(errno_text("close failed", errno));
+    if (replace) {
+      if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename over the target failed", errno));
+    } else if (!place_new()) {
+      return false;
+    }
+    committed_ = true;
+    temp_.clear();
+    // The rename is durable only once the directory entry is on disk.
+    fsync_directory(dir_, path_);
+    return true;
+#else
+    (void)replace;
+    return false;
+#endif
+  }
+
+  /// Gives the temporary file the target's name unless the target exists (false, temporary removed).
+  bool place_new() {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (::link(temp_.c_str(), path_.c_str()) == 0) {
+      ::unlink(temp_.c_str());
+      return true;
+    }
+    int err = errno;
+    if (err == EEXIST) {
+      discard();
+      return false;
+    }
+#if defined(__linux__) && defined(SYS_renameat2)
+    if (::syscall(SYS_renameat2, AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), 1u /* RENAME_NOREPLACE */) == 0)
+      return true;
+    err = errno;
+    if (err == EEXIST) {
+      discard();
+      return false;
+    }
+#endif
+    struct stat st;
+    if (::lstat(path_.c_str(), &st) == 0) {
+      discard();
+      return false;
+    }
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename to the target failed", errno));
+    return true;
+#else
+    return false;
+#endif
+  }
 
   static unsigned long long next_serial() {
     static std::atomic<unsigned long long> serial{0};

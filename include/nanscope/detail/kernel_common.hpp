@@ -107,24 +107,28 @@ inline const float* fp8_table(dtype t) {
   return t == dtype::f8_e4m3fn ? e4m3.data() : e5m2.data();
 }
 
-/// Element decoders for the portable kernel: raw storage -> double, exact.
+/// Element decoders for the portable kernel: raw storage -> double, exact. `p` is the chunk's first byte and
+/// need not be aligned to the element size: every element is read through memcpy (a plain load where the
+/// target allows unaligned loads).
+template <class T>
+inline T load_unaligned(const unsigned char* p, std::size_t i) {
+  T x;
+  std::memcpy(&x, p + i * sizeof(T), sizeof(T));
+  return x;
+}
 struct dec_f64 {
-  using src = double;
-  static double get(const src* p, std::size_t i) { return p[i]; }
+  static constexpr std::size_t size = 8;
+  static double get(const unsigned char* p, std::size_t i) { return bits_to_double(load_unaligned<std::uint64_t>(p, i)); }
 };
 struct dec_f32 {
-  using src = float;
-  static double get(const src* p, std::size_t i) {
-    std::uint32_t b;
-    std::memcpy(&b, p + i, 4);
-    return f32_bits_to_double(b);
-  }
+  static constexpr std::size_t size = 4;
+  static double get(const unsigned char* p, std::size_t i) { return f32_bits_to_double(load_unaligned<std::uint32_t>(p, i)); }
 };
 struct dec_f16 {
-  using src = std::uint16_t;
-  static double get(const src* p, std::size_t i) {
+  static constexpr std::size_t size = 2;
+  static double get(const unsigned char* p, std::size_t i) {
     // exact: f16 = sign * 2^(e-15) * 1.m, subnormals 2^-14 * 0.m; built through the f32 bit layout
-    const std::uint32_t h = p[i];
+    const std::uint32_t h = load_unaligned<std::uint16_t>(p, i);
     const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1Fu;
     const std::uint32_t m = h & 0x3FFu;
@@ -135,27 +139,28 @@ struct dec_f16 {
   }
 };
 struct dec_bf16 {
-  using src = std::uint16_t;
-  static double get(const src* p, std::size_t i) {
-    return f32_bits_to_double(static_cast<std::uint32_t>(p[i]) << 16);
+  static constexpr std::size_t size = 2;
+  static double get(const unsigned char* p, std::size_t i) {
+    return f32_bits_to_double(static_cast<std::uint32_t>(load_unaligned<std::uint16_t>(p, i)) << 16);
   }
 };
 struct dec_fp8 {
-  using src = std::uint8_t;
+  static constexpr std::size_t size = 1;
   const float* table;
-  double get(const src* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
+  double get(const unsigned char* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
 };
 
 /// Loads element i of a chunk of dtype t as double (exact), through the same decoders as the portable kernel.
 /// Used to pick the shift of a chunk.
-inline double load_as_double(const void* p, dtype t, std::size_t i) {
+inline double load_as_double(const void* vp, dtype t, std::size_t i) {
+  const auto* p = static_cast<const unsigned char*>(vp);
   switch (t) {
-    case dtype::f64: return dec_f64::get(static_cast<const double*>(p), i);
-    case dtype::f32: return dec_f32::get(static_cast<const float*>(p), i);
-    case dtype::f16: return dec_f16::get(static_cast<const std::uint16_t*>(p), i);
-    case dtype::bf16: return dec_bf16::get(static_cast<const std::uint16_t*>(p), i);
+    case dtype::f64: return dec_f64::get(p, i);
+    case dtype::f32: return dec_f32::get(p, i);
+    case dtype::f16: return dec_f16::get(p, i);
+    case dtype::bf16: return dec_bf16::get(p, i);
     case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2: return dec_fp8{fp8_table(t)}.get(static_cast<const std::uint8_t*>(p), i);
+    case dtype::f8_e5m2: return dec_fp8{fp8_table(t)}.get(p, i);
     default: return 0.0;
   }
 }
@@ -171,7 +176,7 @@ inline double select_bits(bool c, double a, double b) {
 /// additions of booleans (no data-dependent branches but the rare long-double path).
 /// Correct for every float dtype; the SIMD kernels must agree with it on every count and extremum.
 template <level L, class Dec>
-inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::size_t n, const kernel_params& kp,
+inline void scalar_kernel_impl(const Dec& dec, const unsigned char* p, std::size_t n, const kernel_params& kp,
                                chunk_out& o) {
   std::uint64_t neg = 0, zero = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, sub = 0, nfin = 0;
   std::int64_t kmin = o.kmin, kmax = o.kmax;
@@ -243,16 +248,15 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
 
 /// Portable kernel entry: dispatches once on the dtype.
 template <level L>
-inline void scalar_kernel(const void* p, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
+inline void scalar_kernel(const void* vp, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment
   switch (t) {
-    case dtype::f64: scalar_kernel_impl<L>(dec_f64{}, static_cast<const double*>(p), n, kp, o); break;
-    case dtype::f32: scalar_kernel_impl<L>(dec_f32{}, static_cast<const float*>(p), n, kp, o); break;
-    case dtype::f16: scalar_kernel_impl<L>(dec_f16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
-    case dtype::bf16: scalar_kernel_impl<L>(dec_bf16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
+    case dtype::f64: scalar_kernel_impl<L>(dec_f64{}, p, n, kp, o); break;
+    case dtype::f32: scalar_kernel_impl<L>(dec_f32{}, p, n, kp, o); break;
+    case dtype::f16: scalar_kernel_impl<L>(dec_f16{}, p, n, kp, o); break;
+    case dtype::bf16: scalar_kernel_impl<L>(dec_bf16{}, p, n, kp, o); break;
     case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2:
-      scalar_kernel_impl<L>(dec_fp8{fp8_table(t)}, static_cast<const std::uint8_t*>(p), n, kp, o);
-      break;
+    case dtype::f8_e5m2: scalar_kernel_impl<L>(dec_fp8{fp8_table(t)}, p, n, kp, o); break;
     default: break;
   }
 }

@@ -32,6 +32,13 @@
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
+/// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
+/// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
+struct kernel_no_hash {
+  static constexpr bool enabled = false;
+};
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -66,25 +73,25 @@ inline void reduce_extrema_f32(chunk_out& o, float fmin, float fmax, float famin
 
 struct load512_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) { return _mm512_loadu_ps(p); }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) { return _mm512_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 };
 struct load512_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
 };
 struct load512_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -206,11 +213,11 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
 }
 
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
-  using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+                                                           chunk_out& o, H* h = nullptr) {
+  constexpr std::size_t es = sizeof(typename Load::src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
   s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -233,17 +240,21 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group512_f32<L>(s, Load::load(p + i + j), i + j, kp, lo, span, absm, k32, k64);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      const __m512 x = Load::load(p + (i + j) * es);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 256 * 256)
+      group512_f32<L>(s, x, i + j, kp, lo, span, absm, k32, k64);
     }
     flush512_f32<L, Load>(s);
   }
-  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i), i, kp, lo, span, absm, k32, k64);
+  if constexpr (H::enabled) *h = hs;
+  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 x = Load::load_masked(p + i, valid);
+    const __m512 x = Load::load_masked(p + i * es, valid);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), absm);
     const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
     slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
@@ -356,10 +367,10 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   }
 }
 
-template <level L>
+template <level L, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
-  const double* p = static_cast<const double*>(vp);
+                                                           chunk_out& o, H* h = nullptr) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f64 s;
   s.vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
   s.vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
@@ -383,13 +394,17 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   s.k = _mm512_set1_pd(kp.k64);
 
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-    group512_f64<L>(s, _mm512_loadu_pd(p + i), 0xFF, i, kp, o);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+    const __m512d x = _mm512_loadu_pd(p + i * 8);
+    if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 8 * 8)
+    group512_f64<L>(s, x, 0xFF, i, kp, o);
   }
+  if constexpr (H::enabled) *h = hs;
   if (i < n) {
     const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
-    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i), valid, i, kp, o);
+    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i * 8), valid, i, kp, o);
   }
   o.neg += s.neg;
   o.zero += s.zero;
@@ -420,18 +435,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) { return _mm256_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }  // unaligned load
 };
 struct load256_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   }
 };
 struct load256_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
@@ -550,11 +565,12 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
 }
 
 /// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o) {
+                                                       chunk_out& o, H* h = nullptr) {
   using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+  constexpr std::size_t es = sizeof(src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
   state256_f32 s;
   s.vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -577,17 +593,21 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.k64 = _mm256_set1_pd(kp.k64);
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group256_f32<L>(s, Load::load(p + i + j), 0xFFu, i + j);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      const __m256 x = Load::load(p + (i + j) * es);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
+      group256_f32<L>(s, x, 0xFFu, i + j);
     }
     flush256_f32<L>(s);
   }
-  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i), 0xFFu, i);
+  if constexpr (H::enabled) *h = hs;
+  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
-    std::memcpy(tail, p + i, (n - i) * sizeof(src));
+    std::memcpy(tail, p + i * es, (n - i) * es);
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);

@@ -8,6 +8,8 @@
 //  - the element width is measured over the shown non-zero finite values, in the notation torch would have
 //    chosen without sci_mode (integers "{:.0f}" + 1, fixed "{:.4f}", or sci "{:.4e}"), and every value is then
 //    printed "{:{width}.4e}" because sci_mode is forced: so columns line up only when torch's own choice was sci;
+//  - a floating tensor with no shown non-zero finite value (all zeros, or only inf/nan) keeps the integer
+//    style, width 1, because torch's formatter returns before applying sci_mode: "tensor([0., -0., nan, inf])";
 //  - elements per line = max(1, floor((linewidth - indent) / (width + 2))), continuation lines indented;
 //  - suffixes (device, dtype unless float32/int64/bool, size of an empty tensor) as torch adds them.
 // Floating values are formatted from their exact double value (f16/bf16/fp8 convert exactly, as torch's
@@ -150,13 +152,23 @@ void torch_shown_elements(const tensor_view& v, bool summarize, int edge, F&& f)
   r.run(0, 0);
 }
 
-/// torch's _Formatter, with sci_mode forced on.
+/// torch's _Formatter, with sci_mode forced on. `int_style`: a floating tensor with no non-zero finite value
+/// among the shown ones (all zeros, or only inf/nan) — torch's formatter returns before it applies sci_mode, so
+/// values print as "{:.0f}" plus a "." for finite ones ("0.", "-0.", "nan", "inf"), width 1.
 struct torch_formatter {
   bool floating = true;
+  bool int_style = false;
   std::size_t width = 1;
   int precision = 4;
 
-  std::string format_float(double x) const { return pad_left(py_format(x, precision, 'e'), width); }
+  std::string format_float(double x) const {
+    if (int_style) {
+      std::string s = py_format(x, 0, 'f');
+      if (is_finite_bits(x)) s += '.';
+      return pad_left(std::move(s), width);
+    }
+    return pad_left(py_format(x, precision, 'e'), width);
+  }
   std::string format_int(const std::string& s) const { return pad_left(s, width); }
 };
 
@@ -188,7 +200,10 @@ inline torch_formatter make_torch_formatter(const tensor_view& v, bool summarize
     }
     if (int_mode && std::ceil(x) != x) int_mode = false;
   });
-  if (!any) return fm;  // width 1
+  if (!any) {  // torch's early return: integer style, width 1, sci_mode never applied
+    fm.int_style = true;
+    return fm;
+  }
   char notation;
   bool plus_one = false;
   if (int_mode) {
@@ -380,8 +395,11 @@ inline torch_stats torch_stats_of(const health_result& h, bool round) {
   torch_stats s{qnan, qnan, qnan, qnan};
   const double inf = std::numeric_limits<double>::infinity();
   if (h.count == 0 || h.nan != 0) return s;
-  s.min = h.min;
-  s.max = h.max;
+  // nanscope counts -0.0 as a zero (FORMATS.md §6): a zero extreme prints as +0 ("tensor(0.)"). By bits, so
+  // that -ffast-math (no signed zeros) cannot fold it away.
+  auto plus_zero = [](double x) { return (double_to_bits(x) << 1) == 0 ? 0.0 : x; };
+  s.min = plus_zero(h.min);
+  s.max = plus_zero(h.max);
   if (h.pos_inf != 0 && h.neg_inf != 0) {
     s.mean = qnan;
   } else if (h.pos_inf != 0) {
