@@ -993,7 +993,10 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   std::uint32_t ticket = check_gate::skip;
   if (g != nullptr) {
     ticket = g->admit(f, role, rec.context, mode);
-    if (ticket == check_gate::skip) return (check)(v, check_options{}.with_mode(check_mode::shape));
+    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
+      if (known != nullptr) return *known;
+      return (check)(v, check_options{}.with_mode(check_mode::shape));
+    }
   }
   struct gate_timer {
     check_gate* g;
