@@ -3,6 +3,7 @@
 // by glob and regex, every/from/to, checking switched off and on within one step, and the overhead budget's
 // scheduler driven by an injected clock.
 #include <nanscope/control.hpp>
+#include <nanscope/history.hpp>
 #include <nanscope/recorder.hpp>
 
 #include <doctest/doctest.h>
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -469,4 +471,46 @@ TEST_CASE("control: the controller measures step time with its clock and samples
   CHECK(r.text().find("44 checks (120 skipped)") != std::string::npos);
 }
 
+}  // namespace
+
+namespace {
+TEST_CASE("control + history: several recording threads on one recorder (run under TSan by the tsan preset)") {
+  nanscope::recorder_options ro;
+  ro.warn_abs_max[0] = 0;
+  ro.auto_step = false;  // threads share the step; it is advanced by the main thread
+  nanscope::recorder rec(ro);
+  controller_options co;
+  co.read_environment = false;
+  co.base.every = 2;
+  controller ctl(co);
+  ctl.attach(rec);
+  nanscope::history_options ho;
+  ho.on_warning = [](const nanscope::early_warning&) {};
+  nanscope::history hist(ho);
+  hist.attach(rec);
+  std::vector<float> x(256, 2.0f);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t)
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < 20; ++i) {
+          nanscope::scope s(rec, "worker" + std::to_string(t), "Block");
+          s.output(x);
+        }
+      });
+    for (auto& th : ts) th.join();
+    rec.next_step();
+  }
+  const auto r = ctl.report();
+  CHECK(r.steps == 6);
+  CHECK(r.checks == 3 * 20 * 3);   // steps 0, 2, 4
+  CHECK(r.skipped == 0);  // steps 1, 3, 5: the recorder was off, the gate was not even asked
+  CHECK(hist.site_count() == 3);
+  nanscope::site_history h;
+  REQUIRE(hist.find("worker1:output", h));
+  CHECK(h.count() == 60);
+  CHECK(h.last_step() == 4);
+  hist.detach();
+  ctl.detach();
+}
 }  // namespace
