@@ -5,10 +5,15 @@
 #   bash tools/install-deps.sh            install what is missing
 #   NANSCOPE_SKIP_DEPS=1 bash tools/...   do nothing (a machine set up by other means)
 #
+# libopenmpi-dev and openmpi-bin (Open MPI: mpicxx, mpirun) are for the multi-rank tests (tests/mpi); without
+# them those tests report skipped and the library builds as before (only nanscope/mpi.hpp needs MPI).
 # libtorch-dev is large; it is only needed for the LibTorch adapter tests and one benchmark row, and every
 # build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
 # tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
-# test reports SKIPPED. A failure to install either is reported but not fatal.
+# test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
+# skipped without it). libtomlplusplus-dev (toml++) reads the TOML config file of nanscope/control.hpp
+# (docs/runtime-control.md); without it the NANSCOPE_* variables still work and the TOML tests report skipped.
+# A failure to install an optional package is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -17,10 +22,8 @@ if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
 fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy)
-# libtomlplusplus-dev: the TOML config file of nanscope/control.hpp (docs/runtime-control.md); without it the
-# NANSCOPE_* environment variables still work and the TOML tests are skipped.
-optional=(libtorch-dev python3-torch libtomlplusplus-dev)
+          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
+optional=(libtorch-dev python3-torch chromium libtomlplusplus-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -81,14 +84,17 @@ if [[ ${#missing_required[@]} -gt 0 ]]; then
   echo "install-deps: installing ${missing_required[*]}"
   "${apt_get[@]}" install --no-install-recommends "${missing_required[@]}"
 fi
-if [[ ${#missing_optional[@]} -gt 0 ]]; then
-  echo "install-deps: installing ${missing_optional[*]} (optional)"
-  for p in "${missing_optional[@]}"; do
-    if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
-      echo "install-deps: warning: could not install $p (libtorch-dev: LibTorch tests and bench rows are skipped;" \
-           "python3-torch: tree_torch_print_real is skipped; libtomlplusplus-dev: no TOML config files, the TOML" \
-           "tests are skipped)" >&2
-    fi
-  done
-fi
+for p in "${missing_optional[@]}"; do
+  echo "install-deps: installing $p (optional, large)"
+  if ! "${apt_get[@]}" install --no-install-recommends "$p"; then
+    case "$p" in
+      libtorch-dev) why="LibTorch tests and bench rows are skipped" ;;
+      python3-torch) why="tree_torch_print_real is skipped" ;;
+      chromium) why="the nanscope report browser tests (tests/report) are skipped" ;;
+      libtomlplusplus-dev) why="no TOML config files for nanscope::controller; its TOML tests are skipped" ;;
+      *) why="the tests that need it are skipped" ;;
+    esac
+    echo "install-deps: warning: could not install $p; $why" >&2
+  fi
+done
 echo "install-deps: done"

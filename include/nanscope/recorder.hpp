@@ -23,6 +23,7 @@
 #include "hf_style.hpp"
 #include "margins.hpp"
 #include "npy.hpp"
+#include "rank.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
 
@@ -1133,6 +1134,7 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
     } else {
       d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
     }
+    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
     policy = opts_.policy;
     cb = opts_.callback;
     snapshot_dir = opts_.snapshot_dir;
@@ -1304,6 +1306,7 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
         } else {
           d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
         }
+        d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
         if (policy != on_detect::callback) text += d->report;
         cb = opts_.callback;
         if (policy == on_detect::throw_exception) {

@@ -565,6 +565,81 @@ inline const char* name(memory_space s) {
 
 inline constexpr int max_rank = 8;
 
+namespace detail {
+// Overflow-checked arithmetic for extents, strides and byte counts: every product or sum of them in the
+// library goes through these (signed overflow is undefined behaviour). Each returns true when the exact
+// result does not fit, and then leaves `r` unspecified.
+inline bool mul_overflow(std::int64_t a, std::int64_t b, std::int64_t& r) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_mul_overflow(a, b, &r);
+#else
+  if (a == 0 || b == 0) {
+    r = 0;
+    return false;
+  }
+  const std::uint64_t ua = a < 0 ? 0 - static_cast<std::uint64_t>(a) : static_cast<std::uint64_t>(a);
+  const std::uint64_t ub = b < 0 ? 0 - static_cast<std::uint64_t>(b) : static_cast<std::uint64_t>(b);
+  const bool neg = (a < 0) != (b < 0);
+  const std::uint64_t lim = neg ? std::uint64_t{1} << 63 : (std::uint64_t{1} << 63) - 1;
+  if (ua > lim / ub) return true;
+  const std::uint64_t m = ua * ub;
+  r = neg ? static_cast<std::int64_t>(0 - m) : static_cast<std::int64_t>(m);
+  return false;
+#endif
+}
+inline bool add_overflow(std::int64_t a, std::int64_t b, std::int64_t& r) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_add_overflow(a, b, &r);
+#else
+  if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) return true;
+  r = a + b;
+  return false;
+#endif
+}
+inline bool mul_overflow(std::uint64_t a, std::uint64_t b, std::uint64_t& r) {
+  if (a != 0 && b > ~std::uint64_t{0} / a) return true;
+  r = a * b;
+  return false;
+}
+inline bool add_overflow(std::uint64_t a, std::uint64_t b, std::uint64_t& r) {
+  r = a + b;  // unsigned: wraps, never undefined
+  return r < a;
+}
+
+/// "(2, 3, 4)": a shape as messages print it.
+inline std::string shape_text(int rank, const std::int64_t* shape) {
+  std::string s = "(";
+  for (int i = 0; i < rank; ++i) {
+    if (i != 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + ")";
+}
+
+/// Dense strides (in elements) of a shape: row-major (last dimension fastest) or column-major. Extents below
+/// 1 count as 1 here (validate() rejects negative ones). A non-empty shape whose strides or element count do
+/// not fit in int64 is an error naming the tensor; an empty shape (some extent 0) never is: it has no element
+/// to reach, so a stride that would not fit in int64 is set to 0 instead.
+inline void dense_strides(const char* name, int rank, const std::int64_t* shape, std::int64_t* strides,
+                          bool column_major) {
+  bool empty = false;
+  for (int i = 0; i < rank; ++i) empty = empty || shape[i] == 0;
+  std::int64_t s = 1;
+  bool overflowed = false;
+  for (int k = 0; k < rank; ++k) {
+    const int i = column_major ? k : rank - 1 - k;
+    strides[i] = overflowed ? 0 : s;
+    if (overflowed) continue;
+    if (mul_overflow(s, shape[i] > 0 ? shape[i] : 1, s)) {
+      if (!empty)
+        fail(name, "shape " + shape_text(rank, shape) +
+                       " has more elements than fit in 64-bit arithmetic (its element count overflows int64)");
+      overflowed = true;
+    }
+  }
+}
+}  // namespace detail
+
 /// A non-owning, typed, strided view: data pointer, dtype, shape, strides in elements (row-major flat
 /// index order is the logical order), memory space and an optional name used in messages.
 /// Strides may be zero (broadcast) but not negative.
@@ -596,13 +671,13 @@ struct tensor_view {
     return contiguous(data, t, {n}, name);
   }
 
-  /// Fills strides for a row-major contiguous layout of the current shape.
+  /// Fills strides for a row-major contiguous layout of the current shape. Throws nanscope::error when a
+  /// non-empty shape's element count does not fit in int64; an empty shape gets 0 for any stride that would
+  /// not fit (see detail::dense_strides).
   void set_contiguous_strides() {
-    std::int64_t s = 1;
-    for (int i = rank - 1; i >= 0; --i) {
-      strides[i] = s;
-      s *= (shape[i] > 0 ? shape[i] : 1);
-    }
+    if (rank < 0 || rank > max_rank)
+      detail::fail(name, "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(max_rank) + "]");
+    detail::dense_strides(name, rank, shape, strides, false);
   }
 
   tensor_view& named(const char* n) {
@@ -610,19 +685,26 @@ struct tensor_view {
     return *this;
   }
 
-  /// Number of elements (product of the shape; 1 for rank 0). Call validate() first for untrusted shapes.
+  /// Number of elements (product of the shape; 1 for rank 0; 0 when an extent is 0, however large the
+  /// others). Call validate() first for untrusted shapes: the product of a shape that validate() rejects wraps.
   std::uint64_t numel() const {
+    for (int i = 0; i < rank; ++i)
+      if (shape[i] == 0) return 0;
     std::uint64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= static_cast<std::uint64_t>(shape[i]);
+    for (int i = 0; i < rank; ++i) n *= static_cast<std::uint64_t>(shape[i]);  // unsigned: wraps, never UB
     return n;
   }
-  /// True when the elements are dense in row-major order (unit-extent dims may have any stride).
+  /// True when the elements are dense in row-major order (unit-extent dims may have any stride; an empty
+  /// view is contiguous whatever its strides).
   bool is_contiguous() const {
+    for (int i = 0; i < rank; ++i)
+      if (shape[i] == 0) return true;
     std::int64_t expect = 1;
+    bool overflowed = false;  // expect no longer fits: no later non-unit dimension can match it
     for (int i = rank - 1; i >= 0; --i) {
       if (shape[i] == 1) continue;
-      if (strides[i] != expect) return false;
-      expect *= shape[i];
+      if (overflowed || strides[i] != expect) return false;
+      overflowed = detail::mul_overflow(expect, shape[i], expect);
     }
     return true;
   }
@@ -630,8 +712,11 @@ struct tensor_view {
 };
 
 /// Checks a view and throws nanscope::error naming the tensor and the problem: unsupported dtype, rank
-/// out of range, negative extents, element counts or byte extents overflowing 64 bits, negative strides,
-/// or null data with elements. A valid view can be traversed without overflow.
+/// out of range, negative extents, negative strides, a non-empty view whose element count or byte offset of
+/// its last element does not fit in int64 (or whose last byte would lie past the end of the address space),
+/// or null data with elements. A valid view can be traversed without overflow. An empty view (some extent 0)
+/// is valid whatever its other extents and strides: it has no element to reach. The data pointer may have
+/// any alignment.
 inline void validate(const tensor_view& v) {
   if (static_cast<unsigned>(v.type) >= static_cast<unsigned>(dtype_count))
     detail::fail(v.name, "unsupported dtype value " + std::to_string(static_cast<unsigned>(v.type)));
@@ -664,6 +749,13 @@ inline void validate(const tensor_view& v) {
   }
   if (!empty && v.data == nullptr)
     detail::fail(v.name, "null data pointer with " + std::to_string(n) + " elements");
+  if (!empty) {
+    // max_offset <= limit, so the byte count cannot overflow; the address of the last byte must not wrap
+    const std::uint64_t last_byte = max_offset * esize + (esize - 1);
+    const auto base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(v.data));
+    if (last_byte > ~std::uint64_t{0} - base || last_byte > static_cast<std::uint64_t>(UINTPTR_MAX) - base)
+      detail::fail(v.name, "strides overflow: the last element would lie past the end of the address space");
+  }
 }
 
 NANSCOPE_NAMESPACE_END
@@ -816,6 +908,176 @@ NANSCOPE_NAMESPACE_END
 
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
+// ---- begin nanscope/hash.hpp ----
+// nanscope — hash.hpp: an order-aware content hash of a tensor's bits, with change detection that is proven, not probable.
+//
+//   auto r = nanscope::check(t, nanscope::check_options{}.with_hash());   // r.hash, fused into the pass
+//   std::string hex = nanscope::to_hex(r.hash);                           // 32 hex digits (64 for 8-byte dtypes)
+//
+// Definition (docs/tree.md, "Content hash", states it for other implementations). p = 2^61 - 1 (prime),
+// B = 37 (a primitive root mod p). The tensor's elements are taken in logical row-major order, k = 0..n-1,
+// whatever the strides; element k lies in block c = k / 8192 at position i = k % 8192. Each element's bit
+// pattern is an unsigned integer; elements of 1, 2 or 4 bytes give one plane of 32-bit limbs x_k (the value
+// zero-extended), 8-byte elements give two planes (the low 32 bits, then the high 32 bits). Per plane:
+//   A = sum_k x_k * (i + 1) * B^c  mod p        S = sum_k x_k * B^c  mod p
+// and the hash is, plane after plane, A then S, each as 16 lowercase hex digits.
+//
+// Guarantees (for fewer than p - 1 blocks, i.e. any tensor that fits in memory): changing any one element
+// (a single-bit flip included) changes S, since x changes by a non-zero amount below p and B^c != 0; swapping
+// two unequal elements in different blocks changes S by (a - b)(B^c1 - B^c2) != 0 (B has order p - 1), and in
+// the same block changes A by (a - b)(i1 - i2) B^c != 0. Everything is exact integer arithmetic, so every
+// ISA path and thread count gives the same bits; each block's contribution is absolute (weighted by its own
+// B^c), so segments computed apart add up in any grouping.
+#ifndef NANSCOPE_HASH_HPP
+#define NANSCOPE_HASH_HPP
+
+// #include "config.hpp": inlined above
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The content hash of one tensor (see the definition above). `valid` is false when no hash was asked for.
+struct content_hash {
+  bool valid = false;
+  std::uint8_t planes = 1;     ///< 1 for elements of 1, 2 or 4 bytes; 2 for 8-byte elements (low, high halves)
+  std::uint64_t a[2] = {0, 0};  ///< per plane: the position-weighted sum A
+  std::uint64_t s[2] = {0, 0};  ///< per plane: the block-weighted sum S
+};
+
+inline bool operator==(const content_hash& x, const content_hash& y) {
+  if (x.valid != y.valid || x.planes != y.planes) return false;
+  for (int q = 0; q < x.planes && q < 2; ++q)
+    if (x.a[q] != y.a[q] || x.s[q] != y.s[q]) return false;
+  return true;
+}
+inline bool operator!=(const content_hash& x, const content_hash& y) { return !(x == y); }
+
+/// The hash as text: per plane A then S, 16 lowercase hex digits each; "" when not valid.
+inline std::string to_hex(const content_hash& h) {
+  if (!h.valid) return std::string();
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (int q = 0; q < h.planes && q < 2; ++q)
+    for (std::uint64_t v : {h.a[q], h.s[q]})
+      for (int sh = 60; sh >= 0; sh -= 4) out += digits[(v >> sh) & 0xF];
+  return out;
+}
+
+namespace detail {
+
+inline constexpr std::uint64_t hash_prime = (std::uint64_t{1} << 61) - 1;
+inline constexpr std::uint64_t hash_base = 37;
+inline constexpr std::size_t hash_block = std::size_t{1} << 13;  // equals check.hpp's chunk_elems
+
+/// x mod p for any 64-bit x.
+inline std::uint64_t mod61(std::uint64_t x) {
+  x = (x & hash_prime) + (x >> 61);
+  return x >= hash_prime ? x - hash_prime : x;
+}
+/// a * b mod p for a, b < p, in portable 64-bit arithmetic (2^64 = 8 mod p; 2^61 = 1 mod p).
+inline std::uint64_t mulmod61(std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t a0 = a & 0xFFFFFFFFu, a1 = a >> 32, b0 = b & 0xFFFFFFFFu, b1 = b >> 32;
+  const std::uint64_t hi = (a1 * b1) << 3;                      // a1*b1 < 2^58: times 2^64 = 8
+  const std::uint64_t mid = a1 * b0 + a0 * b1;                  // < 2^62: times 2^32
+  const std::uint64_t midr = ((mid & ((std::uint64_t{1} << 29) - 1)) << 32) + (mid >> 29);
+  const std::uint64_t lo = a0 * b0;                             // < 2^64
+  const std::uint64_t lor = (lo & hash_prime) + (lo >> 61);     // < 2^61 + 8
+  return mod61(mod61(hi + midr) + lor);
+}
+inline std::uint64_t addmod61(std::uint64_t a, std::uint64_t b) { return mod61(a + b); }
+/// B^e mod p.
+inline std::uint64_t hash_pow(std::uint64_t e) {
+  std::uint64_t r = 1, b = hash_base;
+  while (e != 0) {
+    if (e & 1) r = mulmod61(r, b);
+    b = mulmod61(b, b);
+    e >>= 1;
+  }
+  return r;
+}
+
+/// Exact per-block sums of one plane: a = sum x * (i + 1), s = sum x (i from 0 within the block). With at
+/// most 8192 limbs below 2^32, a < 2^58 and s < 2^45: no overflow.
+struct block_sums {
+  std::uint64_t a[2] = {0, 0};
+  std::uint64_t s[2] = {0, 0};
+};
+
+/// Limb of element j (of `es` bytes) in plane q, read from the raw bytes.
+inline std::uint32_t hash_limb(const unsigned char* p, std::size_t es, std::size_t j, int q) {
+  switch (es) {
+    case 1: return p[j];
+    case 2: {
+      std::uint16_t v;
+      std::memcpy(&v, p + 2 * j, 2);
+      return v;
+    }
+    case 4: {
+      std::uint32_t v;
+      std::memcpy(&v, p + 4 * j, 4);
+      return v;
+    }
+    default: {
+      std::uint64_t v;
+      std::memcpy(&v, p + 8 * j, 8);
+      return static_cast<std::uint32_t>(q == 0 ? v : v >> 32);
+    }
+  }
+}
+
+/// Adds elements [from, m) of a block (positions from..m-1) to `out`, one at a time.
+inline void hash_block_scalar(const void* data, std::size_t es, std::size_t from, std::size_t m, block_sums& out) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const int planes = es == 8 ? 2 : 1;
+  for (int q = 0; q < planes; ++q) {
+    std::uint64_t a = out.a[q], s = out.s[q];
+    for (std::size_t j = from; j < m; ++j) {
+      const std::uint64_t x = hash_limb(p, es, j, q);
+      a += x * (j + 1);
+      s += x;
+    }
+    out.a[q] = a;
+    out.s[q] = s;
+  }
+}
+
+/// Adds a block's exact sums, weighted by B^c (`weight`), to the hash.
+inline void hash_add_block(content_hash& h, const block_sums& b, std::uint64_t weight) {
+  for (int q = 0; q < h.planes; ++q) {
+    h.a[q] = addmod61(h.a[q], mulmod61(mod61(b.a[q]), weight));
+    h.s[q] = addmod61(h.s[q], mulmod61(mod61(b.s[q]), weight));
+  }
+}
+
+/// Adds the hash of a disjoint set of blocks (a segment) to `h`.
+inline void hash_merge(content_hash& h, const content_hash& part) {
+  if (!part.valid) return;
+  h.valid = true;
+  h.planes = part.planes;
+  for (int q = 0; q < part.planes && q < 2; ++q) {
+    h.a[q] = addmod61(h.a[q], part.a[q]);
+    h.s[q] = addmod61(h.s[q], part.s[q]);
+  }
+}
+
+/// An empty, valid hash for elements of `es` bytes (the hash of zero elements).
+inline content_hash hash_empty(std::size_t es) {
+  content_hash h;
+  h.valid = true;
+  h.planes = es == 8 ? 2 : 1;
+  return h;
+}
+
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_HASH_HPP
+// ---- end nanscope/hash.hpp ----
 // #include "view.hpp": inlined above
 
 #include <array>
@@ -898,6 +1160,9 @@ struct health_result {
 
   std::int64_t first_nonfinite = -1;  ///< flat row-major index of the first NaN/Inf, −1 if none
   bool any_nonfinite = false;         ///< set in every mode that reads data (curt_health included)
+  /// The content hash of the tensor's bits (hash.hpp), filled only when check_options::hash was on
+  /// (`hash.valid`), in any mode and for any dtype. merge() leaves it alone.
+  content_hash hash;
 
   std::uint64_t finite() const { return negative + zero + positive; }
   std::uint64_t nonfinite() const { return neg_inf + pos_inf + nan; }
@@ -1157,24 +1422,28 @@ inline const float* fp8_table(dtype t) {
   return t == dtype::f8_e4m3fn ? e4m3.data() : e5m2.data();
 }
 
-/// Element decoders for the portable kernel: raw storage -> double, exact.
+/// Element decoders for the portable kernel: raw storage -> double, exact. `p` is the chunk's first byte and
+/// need not be aligned to the element size: every element is read through memcpy (a plain load where the
+/// target allows unaligned loads).
+template <class T>
+inline T load_unaligned(const unsigned char* p, std::size_t i) {
+  T x;
+  std::memcpy(&x, p + i * sizeof(T), sizeof(T));
+  return x;
+}
 struct dec_f64 {
-  using src = double;
-  static double get(const src* p, std::size_t i) { return p[i]; }
+  static constexpr std::size_t size = 8;
+  static double get(const unsigned char* p, std::size_t i) { return bits_to_double(load_unaligned<std::uint64_t>(p, i)); }
 };
 struct dec_f32 {
-  using src = float;
-  static double get(const src* p, std::size_t i) {
-    std::uint32_t b;
-    std::memcpy(&b, p + i, 4);
-    return f32_bits_to_double(b);
-  }
+  static constexpr std::size_t size = 4;
+  static double get(const unsigned char* p, std::size_t i) { return f32_bits_to_double(load_unaligned<std::uint32_t>(p, i)); }
 };
 struct dec_f16 {
-  using src = std::uint16_t;
-  static double get(const src* p, std::size_t i) {
+  static constexpr std::size_t size = 2;
+  static double get(const unsigned char* p, std::size_t i) {
     // exact: f16 = sign * 2^(e-15) * 1.m, subnormals 2^-14 * 0.m; built through the f32 bit layout
-    const std::uint32_t h = p[i];
+    const std::uint32_t h = load_unaligned<std::uint16_t>(p, i);
     const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1Fu;
     const std::uint32_t m = h & 0x3FFu;
@@ -1185,27 +1454,28 @@ struct dec_f16 {
   }
 };
 struct dec_bf16 {
-  using src = std::uint16_t;
-  static double get(const src* p, std::size_t i) {
-    return f32_bits_to_double(static_cast<std::uint32_t>(p[i]) << 16);
+  static constexpr std::size_t size = 2;
+  static double get(const unsigned char* p, std::size_t i) {
+    return f32_bits_to_double(static_cast<std::uint32_t>(load_unaligned<std::uint16_t>(p, i)) << 16);
   }
 };
 struct dec_fp8 {
-  using src = std::uint8_t;
+  static constexpr std::size_t size = 1;
   const float* table;
-  double get(const src* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
+  double get(const unsigned char* p, std::size_t i) const { return f32_bits_to_double(float_to_bits(table[p[i]])); }
 };
 
 /// Loads element i of a chunk of dtype t as double (exact), through the same decoders as the portable kernel.
 /// Used to pick the shift of a chunk.
-inline double load_as_double(const void* p, dtype t, std::size_t i) {
+inline double load_as_double(const void* vp, dtype t, std::size_t i) {
+  const auto* p = static_cast<const unsigned char*>(vp);
   switch (t) {
-    case dtype::f64: return dec_f64::get(static_cast<const double*>(p), i);
-    case dtype::f32: return dec_f32::get(static_cast<const float*>(p), i);
-    case dtype::f16: return dec_f16::get(static_cast<const std::uint16_t*>(p), i);
-    case dtype::bf16: return dec_bf16::get(static_cast<const std::uint16_t*>(p), i);
+    case dtype::f64: return dec_f64::get(p, i);
+    case dtype::f32: return dec_f32::get(p, i);
+    case dtype::f16: return dec_f16::get(p, i);
+    case dtype::bf16: return dec_bf16::get(p, i);
     case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2: return dec_fp8{fp8_table(t)}.get(static_cast<const std::uint8_t*>(p), i);
+    case dtype::f8_e5m2: return dec_fp8{fp8_table(t)}.get(p, i);
     default: return 0.0;
   }
 }
@@ -1221,7 +1491,7 @@ inline double select_bits(bool c, double a, double b) {
 /// additions of booleans (no data-dependent branches but the rare long-double path).
 /// Correct for every float dtype; the SIMD kernels must agree with it on every count and extremum.
 template <level L, class Dec>
-inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::size_t n, const kernel_params& kp,
+inline void scalar_kernel_impl(const Dec& dec, const unsigned char* p, std::size_t n, const kernel_params& kp,
                                chunk_out& o) {
   std::uint64_t neg = 0, zero = 0, n_nan = 0, n_pinf = 0, n_ninf = 0, sub = 0, nfin = 0;
   std::int64_t kmin = o.kmin, kmax = o.kmax;
@@ -1293,16 +1563,15 @@ inline void scalar_kernel_impl(const Dec& dec, const typename Dec::src* p, std::
 
 /// Portable kernel entry: dispatches once on the dtype.
 template <level L>
-inline void scalar_kernel(const void* p, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
+inline void scalar_kernel(const void* vp, dtype t, std::size_t n, const kernel_params& kp, chunk_out& o) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment
   switch (t) {
-    case dtype::f64: scalar_kernel_impl<L>(dec_f64{}, static_cast<const double*>(p), n, kp, o); break;
-    case dtype::f32: scalar_kernel_impl<L>(dec_f32{}, static_cast<const float*>(p), n, kp, o); break;
-    case dtype::f16: scalar_kernel_impl<L>(dec_f16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
-    case dtype::bf16: scalar_kernel_impl<L>(dec_bf16{}, static_cast<const std::uint16_t*>(p), n, kp, o); break;
+    case dtype::f64: scalar_kernel_impl<L>(dec_f64{}, p, n, kp, o); break;
+    case dtype::f32: scalar_kernel_impl<L>(dec_f32{}, p, n, kp, o); break;
+    case dtype::f16: scalar_kernel_impl<L>(dec_f16{}, p, n, kp, o); break;
+    case dtype::bf16: scalar_kernel_impl<L>(dec_bf16{}, p, n, kp, o); break;
     case dtype::f8_e4m3fn:
-    case dtype::f8_e5m2:
-      scalar_kernel_impl<L>(dec_fp8{fp8_table(t)}, static_cast<const std::uint8_t*>(p), n, kp, o);
-      break;
+    case dtype::f8_e5m2: scalar_kernel_impl<L>(dec_fp8{fp8_table(t)}, p, n, kp, o); break;
     default: break;
   }
 }
@@ -1347,6 +1616,13 @@ NANSCOPE_NAMESPACE_END
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
+/// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
+/// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
+struct kernel_no_hash {
+  static constexpr bool enabled = false;
+};
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -1381,25 +1657,25 @@ inline void reduce_extrema_f32(chunk_out& o, float fmin, float fmax, float famin
 
 struct load512_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) { return _mm512_loadu_ps(p); }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) { return _mm512_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 };
 struct load512_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
 };
 struct load512_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const src* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const src* p, __mmask16 m) {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -1521,11 +1797,11 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
 }
 
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
-  using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+                                                           chunk_out& o, H* h = nullptr) {
+  constexpr std::size_t es = sizeof(typename Load::src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
   s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -1548,17 +1824,21 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group512_f32<L>(s, Load::load(p + i + j), i + j, kp, lo, span, absm, k32, k64);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      const __m512 x = Load::load(p + (i + j) * es);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 256 * 256)
+      group512_f32<L>(s, x, i + j, kp, lo, span, absm, k32, k64);
     }
     flush512_f32<L, Load>(s);
   }
-  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i), i, kp, lo, span, absm, k32, k64);
+  if constexpr (H::enabled) *h = hs;
+  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 x = Load::load_masked(p + i, valid);
+    const __m512 x = Load::load_masked(p + i * es, valid);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), absm);
     const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
     slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
@@ -1671,10 +1951,10 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   }
 }
 
-template <level L>
+template <level L, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o) {
-  const double* p = static_cast<const double*>(vp);
+                                                           chunk_out& o, H* h = nullptr) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f64 s;
   s.vmin = _mm512_set1_pd(std::numeric_limits<double>::infinity());
   s.vmax = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
@@ -1698,13 +1978,17 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
   s.k = _mm512_set1_pd(kp.k64);
 
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-    group512_f64<L>(s, _mm512_loadu_pd(p + i), 0xFF, i, kp, o);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+    const __m512d x = _mm512_loadu_pd(p + i * 8);
+    if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 8 * 8)
+    group512_f64<L>(s, x, 0xFF, i, kp, o);
   }
+  if constexpr (H::enabled) *h = hs;
   if (i < n) {
     const __mmask8 valid = static_cast<__mmask8>((1u << (n - i)) - 1u);
-    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i), valid, i, kp, o);
+    group512_f64<L>(s, _mm512_maskz_loadu_pd(valid, p + i * 8), valid, i, kp, o);
   }
   o.neg += s.neg;
   o.zero += s.zero;
@@ -1735,18 +2019,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) { return _mm256_loadu_ps(p); }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }  // unaligned load
 };
 struct load256_f16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   }
 };
 struct load256_bf16 {
   using src = std::uint16_t;
-  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const src* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
@@ -1865,11 +2149,12 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
 }
 
 /// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load>
+template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o) {
+                                                       chunk_out& o, H* h = nullptr) {
   using src = typename Load::src;
-  const src* p = static_cast<const src*>(vp);
+  constexpr std::size_t es = sizeof(src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
   state256_f32 s;
   s.vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -1892,17 +2177,21 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.k64 = _mm256_set1_pd(kp.k64);
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
+  [[maybe_unused]] H hs;  // a local copy stays in registers
   for (; i + block <= n; i += block) {
     for (std::size_t j = 0; j < block; j += 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + j) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      group256_f32<L>(s, Load::load(p + i + j), 0xFFu, i + j);
+      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+      const __m256 x = Load::load(p + (i + j) * es);
+      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
+      group256_f32<L>(s, x, 0xFFu, i + j);
     }
     flush256_f32<L>(s);
   }
-  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i), 0xFFu, i);
+  if constexpr (H::enabled) *h = hs;
+  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
-    std::memcpy(tail, p + i, (n - i) * sizeof(src));
+    std::memcpy(tail, p + i * es, (n - i) * es);
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);
@@ -1947,6 +2236,279 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_HAS_X86_SIMD()
 #endif  // NANSCOPE_DETAIL_KERNEL_X86_HPP
 // ---- end nanscope/detail/kernel_x86.hpp ----
+// ---- begin nanscope/detail/hash_x86.hpp ----
+// nanscope — detail/hash_x86.hpp: AVX2 and AVX-512 versions of one block's exact hash sums (hash.hpp).
+// Internal: include <nanscope/check.hpp> instead.
+//
+// Per lane, only additions: S += x and T += S after each vector, so that after q vectors T = sum_t x_t (q - t)
+// (t = the vector's index). An element in vector t at slot j of V sits at position t*V + j, hence
+// sum x (position + 1) = V (q S - T) + (j + 1) S, all exact in 64 bits. Same result as the scalar loop.
+#ifndef NANSCOPE_DETAIL_HASH_X86_HPP
+#define NANSCOPE_DETAIL_HASH_X86_HPP
+
+#if !defined(NANSCOPE_CHECK_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/hash_x86.hpp is internal: include <nanscope/check.hpp> or <nanscope/nanscope.hpp>"
+#endif
+
+// #include "../hash.hpp": inlined above
+// #include "kernel_x86.hpp": inlined above
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Folds lane sums into a plane's block sums. `s`/`t` hold, for slot j (0..V-1), the lane's S and T over q
+/// vectors whose first element sits at block position `base`.
+inline void hash_fold_slots(const std::uint64_t* s, const std::uint64_t* t, std::size_t v, std::size_t q,
+                            std::size_t base, std::uint64_t& a_out, std::uint64_t& s_out) {
+  for (std::size_t j = 0; j < v; ++j) {
+    a_out += v * (q * s[j] - t[j]) + (base + j + 1) * s[j];
+    s_out += s[j];
+  }
+}
+
+/// Splits 64-bit lane sums into per-slot arrays: even slots from the low halves, odd from the high halves.
+inline void hash_interleave(const std::uint64_t* ve, const std::uint64_t* vo, const std::uint64_t* we,
+                            const std::uint64_t* wo, int lanes, std::uint64_t* s, std::uint64_t* t) {
+  for (int l = 0; l < lanes; ++l) {
+    s[2 * l] = ve[l];
+    t[2 * l] = we[l];
+    s[2 * l + 1] = vo[l];
+    t[2 * l + 1] = wo[l];
+  }
+}
+
+// --- AVX-512 ------------------------------------------------------------------------------------------------
+
+/// The hook the AVX-512 f32 and f64 kernels call with each full vector of their main loop (kernel_x86.hpp):
+/// the raw bits are hashed while they are in registers, so the hash costs no extra read.
+struct hash_lanes512 {
+  static constexpr bool enabled = true;
+  // Per 64-bit lane: sw = S of the whole lane word mod 2^64 and sh = S of its high halves (exact), tw / th their
+  // T. The low halves' sums follow at the end: S_lo = sw - 2^32 sh (mod 2^64, exact since S_lo < 2^64), which
+  // saves masking every vector.
+  __m512i sw, sh, tw, th;
+  NANSCOPE_IMPL_TARGET_AVX512 hash_lanes512() : sw(_mm512_setzero_si512()), sh(sw), tw(sw), th(sw) {}
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step_bits(__m512i x) {
+    sw = _mm512_add_epi64(sw, x);
+    sh = _mm512_add_epi64(sh, _mm512_srli_epi64(x, 32));
+    tw = _mm512_add_epi64(tw, sw);
+    th = _mm512_add_epi64(th, sh);
+  }
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step(__m512 x) { step_bits(_mm512_castps_si512(x)); }
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void step(__m512d x) { step_bits(_mm512_castpd_si512(x)); }
+  /// Adds the sums of the first q vectors of a block (elements of `es` = 4 or 8 bytes) to `out`.
+  NANSCOPE_IMPL_TARGET_AVX512 void finish(std::size_t es, std::size_t q, block_sums& out) const {
+    alignas(64) std::uint64_t a0[8], a1[8], b0[8], b1[8];
+    _mm512_store_si512(a0, sw);
+    _mm512_store_si512(a1, sh);
+    _mm512_store_si512(b0, tw);
+    _mm512_store_si512(b1, th);
+    for (int l = 0; l < 8; ++l) {
+      a0[l] -= a1[l] << 32;
+      b0[l] -= b1[l] << 32;
+    }
+    if (es == 8) {  // lane l holds element l: plane 0 = low halves, plane 1 = high halves
+      hash_fold_slots(a0, b0, 8, q, 0, out.a[0], out.s[0]);
+      hash_fold_slots(a1, b1, 8, q, 0, out.a[1], out.s[1]);
+    } else {  // lane l holds elements 2l (low half) and 2l + 1 (high half)
+      std::uint64_t s[16], t[16];
+      hash_interleave(a0, a1, b0, b1, 8, s, t);
+      hash_fold_slots(s, t, 16, q, 0, out.a[0], out.s[0]);
+    }
+  }
+};
+
+/// Sums over 16 zero-extended 32-bit limbs per vector; `load(i)` gives the limbs of elements [16 i, 16 i + 16).
+struct hash_ld512_u32 {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512i load(const unsigned char* p, std::size_t i) { return _mm512_loadu_si512(p + 64 * i); }
+};
+struct hash_ld512_u16 {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512i load(const unsigned char* p, std::size_t i) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i)));
+  }
+};
+struct hash_ld512_u8 {
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512i load(const unsigned char* p, std::size_t i) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+  }
+};
+
+template <class Load>
+NANSCOPE_IMPL_TARGET_AVX512 inline void hash_u32x16_avx512(const unsigned char* p, std::size_t q, std::size_t base,
+                                                           block_sums& out) {
+  const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll);
+  __m512i se = _mm512_setzero_si512(), so = se, te = se, to = se;
+  for (std::size_t i = 0; i < q; ++i) {
+    const __m512i x = Load::load(p, i);
+    se = _mm512_add_epi64(se, _mm512_and_si512(x, lo32));
+    so = _mm512_add_epi64(so, _mm512_srli_epi64(x, 32));
+    te = _mm512_add_epi64(te, se);
+    to = _mm512_add_epi64(to, so);
+  }
+  alignas(64) std::uint64_t ve[8], vo[8], we[8], wo[8];
+  _mm512_store_si512(ve, se);
+  _mm512_store_si512(vo, so);
+  _mm512_store_si512(we, te);
+  _mm512_store_si512(wo, to);
+  std::uint64_t s[16], t[16];
+  hash_interleave(ve, vo, we, wo, 8, s, t);
+  hash_fold_slots(s, t, 16, q, base, out.a[0], out.s[0]);
+}
+
+NANSCOPE_IMPL_TARGET_AVX512 inline void hash_block_avx512(const void* data, std::size_t es, std::size_t from, std::size_t m,
+                                                          block_sums& out) {
+  const auto* p = static_cast<const unsigned char*>(data) + from * es;
+  const std::size_t n = m - from;
+  std::size_t done = from;
+  if (es == 8) {
+    const std::size_t q = n / 8;
+    const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll);
+    __m512i sl = _mm512_setzero_si512(), sh = sl, tl = sl, th = sl;
+    for (std::size_t i = 0; i < q; ++i) {
+      const __m512i x = _mm512_loadu_si512(p + 64 * i);
+      sl = _mm512_add_epi64(sl, _mm512_and_si512(x, lo32));
+      sh = _mm512_add_epi64(sh, _mm512_srli_epi64(x, 32));
+      tl = _mm512_add_epi64(tl, sl);
+      th = _mm512_add_epi64(th, sh);
+    }
+    alignas(64) std::uint64_t s0[8], s1[8], t0[8], t1[8];
+    _mm512_store_si512(s0, sl);
+    _mm512_store_si512(s1, sh);
+    _mm512_store_si512(t0, tl);
+    _mm512_store_si512(t1, th);
+    hash_fold_slots(s0, t0, 8, q, from, out.a[0], out.s[0]);
+    hash_fold_slots(s1, t1, 8, q, from, out.a[1], out.s[1]);
+    done = from + q * 8;
+  } else {
+    const std::size_t q = n / 16;
+    if (es == 4) hash_u32x16_avx512<hash_ld512_u32>(p, q, from, out);
+    else if (es == 2) hash_u32x16_avx512<hash_ld512_u16>(p, q, from, out);
+    else hash_u32x16_avx512<hash_ld512_u8>(p, q, from, out);
+    done = from + q * 16;
+  }
+  hash_block_scalar(data, es, done, m, out);
+}
+
+// --- AVX2 ---------------------------------------------------------------------------------------------------
+
+/// The hook of the AVX2 f32 kernel (see hash_lanes512).
+struct hash_lanes256 {
+  static constexpr bool enabled = true;
+  __m256i sw, sh, tw, th;  // as in hash_lanes512
+  NANSCOPE_IMPL_TARGET_AVX2 hash_lanes256() : sw(_mm256_setzero_si256()), sh(sw), tw(sw), th(sw) {}
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void step(__m256 v) {
+    const __m256i x = _mm256_castps_si256(v);
+    sw = _mm256_add_epi64(sw, x);
+    sh = _mm256_add_epi64(sh, _mm256_srli_epi64(x, 32));
+    tw = _mm256_add_epi64(tw, sw);
+    th = _mm256_add_epi64(th, sh);
+  }
+  /// Adds the sums of the first q vectors (8 elements of 4 bytes each) of a block to `out`.
+  NANSCOPE_IMPL_TARGET_AVX2 void finish(std::size_t q, block_sums& out) const {
+    alignas(32) std::uint64_t a0[4], a1[4], b0[4], b1[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a0), sw);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a1), sh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b0), tw);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b1), th);
+    for (int l = 0; l < 4; ++l) {
+      a0[l] -= a1[l] << 32;
+      b0[l] -= b1[l] << 32;
+    }
+    std::uint64_t s[8], t[8];
+    hash_interleave(a0, a1, b0, b1, 4, s, t);
+    hash_fold_slots(s, t, 8, q, 0, out.a[0], out.s[0]);
+  }
+};
+
+struct hash_ld256_u32 {
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i load(const unsigned char* p, std::size_t i) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+  }
+};
+struct hash_ld256_u16 {
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i load(const unsigned char* p, std::size_t i) {
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+  }
+};
+struct hash_ld256_u8 {
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i load(const unsigned char* p, std::size_t i) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i)));
+  }
+};
+
+template <class Load>
+NANSCOPE_IMPL_TARGET_AVX2 inline void hash_u32x8_avx2(const unsigned char* p, std::size_t q, std::size_t base,
+                                                      block_sums& out) {
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll);
+  __m256i se = _mm256_setzero_si256(), so = se, te = se, to = se;
+  for (std::size_t i = 0; i < q; ++i) {
+    const __m256i x = Load::load(p, i);
+    se = _mm256_add_epi64(se, _mm256_and_si256(x, lo32));
+    so = _mm256_add_epi64(so, _mm256_srli_epi64(x, 32));
+    te = _mm256_add_epi64(te, se);
+    to = _mm256_add_epi64(to, so);
+  }
+  alignas(32) std::uint64_t ve[4], vo[4], we[4], wo[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ve), se);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(vo), so);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(we), te);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(wo), to);
+  std::uint64_t s[8], t[8];
+  hash_interleave(ve, vo, we, wo, 4, s, t);
+  hash_fold_slots(s, t, 8, q, base, out.a[0], out.s[0]);
+}
+
+NANSCOPE_IMPL_TARGET_AVX2 inline void hash_block_avx2(const void* data, std::size_t es, std::size_t from, std::size_t m,
+                                                      block_sums& out) {
+  const auto* p = static_cast<const unsigned char*>(data) + from * es;
+  const std::size_t n = m - from;
+  std::size_t done = from;
+  if (es == 8) {
+    const std::size_t q = n / 4;
+    const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll);
+    __m256i sl = _mm256_setzero_si256(), sh = sl, tl = sl, th = sl;
+    for (std::size_t i = 0; i < q; ++i) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+      sl = _mm256_add_epi64(sl, _mm256_and_si256(x, lo32));
+      sh = _mm256_add_epi64(sh, _mm256_srli_epi64(x, 32));
+      tl = _mm256_add_epi64(tl, sl);
+      th = _mm256_add_epi64(th, sh);
+    }
+    alignas(32) std::uint64_t s0[4], s1[4], t0[4], t1[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(s0), sl);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(s1), sh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t0), tl);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t1), th);
+    hash_fold_slots(s0, t0, 4, q, from, out.a[0], out.s[0]);
+    hash_fold_slots(s1, t1, 4, q, from, out.a[1], out.s[1]);
+    done = from + q * 4;
+  } else {
+    const std::size_t q = n / 8;
+    if (es == 4) hash_u32x8_avx2<hash_ld256_u32>(p, q, from, out);
+    else if (es == 2) hash_u32x8_avx2<hash_ld256_u16>(p, q, from, out);
+    else hash_u32x8_avx2<hash_ld256_u8>(p, q, from, out);
+    done = from + q * 8;
+  }
+  hash_block_scalar(data, es, done, m, out);
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+#endif  // NANSCOPE_DETAIL_HASH_X86_HPP
+// ---- end nanscope/detail/hash_x86.hpp ----
 // ---- begin nanscope/detail/thread_pool.hpp ----
 // nanscope — detail/thread_pool.hpp: a small persistent worker pool for splitting one large check across
 // threads. Workers are created once; a job allocates nothing. When the pool is busy (another thread is
@@ -2111,7 +2673,14 @@ struct check_options {
   std::uint64_t parallel_threshold = use_default_threshold;
   static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
   isa instruction_set = isa::automatic;
+  /// Also compute the content hash of the tensor's bits (health_result::hash, see hash.hpp), fused into the
+  /// pass: any dtype, any mode (modes that stop early or read nothing get a separate hashing pass).
+  bool hash = false;
 
+  check_options& with_hash(bool on = true) {
+    hash = on;
+    return *this;
+  }
   check_options& with_mode(check_mode m) {
     mode = m;
     return *this;
@@ -2193,6 +2762,8 @@ struct pass_plan {
   isa use;
   bool stop_at_first;  // curt_health
   bool contiguous;
+  bool hash = false;       // fold each chunk into the segment's content hash
+  bool hash_only = false;  // hash without running the health kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -2227,10 +2798,36 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
   kp.tame_span32 = hi - lo;
 }
 
-/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD).
-inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
-                       chunk_out& o) {
+/// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD). With
+/// `hb` (a block's hash sums; only when p holds the raw f32/f64 elements), the AVX2/AVX-512 f32 and the
+/// AVX-512 f64 kernels hash their main loop's elements as they go; returns how many leading elements were
+/// hashed (0: none, the caller hashes the chunk).
+inline std::size_t run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use, const kernel_params& kp,
+                              chunk_out& o, block_sums* hb = nullptr) {
 #if NANSCOPE_HAS_X86_SIMD()
+  if (hb != nullptr && use == isa::avx512 && (t == dtype::f32 || t == dtype::f64)) {
+    hash_lanes512 h;
+    auto go = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      if (t == dtype::f64) avx512_f64_kernel<L>(p, n, kp, o, &h);
+      else avx512_f32_kernel<L, load512_f32>(p, n, kp, o, &h);
+    };
+    if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
+    else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
+    else go(std::integral_constant<level, level::nonfinite>{});
+    const std::size_t v = t == dtype::f64 ? 8 : 256, done = n / v * v;
+    h.finish(size_of(t), t == dtype::f64 ? done / 8 : done / 16, *hb);
+    return done;
+  }
+  if (hb != nullptr && use == isa::avx2 && t == dtype::f32) {
+    hash_lanes256 h;
+    if (lv == level::stats) avx2_f32_kernel<level::stats, load256_f32>(p, n, kp, o, &h);
+    else if (lv == level::counts) avx2_f32_kernel<level::counts, load256_f32>(p, n, kp, o, &h);
+    else avx2_f32_kernel<level::nonfinite, load256_f32>(p, n, kp, o, &h);
+    const std::size_t done = n / 128 * 128;
+    h.finish(done / 8, *hb);
+    return done;
+  }
   if (use == isa::avx512) {
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
@@ -2244,7 +2841,7 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
   if (use == isa::avx2 && t != dtype::f64) {
     auto go = [&](auto lvl_tag) {
@@ -2258,14 +2855,16 @@ inline void run_kernel(const void* p, dtype t, std::size_t n, level lv, isa use,
     if (lv == level::stats) go(std::integral_constant<level, level::stats>{});
     else if (lv == level::counts) go(std::integral_constant<level, level::counts>{});
     else go(std::integral_constant<level, level::nonfinite>{});
-    return;
+    return 0;
   }
 #else
   (void)use;
+  (void)hb;
 #endif
   if (lv == level::stats) scalar_kernel<level::stats>(p, t, n, kp, o);
   else if (lv == level::counts) scalar_kernel<level::counts>(p, t, n, kp, o);
   else scalar_kernel<level::nonfinite>(p, t, n, kp, o);
+  return 0;
 }
 
 /// Copies logical elements [begin, begin + n) of a strided view into buf (row-major order).
@@ -2430,6 +3029,12 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
   kernel_params kp;
   set_thresholds(kp, t, plan.lv);
   const bool fp8 = t == dtype::f8_e4m3fn || t == dtype::f8_e5m2;
+  static_assert(chunk_elems == hash_block, "a chunk is a hash block");
+  std::uint64_t weight = 0;  // B^(index of the chunk's hash block)
+  if (plan.hash) {
+    seg.hash = hash_empty(es);
+    weight = hash_pow(begin / hash_block);
+  }
   for (std::uint64_t c = 0; c < n; c += chunk_elems) {
     const std::size_t m = static_cast<std::size_t>((n - c) < chunk_elems ? (n - c) : chunk_elems);
     const std::uint64_t cb = begin + c;
@@ -2440,18 +3045,36 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       gather(plan.v, cb, m, gbuf);
       p = gbuf;
     }
-    dtype kt = t;
-    if (fp8 && plan.use != isa::scalar) {
-      const float* table = fp8_table(t);
-      const auto* b = static_cast<const unsigned char*>(p);
-      for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
-      p = dbuf;
-      kt = dtype::f32;
+    const void* raw = p;
+    block_sums bs;
+    std::size_t hashed = 0;  // leading elements the kernel hashed on the way
+    if (!plan.hash_only) {
+      dtype kt = t;
+      if (fp8 && plan.use != isa::scalar) {
+        const float* table = fp8_table(t);
+        const auto* b = static_cast<const unsigned char*>(p);
+        for (std::size_t i = 0; i < m; ++i) dbuf[i] = table[b[i]];
+        p = dbuf;
+        kt = dtype::f32;
+      }
+      if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
+      chunk_out o;
+      hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
+      fold_chunk(seg, o, m, cb, kp, plan.lv);
     }
-    if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
-    chunk_out o;
-    run_kernel(p, kt, m, plan.lv, plan.use, kp, o);
-    fold_chunk(seg, o, m, cb, kp, plan.lv);
+    if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
+      if (hashed < m) {
+#if NANSCOPE_HAS_X86_SIMD()
+        if (plan.use == isa::avx512) hash_block_avx512(raw, es, hashed, m, bs);
+        else if (plan.use == isa::avx2) hash_block_avx2(raw, es, hashed, m, bs);
+        else hash_block_scalar(raw, es, hashed, m, bs);
+#else
+        hash_block_scalar(raw, es, hashed, m, bs);
+#endif
+      }
+      hash_add_block(seg.hash, bs, weight);
+      weight = mulmod61(weight, hash_base);
+    }
     if (plan.stop_at_first && seg.any_nonfinite) return;
   }
 }
@@ -2538,13 +3161,65 @@ inline bool dense_permutation(const tensor_view& v, tensor_view& out) {
   std::int64_t expect = 1;
   for (int k = m - 1; k >= 0; --k) {
     if (v.strides[dims[k]] != expect) return false;
-    expect *= v.shape[dims[k]];
+    if (mul_overflow(expect, v.shape[dims[k]], expect)) return false;  // not for a valid view: gather instead
   }
   out = v;
   out.rank = 1;
   out.shape[0] = static_cast<std::int64_t>(v.numel());
   out.strides[0] = 1;
   return true;
+}
+
+/// Runs the plan over n elements in fixed segments (on the pool when large enough), merged in order.
+inline health_result run_pass(const pass_plan& plan, std::uint64_t n, const check_options& opt, const health_result& r) {
+  health_result acc = empty_like(r);
+  if (plan.hash) acc.hash = hash_empty(size_of(plan.v.type));
+  const std::uint64_t nseg = (n + segment_elems - 1) / segment_elems;
+  unsigned threads = opt.threads == 0 ? default_thread_count() : opt.threads;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
+  if (threads <= 1) {
+    for (std::uint64_t s = 0; s < nseg; ++s) {
+      health_result seg = empty_like(r);
+      const std::uint64_t begin = s * segment_elems;
+      run_segment(plan, begin, (n - begin) < segment_elems ? (n - begin) : segment_elems, seg);
+      merge(acc, seg);
+      hash_merge(acc.hash, seg.hash);
+      if (plan.stop_at_first && acc.any_nonfinite) break;
+    }
+  } else {
+    health_result slots[wave_segments];
+    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
+    for (std::uint64_t w = 0; w < nseg; w += wave_segments) {
+      const std::uint64_t cnt = (nseg - w) < wave_segments ? (nseg - w) : wave_segments;
+      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = empty_like(r);
+      parallel_ctx ctx{&plan, n, w, slots, &stop_after};
+      default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &parallel_task, &ctx);
+      bool stop = false;
+      for (std::uint64_t i = 0; i < cnt; ++i) {
+        merge(acc, slots[i]);
+        hash_merge(acc.hash, slots[i].hash);
+        if (plan.stop_at_first && acc.any_nonfinite) {
+          stop = true;
+          break;
+        }
+      }
+      if (stop) break;
+    }
+  }
+  return acc;
+}
+
+/// The content hash alone (a pass that runs no health kernel), for what the fused pass does not read in
+/// full logical order: integer dtypes, modes that read nothing or stop early.
+inline content_hash hash_pass(const tensor_view& v, const check_options& opt, const health_result& r) {
+  const std::uint64_t n = v.numel();
+  if (n == 0) return hash_empty(size_of(v.type));
+  pass_plan plan{v, level::nonfinite, resolve_isa(opt.instruction_set), false, v.is_contiguous()};
+  plan.hash = true;
+  plan.hash_only = true;
+  return run_pass(plan, n, opt, r).hash;
 }
 
 }  // namespace detail
@@ -2568,51 +3243,25 @@ inline health_result(check)(const tensor_view& v, const check_options& opt = {})
   if (mode == check_mode::no_tensor || mode == check_mode::shape || !is_float(v.type) || n == 0) {
     r.count = n;
     if (mode == check_mode::stats) r.m2 = 0.0L;
+    if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
     return r;
   }
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
+  // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
+  plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
-  if (!plan.contiguous && mode != check_mode::curt_health && detail::dense_permutation(v, plan.v)) {
+  // The hash is defined in logical order, so a hashed pass keeps the logical (gathered) order.
+  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && detail::dense_permutation(v, plan.v)) {
     plan.contiguous = true;
     permuted = true;
   }
-  health_result acc = detail::empty_like(r);
-  const std::uint64_t nseg = (n + detail::segment_elems - 1) / detail::segment_elems;
-  unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
-  const std::uint64_t threshold =
-      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
-  if (n < threshold || nseg < 2) threads = 1;
-  if (threads <= 1) {
-    for (std::uint64_t s = 0; s < nseg; ++s) {
-      health_result seg = detail::empty_like(r);
-      const std::uint64_t begin = s * detail::segment_elems;
-      detail::run_segment(plan, begin, (n - begin) < detail::segment_elems ? (n - begin) : detail::segment_elems, seg);
-      merge(acc, seg);
-      if (plan.stop_at_first && acc.any_nonfinite) break;
-    }
-  } else {
-    health_result slots[detail::wave_segments];
-    std::atomic<std::uint64_t> stop_after{~std::uint64_t{0}};
-    for (std::uint64_t w = 0; w < nseg; w += detail::wave_segments) {
-      const std::uint64_t cnt = (nseg - w) < detail::wave_segments ? (nseg - w) : detail::wave_segments;
-      for (std::uint64_t i = 0; i < cnt; ++i) slots[i] = detail::empty_like(r);
-      detail::parallel_ctx ctx{&plan, n, w, slots, &stop_after};
-      detail::default_pool().run(static_cast<std::size_t>(cnt), threads - 1, &detail::parallel_task, &ctx);
-      bool stop = false;
-      for (std::uint64_t i = 0; i < cnt; ++i) {
-        merge(acc, slots[i]);
-        if (plan.stop_at_first && acc.any_nonfinite) {
-          stop = true;
-          break;
-        }
-      }
-      if (stop) break;
-    }
-  }
+  const health_result acc = detail::run_pass(plan, n, opt, r);
   r.count = n;
+  if (plan.hash) r.hash = acc.hash;
+  else if (opt.hash) r.hash = detail::hash_pass(v, opt, r);
   r.any_nonfinite = acc.any_nonfinite;
   r.first_nonfinite = acc.first_nonfinite;
   if (permuted && acc.any_nonfinite) {
@@ -3068,7 +3717,7 @@ inline void margin_add_block(margin_counts& out, const std::uint64_t (&block)[mb
 
 /// Portable kernel (also the reference for the SIMD ones: same tiers, one lane at a time).
 template <class U>
-inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {
+inline void margins_scalar(const unsigned char* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {
   U b[mb_count];
   for (int k = 0; k < mb_count; ++k) b[k] = static_cast<U>(mb.b[k]);
   const U mask = static_cast<U>(mb.abs_mask);
@@ -3078,7 +3727,9 @@ inline void margins_scalar(const U* p, std::size_t n, const margin_bounds& mb, m
   std::uint64_t c[mb_count] = {};
   U amax = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const U a = static_cast<U>(p[i] & mask);
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));  // any alignment
+    const U a = static_cast<U>(x & mask);
     for (int k : mb_always) c[k] += a >= b[k] ? 1u : 0u;
     if (a != 0 && a < small_hi) {
       for (int k : mb_small) c[k] += a < b[k] ? 1u : 0u;
@@ -3250,7 +3901,7 @@ struct m256_u64 : m256_common {
 // flush_vectors groups keep the lane counters from wrapping.
 #define NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(NAME, TARGET)                                                          \
   template <class L>                                                                                             \
-  TARGET inline void NAME(const typename L::U* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {  \
+  TARGET inline void NAME(const unsigned char* p, std::size_t n, const margin_bounds& mb, margin_counts& out) {   \
     using U = typename L::U;                                                                                     \
     using V = typename L::vec;                                                                                   \
     using M = typename L::mask;                                                                                  \
@@ -3268,13 +3919,14 @@ struct m256_u64 : m256_common {
       NANSCOPE_IMPL_UNROLL(15) for (int k = 0; k < mb_count; ++k) acc[k] = L::zero();                            \
       V vmax = L::zero();                                                                                        \
       for (; i < end; i += W) {                                                                                  \
-        const U* src = p + i;                                                                                    \
+        const void* src = p + i * sizeof(U); /* any alignment: unaligned loads */                                \
         if (end - i < W) {                                                                                       \
-          for (std::size_t j = 0; j < W; ++j) tail[j] = j < end - i ? p[i + j] : U{0};                           \
+          for (std::size_t j = 0; j < W; ++j) tail[j] = U{0};                                                    \
+          std::memcpy(tail, src, (end - i) * sizeof(U));                                                         \
           src = tail;                                                                                            \
         }                                                                                                        \
         if ((i * sizeof(U)) % 64 == 0)                                                                           \
-          _mm_prefetch(reinterpret_cast<const char*>(p + i) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);        \
+          _mm_prefetch(reinterpret_cast<const char*>(p + i * sizeof(U)) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0); \
         const V a = L::band(L::load(src), absm);                                                                 \
         const M nz = L::ge(a, bnd[mb_nonzero]);                                                                  \
         NANSCOPE_IMPL_UNROLL(3) for (int k : mb_always) acc[k] = L::count(acc[k], L::ge(a, bnd[k]));             \
@@ -3315,7 +3967,7 @@ NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
 /// Runs the kernel for `use` on n contiguous elements of floating dtype t.
 template <class U>
 inline void margins_run_typed(const void* vp, std::size_t n, isa use, const margin_bounds& mb, margin_counts& out) {
-  const U* p = static_cast<const U*>(vp);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment
 #if NANSCOPE_HAS_X86_SIMD()
   if (use == isa::avx512) {
     using L = std::conditional_t<sizeof(U) == 1, m512_u8,
@@ -3463,13 +4115,16 @@ NANSCOPE_NAMESPACE_END
 // nanscope — detail/atomic_file.hpp: write a file so that readers see the old content or the new one, never
 // a partial file, even if the writer is killed or the machine loses power midway.
 //
-//   nanscope::detail::atomic_file f("out/x.npy");  // creates out/.x.npy.tmp.<pid>.<n> (O_EXCL)
+//   nanscope::detail::atomic_file f("out/x.npy");  // creates out/.x.npy.tmp.<pid>.<start>.<host>.<n> (O_EXCL)
 //   f.write(p, n); ...
-//   f.commit();  // fsync the data, rename over out/x.npy, fsync the directory
+//   f.commit();      // fsync the data, rename over out/x.npy, fsync the directory
+//   // or f.commit_new(): the same, but never replaces an existing out/x.npy (returns false instead)
 //
 // If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
 // process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
-// the target's name, ".tmp.", the writer's pid and a counter): the target itself is untouched until the rename.
+// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host and a counter):
+// the target itself is untouched until the rename. remove_stale_temporaries() deletes such leftovers whose
+// writer is dead (its pid gone, or reused by a process started at another time) and never those of a live one.
 // Every failure throws nanscope::error naming the path and the system's reason (strerror). POSIX only; on
 // other platforms the constructor throws "not supported".
 #ifndef NANSCOPE_DETAIL_ATOMIC_FILE_HPP
@@ -3483,13 +4138,301 @@ NANSCOPE_NAMESPACE_END
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+// ---- begin nanscope/detail/process.hpp ----
+// nanscope — detail/process.hpp: who is writing: the process id, its start time and host (to tell a dead
+// writer's leftovers from a live one's), the launcher's rank, and ids unique per writer instance.
+#ifndef NANSCOPE_DETAIL_PROCESS_HPP
+#define NANSCOPE_DETAIL_PROCESS_HPP
+
+// #include "../config.hpp": inlined above
+// ---- begin nanscope/rank.hpp ----
+// nanscope — rank.hpp: which rank of a multi-process run this process is (rank, world size), from an explicit
+// setting or from the launcher's environment (Open MPI, MPICH/PMI, Slurm, torchrun), and the tag that reports,
+// layer-tree file names and snapshot names carry ("rank2of4").
+//
+//   nanscope::set_process_rank(r, n);        // explicit (nanscope::mpi::use_communicator does this)
+//   nanscope::process_rank()                 // explicit, else the environment, else rank 0 of 1 (unknown)
+//   nanscope::rank_tag()                     // "rank2of4"; "" for a single process (world size 1 or unknown)
+#ifndef NANSCOPE_RANK_HPP
+#define NANSCOPE_RANK_HPP
+
+// #include "config.hpp": inlined above
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// A process's place in a multi-process run.
+struct rank_info {
+  int rank = 0;
+  int world_size = 1;
+  std::string source;  ///< where it came from: "explicit", "communicator", an environment variable's name; "" unknown
+  bool known() const { return !source.empty(); }
+};
+
+namespace detail {
+/// A non-negative decimal integer that fits an int; false for anything else ("", "-1", "3x", overflow).
+inline bool parse_rank_number(const char* s, int& out) {
+  if (s == nullptr || *s == '\0') return false;
+  long long v = 0;
+  for (const char* p = s; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    v = v * 10 + (*p - '0');
+    if (v > 0x7fffffffLL) return false;
+  }
+  out = static_cast<int>(v);
+  return true;
+}
+struct process_rank_state {
+  std::mutex m;
+  bool explicit_set = false;
+  rank_info info;
+};
+inline process_rank_state& rank_state() {
+  static process_rank_state s;
+  return s;
+}
+}  // namespace detail
+
+/// Rank and world size from the launcher's environment, first match wins: Open MPI (OMPI_COMM_WORLD_RANK/SIZE),
+/// MPICH and Intel MPI (PMI_RANK/PMI_SIZE), Slurm (SLURM_PROCID/SLURM_NTASKS), torchrun (RANK/WORLD_SIZE). A pair
+/// is used only when both are valid numbers and rank < size; otherwise unknown (rank 0 of 1, empty source).
+inline rank_info rank_from_environment() {
+  static const char* const pairs[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                         {"PMI_RANK", "PMI_SIZE"},
+                                         {"SLURM_PROCID", "SLURM_NTASKS"},
+                                         {"RANK", "WORLD_SIZE"}};
+  for (const auto& p : pairs) {
+    int r = 0, n = 0;
+    if (detail::parse_rank_number(std::getenv(p[0]), r) && detail::parse_rank_number(std::getenv(p[1]), n) && n > 0 &&
+        r < n) {
+      rank_info info;
+      info.rank = r;
+      info.world_size = n;
+      info.source = p[0];
+      return info;
+    }
+  }
+  return rank_info{};
+}
+
+/// Sets this process's rank explicitly (overrides the environment). `source` says where it came from.
+inline void set_process_rank(int rank, int world_size, const char* source = "explicit") {
+  auto& s = detail::rank_state();
+  std::lock_guard<std::mutex> lk(s.m);
+  s.explicit_set = world_size > 0 && rank >= 0 && rank < world_size;
+  if (!s.explicit_set) return;
+  s.info.rank = rank;
+  s.info.world_size = world_size;
+  s.info.source = source;
+}
+
+/// The rank set with set_process_rank, or unknown (rank 0 of 1, empty source) when none was set.
+inline rank_info explicit_process_rank() {
+  auto& s = detail::rank_state();
+  std::lock_guard<std::mutex> lk(s.m);
+  return s.explicit_set ? s.info : rank_info{};
+}
+
+/// This process's rank: the explicit setting, else the environment (read on every call), else rank 0 of 1.
+inline rank_info process_rank() {
+  auto& s = detail::rank_state();
+  {
+    std::lock_guard<std::mutex> lk(s.m);
+    if (s.explicit_set) return s.info;
+  }
+  return rank_from_environment();
+}
+
+/// "rank<R>of<N>" when this process is one of several (world size > 1), else "".
+inline std::string rank_tag() {
+  const rank_info r = process_rank();
+  if (r.world_size <= 1) return std::string();
+  return "rank" + std::to_string(r.rank) + "of" + std::to_string(r.world_size);
+}
+
+/// The line a detection report ends with in a run of several processes: "nanscope: rank 2 of 4 (source)\n";
+/// "" for a single process. At the end, so that the report's first line (an exception's what()) is unchanged.
+inline std::string rank_report_line() {
+  const rank_info r = process_rank();
+  if (r.world_size <= 1) return std::string();
+  return "nanscope: rank " + std::to_string(r.rank) + " of " + std::to_string(r.world_size) + " (" + r.source + ")\n";
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_RANK_HPP
+// ---- end nanscope/rank.hpp ----
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+#if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
+#define NANSCOPE_IMPL_POSIX_PROCESS 1
+#include <cerrno>
+#include <csignal>
+#include <sys/types.h>
+#include <unistd.h>
+#else
+#define NANSCOPE_IMPL_POSIX_PROCESS 0
+#endif
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// The rank from the usual launcher variables (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK; the first
+/// set wins): the rank, -1 when none is set, -2 when the first one set is not a non-negative integer (its name
+/// and value are then stored in *bad_var / *bad_value when given). A rank set explicitly (set_process_rank,
+/// mpi::use_communicator; rank.hpp) comes first.
+inline int parse_env_rank(const char** bad_var = nullptr, const char** bad_value = nullptr) {
+  if (const rank_info set = explicit_process_rank(); set.known()) return set.rank;
+  static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+  for (const char* var : vars) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    long long r = 0;
+    const char* end = v + std::strlen(v);
+    auto res = std::from_chars(v, end, r);
+    if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF) {
+      if (bad_var != nullptr) *bad_var = var;
+      if (bad_value != nullptr) *bad_value = v;
+      return -2;
+    }
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+/// This process's id (0 where there is no such thing).
+inline unsigned long long process_id() {
+#if NANSCOPE_IMPL_POSIX_PROCESS
+  return static_cast<unsigned long long>(::getpid());
+#else
+  return 0;
+#endif
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), or 0 when it
+/// cannot be read (no such process, no /proc). Together with the pid it names a process uniquely on a host:
+/// a reused pid has a later start time.
+inline unsigned long long process_start_time(unsigned long long pid) {
+#if defined(__linux__)
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%llu/stat", pid);
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return 0;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) state ..." — comm may hold spaces and parentheses: fields count from the last ')'
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  ++p;
+  int field = 2;
+  while (*p != '\0' && field < 22) {
+    while (*p == ' ') ++p;
+    ++field;
+    if (field == 22) break;
+    while (*p != '\0' && *p != ' ') ++p;
+  }
+  if (field != 22) return 0;
+  while (*p == ' ') ++p;
+  unsigned long long t = 0;
+  const char* e = p;
+  while (*e >= '0' && *e <= '9') ++e;
+  if (std::from_chars(p, e, t).ec != std::errc()) return 0;
+  return t;
+#else
+  (void)pid;
+  return 0;
+#endif
+}
+
+/// Whether process `pid` (started at `start`, 0: unknown) may still be running on this host. Errs on the side
+/// of "alive": only a pid that does not exist, or that now belongs to a process started at another time, is dead.
+inline bool process_may_be_alive(unsigned long long pid, unsigned long long start) {
+#if NANSCOPE_IMPL_POSIX_PROCESS
+  if (pid == 0 || pid > 0x7FFFFFFFull) return true;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  if (start != 0) {
+    const unsigned long long now = process_start_time(pid);
+    if (now != 0 && now != start) return false;  // the pid was reused by a later process
+  }
+  return true;
+#else
+  (void)pid;
+  (void)start;
+  return true;
+#endif
+}
+
+/// This process's start time (see process_start_time), read when the pid changes (after fork()).
+inline unsigned long long self_start_time() {
+  static std::atomic<unsigned long long> cached_pid{~0ull};
+  static std::atomic<unsigned long long> cached{0};
+  const unsigned long long pid = process_id();
+  if (cached_pid.load(std::memory_order_acquire) != pid) {
+    cached.store(process_start_time(pid), std::memory_order_relaxed);
+    cached_pid.store(pid, std::memory_order_release);
+  }
+  return cached.load(std::memory_order_relaxed);
+}
+
+/// 8 hex digits naming this host (FNV-1a of its name): temporaries of other hosts on a shared file system are
+/// never judged by this host's process table.
+inline std::string host_tag() {
+  char name[256] = {0};
+#if NANSCOPE_IMPL_POSIX_PROCESS
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+#endif
+  std::uint32_t h = 2166136261u;
+  for (const char* p = name; *p != '\0'; ++p) {
+    h ^= static_cast<unsigned char>(*p);
+    h *= 16777619u;
+  }
+  char out[9];
+  std::snprintf(out, sizeof out, "%08x", static_cast<unsigned>(h));
+  return out;
+}
+
+/// A string unique per call across processes and time: hex of the pid, the wall clock in ns and a counter.
+inline std::string unique_run_id() {
+  static std::atomic<unsigned long long> counter{0};
+  const auto ns = static_cast<unsigned long long>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%llx-%llx-%llx", process_id(), ns, counter.fetch_add(1, std::memory_order_relaxed));
+  return buf;
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_PROCESS_HPP
+// ---- end nanscope/detail/process.hpp ----
 
 #if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
 #define NANSCOPE_IMPL_POSIX_FILES 1
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #else
 #define NANSCOPE_IMPL_POSIX_FILES 0
 #endif
@@ -3508,6 +4451,138 @@ namespace detail {
 /// "<what>: <strerror(err)>".
 inline std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
 
+/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
+inline bool make_directories(const std::string& dir) {
+#if NANSCOPE_IMPL_POSIX_FILES
+  struct stat st;
+  if (dir.empty()) return false;
+  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
+  }
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+#else
+  (void)dir;
+  return false;
+#endif
+}
+
+/// fsync of directory `dir` (makes renames and unlinks in it durable); throws naming `path` on failure.
+/// Filesystems that cannot fsync a directory (EINVAL, ENOTSUP) are accepted as they are.
+inline void fsync_directory(const std::string& dir, const std::string& path) {
+#if NANSCOPE_IMPL_POSIX_FILES
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC
+#ifdef O_DIRECTORY
+                                          | O_DIRECTORY
+#endif
+  );
+  if (dfd < 0) file_fail(path, errno_text(("written, but cannot open its directory '" + dir + "' to fsync it").c_str(), errno));
+  int rc;
+  while ((rc = ::fsync(dfd)) != 0 && errno == EINTR) {
+  }
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL
+#ifdef ENOTSUP
+      && err != ENOTSUP
+#endif
+  )
+    file_fail(path, errno_text(("written, but fsync of its directory '" + dir + "' failed").c_str(), err));
+#else
+  (void)dir;
+  (void)path;
+#endif
+}
+
+/// The directory part of `path` ("." for a bare name, "/" for a file in the root).
+inline std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+/// The parts of a temporary file name written by atomic_file: ".{base}.tmp.{pid}.{start}.{host}.{n}".
+struct temp_name_parts {
+  std::string base, host;
+  unsigned long long pid = 0, start = 0;
+};
+inline bool parse_temp_name(const std::string& name, temp_name_parts& out) {
+  if (name.size() < 2 || name[0] != '.') return false;
+  std::size_t end = name.size();
+  std::string field[4];  // n, host, start, pid (from the right)
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t dot = name.rfind('.', end - 1);
+    if (dot == std::string::npos || dot == 0 || dot + 1 >= end) return false;
+    field[i] = name.substr(dot + 1, end - dot - 1);
+    end = dot;
+  }
+  static const char tmp[] = ".tmp";
+  if (end < 1 + 4 + 1 || name.compare(end - 4, 4, tmp) != 0) return false;
+  auto digits = [](const std::string& s, unsigned long long& v) {
+    if (s.empty() || s.size() > 19) return false;
+    v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + static_cast<unsigned long long>(c - '0');
+    }
+    return true;
+  };
+  unsigned long long n = 0;
+  if (!digits(field[0], n) || !digits(field[2], out.start) || !digits(field[3], out.pid)) return false;
+  if (field[1].size() != 8 || field[1].find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  out.host = field[1];
+  out.base = name.substr(1, end - 4 - 1);
+  return !out.base.empty();
+}
+
+/// Removes, in `dir`, the temporary files of atomic_file writers that are dead (killed midway): names
+/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host whose `base` is one of `bases` (or starts with
+/// `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live writers, of other hosts
+/// and every other file are left alone. Returns how many were removed; never throws.
+inline std::size_t remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& bases,
+                                            const std::string& base_prefix = std::string()) noexcept {
+  std::size_t removed = 0;
+#if NANSCOPE_IMPL_POSIX_FILES
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+#endif
+    const std::string host = host_tag();
+    const unsigned long long self = process_id();
+    std::vector<std::string> victims;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() < 2 || name[0] != '.' || name.find(".tmp.") == std::string::npos) continue;
+        temp_name_parts t;
+        if (!parse_temp_name(name, t) || t.host != host || t.pid == self) continue;
+        bool wanted = false;
+        if (bases.empty()) {
+          wanted = t.base.compare(0, base_prefix.size(), base_prefix) == 0;
+        } else {
+          for (const auto& b : bases) wanted = wanted || b == t.base;
+        }
+        if (wanted && !process_may_be_alive(t.pid, t.start)) victims.push_back(name);
+      }
+      ::closedir(d);
+    }
+    for (const auto& v : victims) {
+      const std::string p = dir + "/" + v;
+      struct stat st;
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+    }
+#if NANSCOPE_IMPL_EXCEPTIONS
+  } catch (...) {
+  }
+#endif
+#else
+  (void)dir;
+  (void)bases;
+  (void)base_prefix;
+#endif
+  return removed;
+}
+
 /// A file written under a temporary name in the target's directory and renamed over the target by commit().
 class atomic_file {
  public:
@@ -3516,9 +4591,10 @@ class atomic_file {
     const std::size_t slash = path.rfind('/');
     const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
     if (base.empty() || base == "." || base == "..") file_fail(path, "the path names a directory, not a file");
-    dir_ = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+    dir_ = directory_of(path);
     const std::string prefix = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." + base +
-                               ".tmp." + std::to_string(static_cast<long long>(::getpid())) + ".";
+                               ".tmp." + std::to_string(process_id()) + "." + std::to_string(self_start_time()) + "." +
+                               host_tag() + ".";
     // Keep the permissions of a file being replaced; a new file gets 0666 & ~umask like any other.
     mode_t mode = 0666;
     struct stat st;
@@ -3565,39 +4641,13 @@ class atomic_file {
   }
 
   /// Makes the written bytes the content of the target path: fsync, close, rename, fsync of the directory.
-  void commit() {
-#if NANSCOPE_IMPL_POSIX_FILES
-    if (fd_ < 0) file_fail(path_, "commit after commit or failure");
-    while (::fsync(fd_) != 0) {
-      if (errno != EINTR) fail_and_clean(errno_text("fsync failed", errno));
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail_and_clean(errno_text("close failed", errno));
-    if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename over the target failed", errno));
-    committed_ = true;
-    temp_.clear();
-    // The rename is durable only once the directory entry is on disk. Filesystems that cannot fsync a
-    // directory (EINVAL, ENOTSUP) are accepted as they are.
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_CLOEXEC
-#ifdef O_DIRECTORY
-                                              | O_DIRECTORY
-#endif
-    );
-    if (dfd < 0) file_fail(path_, errno_text(("written, but cannot open its directory '" + dir_ + "' to fsync it").c_str(), errno));
-    int rc;
-    while ((rc = ::fsync(dfd)) != 0 && errno == EINTR) {
-    }
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0 && err != EINVAL
-#ifdef ENOTSUP
-        && err != ENOTSUP
-#endif
-    )
-      file_fail(path_, errno_text(("written, but fsync of its directory '" + dir_ + "' failed").c_str(), err));
-#endif
-  }
+  void commit() { (void)finish(true); }
+
+  /// As commit(), but never replaces an existing target: returns false (and removes the temporary file) when
+  /// the target exists. Uses link(2), which fails on an existing name; where the filesystem has no hard links,
+  /// renameat2(RENAME_NOREPLACE) on Linux, else a check followed by rename (not atomic against a concurrent
+  /// writer of the same name).
+  bool commit_new() { return finish(false); }
 
   /// Closes and removes the temporary file unless committed (the destructor does this too).
   void discard() noexcept {
@@ -3623,6 +4673,64 @@ class atomic_file {
   std::string temp_;
   int fd_ = -1;
   bool committed_ = false;
+
+  bool finish(bool replace) {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (fd_ < 0) file_fail(path_, "commit after commit or failure");
+    while (::fsync(fd_) != 0) {
+      if (errno != EINTR) fail_and_clean(errno_text("fsync failed", errno));
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_and_clean(errno_text("close failed", errno));
+    if (replace) {
+      if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename over the target failed", errno));
+    } else if (!place_new()) {
+      return false;
+    }
+    committed_ = true;
+    temp_.clear();
+    // The rename is durable only once the directory entry is on disk.
+    fsync_directory(dir_, path_);
+    return true;
+#else
+    (void)replace;
+    return false;
+#endif
+  }
+
+  /// Gives the temporary file the target's name unless the target exists (false, temporary removed).
+  bool place_new() {
+#if NANSCOPE_IMPL_POSIX_FILES
+    if (::link(temp_.c_str(), path_.c_str()) == 0) {
+      ::unlink(temp_.c_str());
+      return true;
+    }
+    int err = errno;
+    if (err == EEXIST) {
+      discard();
+      return false;
+    }
+#if defined(__linux__) && defined(SYS_renameat2)
+    if (::syscall(SYS_renameat2, AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), 1u /* RENAME_NOREPLACE */) == 0)
+      return true;
+    err = errno;
+    if (err == EEXIST) {
+      discard();
+      return false;
+    }
+#endif
+    struct stat st;
+    if (::lstat(path_.c_str(), &st) == 0) {
+      discard();
+      return false;
+    }
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) fail_and_clean(errno_text("rename to the target failed", errno));
+    return true;
+#else
+    return false;
+#endif
+  }
 
   static unsigned long long next_serial() {
     static std::atomic<unsigned long long> serial{0};
@@ -3969,16 +5077,14 @@ inline std::vector<unsigned char> npy_read_file(const std::string& path) {
 
 }  // namespace detail
 
-/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
-/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
-/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
-inline void write_npy(const std::string& path, const tensor_view& v) {
+namespace detail {
+/// The .npy bytes of `v` written into `file` (not committed): the body of write_npy.
+inline void write_npy_into(atomic_file& file, const tensor_view& v) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
   const dtype ft = detail::npy_file_dtype(v.type);
   const std::string pre = detail::npy_preamble(ft, v.rank, v.shape);
-  detail::atomic_file file(path);
   file.write(pre.data(), pre.size());
   const std::uint64_t n = v.numel();
   const std::size_t es = size_of(v.type), fes = size_of(ft);
@@ -3995,6 +5101,18 @@ inline void write_npy(const std::string& path, const tensor_view& v) {
       file.write(out.data(), m * fes);
     }
   }
+}
+}  // namespace detail
+
+/// Writes a tensor view as a .npy file (format 1.0), atomically: the path holds either its previous content
+/// or the complete new file. Strided views are written in logical row-major order; bf16 and fp8 as exact f32.
+/// Throws nanscope::error for an invalid view, device memory, or any file-system error (naming the path).
+inline void write_npy(const std::string& path, const tensor_view& v) {
+  validate(v);
+  if (v.space == memory_space::cuda_device)
+    detail::fail(v.name, "write_npy: data is in CUDA device memory; copy it to the host first");
+  detail::atomic_file file(path);
+  detail::write_npy_into(file, v);
   file.commit();
 }
 
@@ -4050,15 +5168,7 @@ struct npy_layout {
     v.name = name;
     v.rank = static_cast<int>(shape.size());
     for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[static_cast<std::size_t>(i)];
-    if (!fortran_order) {
-      v.set_contiguous_strides();
-    } else {
-      std::int64_t s = 1;
-      for (int i = 0; i < v.rank; ++i) {
-        v.strides[i] = s;
-        s *= (v.shape[i] > 0 ? v.shape[i] : 1);
-      }
-    }
+    detail::dense_strides(name, v.rank, v.shape, v.strides, fortran_order);  // empty: no overflow, no error
     return v;
   }
 };
@@ -4172,12 +5282,8 @@ inline npy_array read_npy(const std::string& path) {
     if (n != 0) std::memcpy(a.bytes.data(), src, a.bytes.size());
   } else {
     // column-major source: stride of dimension i is the product of the extents before it
-    std::int64_t fstride[max_rank];
-    std::int64_t s = 1;
-    for (std::size_t i = 0; i < rank; ++i) {
-      fstride[i] = s;
-      s *= a.shape[i];
-    }
+    std::int64_t fstride[max_rank];  // n != 0 and n * es bytes are in the file: no stride overflows
+    detail::dense_strides(path.c_str(), static_cast<int>(rank), a.shape.data(), fstride, true);
     std::int64_t idx[max_rank] = {};
     for (std::uint64_t k = 0; k < n; ++k) {
       std::int64_t off = 0;
@@ -4891,20 +5997,152 @@ NANSCOPE_NAMESPACE_END
 // #include "check.hpp": inlined above
 // #include "config.hpp": inlined above
 // #include "health.hpp": inlined above
+// ---- begin nanscope/hf_style.hpp ----
+// nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (FORMATS.md §2),
+// which the recorder runs for report_style::hf each time a module call completes.
+//
+// The machine is a template over the recorder's frame type so that this header sits below recorder.hpp (it
+// needs only the frame's fields: module path, tensors with role/context/health/allowed, and `banner`). It
+// decides what HF would print and raise; the recorder formats (report.hpp) and applies its policy.
+#ifndef NANSCOPE_HF_STYLE_HPP
+#define NANSCOPE_HF_STYLE_HPP
+
+// #include "config.hpp": inlined above
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+inline constexpr const char* hf_prefix = "                 ";  // 17 spaces
+inline constexpr const char* hf_header = "abs min  abs max  metadata";
+
+/// BANNER(n): HF's batch_start_frame() lines, each ended with '\n' (they lead the frame they are added to).
+inline std::string hf_banner(std::uint64_t n) {
+  return std::string("\n\n") + hf_prefix + " *** Starting batch number=" + std::to_string(n) + " ***\n" + hf_header +
+         "\n";
+}
+
+/// The ValueError text HF raises after printing its report.
+inline std::string hf_detected_text() {
+  return "DebugUnderflowOverflow: inf/nan detected, aborting as there is no point running further. Please scroll "
+         "up above this traceback to see the activation values prior to this event.";
+}
+
+/// The ValueError text of abort_after_batch_num.
+inline std::string hf_abort_text(std::uint64_t batches, std::int64_t n) {
+  return "DebugUnderflowOverflow: aborting after " + std::to_string(batches) +
+         " batches due to `abort_after_batch_num=" + std::to_string(n) + "` arg";
+}
+
+/// The forward hook's state and steps. Frame is nanscope::frame.
+template <class Frame>
+class hf_machine {
+ public:
+  struct outcome {
+    std::string has_lines;  ///< step 4: "{ctx} has nans" / "{ctx} has infs", in analysis order
+    bool trace = false;     ///< step 5: print `traced` (the frame, its banner first)
+    Frame traced;
+    bool report = false;    ///< step 7: print the report of frames() and raise
+    bool stop = false;      ///< step 8: abort_after_batch_num reached
+  };
+
+  /// One hook call for the completed module call `f`; `batch` is the recorder's step (advanced here for the
+  /// root, step 3). `tracing(b)`: b is in trace_batch_nums.
+  template <class Tracing>
+  outcome on_call(Frame&& f, bool is_root, std::uint64_t& batch, std::size_t max_frames, std::int64_t abort_after,
+                  Tracing&& tracing) {
+    outcome o;
+    const bool trace = tracing(batch);                  // 1.
+    if (trace) ring_.clear();
+    if (calls_ == 0) banner_ += hf_banner(batch);      // 2.
+    ++calls_;
+    if (is_root) ++batch;                              // 3.
+    f.banner = std::move(banner_);                     // 4. the frame: banner lines, then its own
+    banner_.clear();
+    for (int r = 0; r < 3; ++r) {
+      for (std::size_t i = 0; i < f.tensors.size(); ++i) {
+        const auto& t = f.tensors[i];
+        if (role_rank(t.role) != r || !t.is_tensor || t.allowed) continue;
+        if (t.health.has_nan()) o.has_lines += t.context + " has nans\n";
+        if (t.health.has_inf()) o.has_lines += t.context + " has infs\n";
+        if (t.health.has_nonfinite() && !detected_) {
+          detected_ = true;
+          first_ = f;  // what the detection names: the first tensor HF flagged since the last report
+          first_tensor_ = i;
+        }
+      }
+    }
+    ring_.push_back(std::move(f));
+    while (ring_.size() > (max_frames == 0 ? 1 : max_frames)) ring_.pop_front();
+    if (trace) {                                       // 5.
+      o.trace = true;
+      o.traced = std::move(ring_.back());
+      ring_.clear();
+    }
+    if (is_root) banner_ += hf_banner(batch);          // 6.
+    o.report = detected_ && !trace;                    // 7.
+    o.stop = abort_after >= 0 && batch > static_cast<std::uint64_t>(abort_after);  // 8.
+    return o;
+  }
+
+  /// The end of a batch without a root frame (recorder::next_step with auto_step off): steps 3, 6, 8.
+  bool end_batch(std::uint64_t& batch, std::int64_t abort_after) {
+    ++batch;
+    banner_ += hf_banner(batch);
+    return abort_after >= 0 && batch > static_cast<std::uint64_t>(abort_after);
+  }
+
+  /// The saved frames, oldest first.
+  std::vector<Frame> frames() const { return std::vector<Frame>(ring_.begin(), ring_.end()); }
+  /// The frame and tensor index of the first flagged tensor since the last report.
+  const Frame& first_frame() const { return first_; }
+  std::size_t first_tensor() const { return first_tensor_; }
+  /// After a report (or a report left out by report_once_per_step): look for the next one.
+  void clear_detected() { detected_ = false; }
+  void clear() { ring_.clear(); }
+
+ private:
+  template <class Role>
+  static int role_rank(Role r) {  // parameters, inputs, outputs; anything else (checkpoints) is not HF's
+    return r == Role::parameter ? 0 : r == Role::input ? 1 : r == Role::output ? 2 : 3;
+  }
+  std::deque<Frame> ring_;
+  std::string banner_;
+  std::uint64_t calls_ = 0;
+  bool detected_ = false;
+  Frame first_;
+  std::size_t first_tensor_ = 0;
+};
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_HF_STYLE_HPP
+// ---- end nanscope/hf_style.hpp ----
 // #include "margins.hpp": inlined above
 // #include "npy.hpp": inlined above
+// #include "rank.hpp": inlined above
 // #include "view.hpp": inlined above
 // #include "detail/atomic_file.hpp": inlined above
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -4947,6 +6185,14 @@ inline dtype lp_dtype(lp_format f) {
   return dtype::f16;
 }
 
+/// A tensor's mean and std as its framework computes them (LibTorch's own float32 reduction order), set by an
+/// adapter for the layer tree, which prints them instead of nanscope's (see docs/adapters.md).
+struct reference_stats {
+  bool known = false;
+  double mean = 0.0;
+  double std = 0.0;
+};
+
 /// One tensor inside a frame.
 struct tensor_record {
   tensor_role role = tensor_role::output;
@@ -4961,6 +6207,7 @@ struct tensor_record {
   margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+  reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -4972,6 +6219,9 @@ struct frame {
   bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
   bool complete = false;
   source_location where;       ///< where the scope (or checkpoint) was opened
+  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
+  /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
+  std::string banner;
   std::vector<tensor_record> tensors;
 
   bool inputs_finite() const {
@@ -5006,11 +6256,14 @@ struct detection {
   std::string report;            ///< the report text as printed (in the recorder's style)
 };
 
-/// Thrown by the `throw_exception` policy. what() is the report's first line; report() the whole text.
+/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
+/// ValueError text, byte for byte); report() the whole text.
 class detection_error : public std::runtime_error {
  public:
   explicit detection_error(std::shared_ptr<const detection> d)
       : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
+  detection_error(std::shared_ptr<const detection> d, const std::string& what)
+      : std::runtime_error(what), d_(std::move(d)) {}
   const detection& info() const { return *d_; }
   const std::string& report() const { return d_->report; }
 
@@ -5033,16 +6286,27 @@ class stop_requested : public std::runtime_error {
 
 enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
 enum class report_style : std::uint8_t {
-  hf,        ///< HuggingFace DebugUnderflowOverflow (FORMATS.md §2)
+  /// HuggingFace DebugUnderflowOverflow, byte for byte (FORMATS.md §2): detection when a module call completes,
+  /// `{ctx} has nans` lines, batch banners, HF's exception texts; stdout unless a sink is given.
+  hf,
   hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
   extended,  ///< nanscope's: counts, headroom, source locations, producer marker
 };
 
 /// A rule for module paths matching `pattern` (glob: `*` any run of characters, `?` one character).
 struct site_rule {
+  site_rule() = default;
+  // A constructor (not an aggregate) so that `site_rule{pattern, allowed, skip}` stays warning-free under
+  // -Wmissing-field-initializers now that cast_to exists.
+  site_rule(std::string pattern_, allow allowed_ = allow::none, bool skip_ = false,
+            std::optional<dtype> cast_to_ = std::nullopt)
+      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_) {}
   std::string pattern;
   allow allowed = allow::none;
   bool skip = false;  ///< do not check tensors here at all
+  /// The low-precision dtype these tensors will be cast to: warnings are measured against it (see
+  /// recorder_options::cast_to).
+  std::optional<dtype> cast_to;
 };
 
 struct recorder_options {
@@ -5051,17 +6315,25 @@ struct recorder_options {
   std::int64_t abort_after_step = -1;          ///< stop once this step has completed (-1: never)
   bool auto_step = true;                        ///< the step advances when an outermost scope completes
   on_detect policy = on_detect::throw_exception;
-  report_style style = report_style::hf;
+  /// extended (nanscope's native behaviour: detection as each tensor is recorded); hf for output that diffs
+  /// byte for byte against HuggingFace's DebugUnderflowOverflow.
+  report_style style = report_style::extended;
   std::function<void(const detection&)> callback;      ///< for on_detect::callback
-  std::function<void(std::string_view)> sink;          ///< output; default: stderr
+  std::function<void(std::string_view)> sink;          ///< output; default: stdout in the hf style (as HF), else stderr
   /// Integer and bool tensors cannot hold NaN/Inf: they are never classified, but by default they are recorded
   /// with their abs min/max (HuggingFace's report shows input_ids too). true: leave them out of the frames.
   bool skip_integer_tensors = false;
   check_mode mode = check_mode::stats;                 ///< mode of each check (stats keeps abs min/max)
   bool report_once_per_step = true;                    ///< later detections in the same step are not re-reported
   /// Warn when abs_max reaches these thresholds (per lp_format; <= 0 disables). Default: fp16 at 1e4, the
-  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range).
+  /// HuggingFace rule of thumb (a product of two 1e4 values already exceeds the fp16 range). A threshold applies
+  /// to a tensor whose cast target (a site_rule's cast_to, else `cast_to`, else the tensor's own dtype) is that
+  /// format: an f32 tensor is not warned about fp16 unless the user says it will be cast to fp16.
   double warn_abs_max[lp_format_count] = {1e4, 0.0, 0.0, 0.0};
+  /// The dtype the recorded tensors will be cast to (mixed precision: f32 activations that become fp16).
+  std::optional<dtype> cast_to;
+  /// The hf style prints nothing HuggingFace would not print: true also prints the warnings of warn_abs_max.
+  bool warn_in_hf_style = false;
   std::vector<site_rule> rules;
   std::string snapshot_dir;  ///< non-empty: write the offending tensor and the producer's inputs as .npy
   unsigned check_threads = 1;  ///< threads per check (1: the recording thread only)
@@ -5075,7 +6347,9 @@ class scope;
 
 /// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
 /// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
-/// not throw. Attach with recorder::set_listener while no scope of the recorder is open.
+/// not throw. A recorder has any number of listeners (recorder::add_listener / remove_listener), each attached
+/// and detached on its own: detaching waits until calls into that listener on other threads have returned, so a
+/// listener may be destroyed right after remove_listener returns, in any order relative to the others.
 class scope_listener {
  public:
   virtual ~scope_listener() = default;
@@ -5086,6 +6360,8 @@ class scope_listener {
   virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
   /// The scope is closing (also during stack unwinding).
   virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+  /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
+  virtual bool wants_reference_stats() const noexcept { return false; }
 };
 
 namespace detail {
@@ -5141,10 +6417,55 @@ inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) 
   amax = hi;
 }
 
-/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one.
+/// Reference statistics for the next tensor this thread records, if its data pointer is `data`: an adapter
+/// sets them right before recording (offer_reference_stats) and recorder::record takes them.
+struct pending_reference {
+  const void* data = nullptr;
+  reference_stats stats;
+};
+inline pending_reference& pending_reference_slot() {
+  thread_local pending_reference p;
+  return p;
+}
+inline void offer_reference_stats(const void* data, double mean, double std) {
+  pending_reference& p = pending_reference_slot();
+  p.data = data;
+  p.stats = reference_stats{true, mean, std};
+}
+inline reference_stats take_reference_stats(const void* data) {
+  pending_reference& p = pending_reference_slot();
+  reference_stats r;
+  if (p.data != nullptr && p.data == data) r = p.stats;
+  p.data = nullptr;
+  return r;
+}
+
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one. A scope
+/// unlinks itself when it ends, also when it ends out of order (see ~scope).
 inline scope*& thread_top_scope() {
   thread_local scope* top = nullptr;
   return top;
+}
+
+/// Marks a call into a listener in progress on this thread (remove_listener does not wait for the calls of its
+/// own thread: a listener may detach itself, or another one, from inside a callback).
+struct listener_call {
+  const void* entry;
+  listener_call* prev;
+  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
+  ~listener_call() { top() = prev; }
+  listener_call(const listener_call&) = delete;
+  listener_call& operator=(const listener_call&) = delete;
+  static listener_call*& top() {
+    thread_local listener_call* t = nullptr;
+    return t;
+  }
+};
+
+/// A process-wide serial number for recorders (1, 2, ...).
+inline std::uint64_t next_recorder_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Report formatting lives in report.hpp (it needs fmt); the recorder calls it through this hook so that
@@ -5259,10 +6580,71 @@ class recorder {
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
-  /// Installs the listener of scope events (one per recorder; nullptr removes it) and returns the previous one.
-  /// Do it while no scope of this recorder is open.
-  scope_listener* set_listener(scope_listener* l) { return listener_.exchange(l, std::memory_order_acq_rel); }
-  scope_listener* listener() const { return listener_.load(std::memory_order_acquire); }
+  /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
+  /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
+  /// scopes ignores closes it never saw open, as the tree writer does).
+  void add_listener(scope_listener* l) {
+    if (l == nullptr) return;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (e->l == l) return;
+    listeners_.push_back(std::make_shared<listener_entry>(l));
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+  }
+  /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
+  /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
+  /// callback — is not waited for). Afterwards the recorder never touches it again.
+  bool remove_listener(scope_listener* l) {
+    std::unique_lock<std::mutex> lk(lm_);
+    std::shared_ptr<listener_entry> found;
+    for (auto it = listeners_.begin(); it != listeners_.end(); ++it) {
+      if ((*it)->l == l) {
+        found = *it;
+        listeners_.erase(it);
+        break;
+      }
+    }
+    if (!found) return false;
+    found->removed = true;
+    listener_count_.store(listeners_.size(), std::memory_order_release);
+    unsigned mine = 0;
+    for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
+      if (c->entry == found.get()) ++mine;
+    lcv_.wait(lk, [&] { return found->calling <= mine; });
+    return true;
+  }
+  /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
+  /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
+  /// is still alive; add_listener / remove_listener need no such care.
+  scope_listener* set_listener(scope_listener* l) {
+    std::vector<scope_listener*> old;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      for (const auto& e : listeners_) old.push_back(e->l);
+    }
+    for (scope_listener* o : old)
+      if (o != l) remove_listener(o);
+    add_listener(l);
+    return old.empty() ? nullptr : old.back();
+  }
+  /// The most recently attached listener still attached (nullptr if none).
+  scope_listener* listener() const {
+    std::lock_guard<std::mutex> lk(lm_);
+    return listeners_.empty() ? nullptr : listeners_.back()->l;
+  }
+  /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
+  bool listeners_want_reference_stats() const {
+    if (listener_count() == 0) return false;
+    std::lock_guard<std::mutex> lk(lm_);
+    for (const auto& e : listeners_)
+      if (!e->removed && e->l->wants_reference_stats()) return true;
+    return false;
+  }
+  /// How many listeners are attached.
+  std::size_t listener_count() const { return listener_count_.load(std::memory_order_acquire); }
+
+  /// A number unique to this recorder within the process (snapshot file names carry it).
+  std::uint64_t id() const { return id_; }
 
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
@@ -5275,6 +6657,7 @@ class recorder {
     std::lock_guard<std::mutex> lk(m_);
     for (auto& f : ring_) f = frame{};
     head_ = count_ = 0;
+    hf_.clear();
   }
 
   /// Records a one-tensor checkpoint frame (DETECT_OVERFLOW). Path: the enclosing scope of this thread.
@@ -5285,9 +6668,17 @@ class recorder {
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
 
-  /// Throws stop_requested once if abort_after_step was reached (called when the next step starts, since
-  /// the scope that completes a step cannot throw from its destructor).
+  /// Throws what a completed scope could not throw from its destructor, once: the detection_error of the hf
+  /// style (its report is printed already), else stop_requested if abort_after_step was reached. Called when
+  /// the next scope opens, by recording (detection_error only) and by next_step(); call it after a forward pass
+  /// to raise at once what HuggingFace raises in the root module's hook.
+  void raise_pending() {
+    raise_pending_detection();
+    raise_pending_stop();
+  }
+  /// raise_pending() (the name scopes call when they open).
   void raise_pending_stop() {
+    raise_pending_detection();
     if (!stop_pending_.load(std::memory_order_acquire)) return;
     std::string msg;
     {
@@ -5296,6 +6687,18 @@ class recorder {
       msg = stop_message_;
     }
     NANSCOPE_IMPL_THROW(stop_requested(msg));
+  }
+  /// Throws the hf style's pending detection_error, if any.
+  void raise_pending_detection() {
+    if (!detection_pending_.load(std::memory_order_acquire)) return;
+    std::shared_ptr<const detection> d;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!detection_pending_.exchange(false, std::memory_order_relaxed)) return;
+      d = std::move(pending_detection_);
+      pending_detection_.reset();
+    }
+    NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
   }
 
   // --- used by scope ---
@@ -5329,14 +6732,18 @@ class recorder {
     banner_step_ = ~std::uint64_t{0};
   }
   void emit(std::string_view text) const {
+    if (text.empty()) return;
     if (opts_.sink) {
       opts_.sink(text);
     } else {
-      std::fwrite(text.data(), 1, text.size(), stderr);
-      std::fflush(stderr);
+      std::FILE* to = opts_.style == report_style::hf ? stdout : stderr;  // HF prints with print()
+      std::fwrite(text.data(), 1, text.size(), to);
+      std::fflush(to);
     }
   }
   void complete_step();
+  void complete_hf(frame&& f, bool outermost);
+  /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
                                 const health_result* known);
@@ -5357,6 +6764,13 @@ class recorder {
     }
     return a;
   }
+  /// The dtype a tensor at `path` of dtype `own` will be cast to: the first matching rule's cast_to, else the
+  /// options' cast_to, else its own dtype.
+  dtype cast_target_locked(const std::string& path, dtype own) const {
+    for (const auto& r : opts_.rules)
+      if (r.cast_to && detail::glob_match(r.pattern, path)) return *r.cast_to;
+    return opts_.cast_to ? *opts_.cast_to : own;
+  }
 
   mutable std::mutex m_;
   recorder_options opts_;
@@ -5371,7 +6785,58 @@ class recorder {
   std::string stop_message_;
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
-  std::atomic<scope_listener*> listener_{nullptr};
+  detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
+  std::atomic<bool> detection_pending_{false};
+  std::shared_ptr<const detection> pending_detection_;
+  // listeners: entries are shared so that a call in progress keeps its entry while it is detached
+  struct listener_entry {
+    explicit listener_entry(scope_listener* p) : l(p) {}
+    scope_listener* l;
+    unsigned calling = 0;  ///< calls into l in progress (under lm_)
+    bool removed = false;
+  };
+  /// Calls fn(listener) for every attached listener, outside the recorder's lock.
+  template <class F>
+  void notify(F&& fn) {
+    if (listener_count_.load(std::memory_order_acquire) == 0) return;
+    std::shared_ptr<listener_entry> one[4];
+    std::vector<std::shared_ptr<listener_entry>> more;
+    std::size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lk(lm_);
+      n = listeners_.size();
+      if (n <= 4) {
+        for (std::size_t i = 0; i < n; ++i) one[i] = listeners_[i];
+      } else {
+        more = listeners_;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      listener_entry& e = n <= 4 ? *one[i] : *more[i];
+      {
+        std::lock_guard<std::mutex> lk(lm_);
+        if (e.removed) continue;
+        ++e.calling;
+      }
+      {
+        detail::listener_call mark(&e);
+        fn(*e.l);
+      }
+      std::lock_guard<std::mutex> lk(lm_);
+      if (--e.calling == 0 && e.removed) lcv_.notify_all();
+    }
+  }
+  /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
+  void report_misuse(const std::string& text) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(text);
+  }
+
+  mutable std::mutex lm_;  // guards listeners_ and the entries' counters
+  std::condition_variable lcv_;
+  std::vector<std::shared_ptr<listener_entry>> listeners_;
+  std::atomic<std::size_t> listener_count_{0};
+  const std::uint64_t id_ = detail::next_recorder_id();
 };
 
 /// The process-wide default recorder used by the macros.
@@ -5403,15 +6868,25 @@ class scope {
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
     detail::thread_top_scope() = this;
-    if (scope_listener* l = r.listener()) l->scope_opened(frame_, same_parent_ == nullptr);
+    r.notify([&](scope_listener& l) { l.scope_opened(frame_, same_parent_ == nullptr); });
   }
   scope(std::string_view name, std::string_view class_name, source_location where = {})
       : scope(default_recorder(), name, class_name, where) {}
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
+  /// Ends the module call. Scopes must end in the reverse order of their creation, on the thread that created
+  /// them (automatic variables always do). A heap-allocated scope ended while scopes opened inside it are still
+  /// alive is unlinked from the thread's chain (those scopes now nest in its enclosing scope), and the misuse is
+  /// printed to the recorder's sink; a scope ended on another thread than its own is reported and aborts the
+  /// process (the owning thread's chain cannot be repaired from here), never a use of freed memory.
   ~scope() {
-    if (scope_listener* l = rec_.listener()) l->scope_closed(frame_, same_parent_ == nullptr);
-    detail::thread_top_scope() = parent_;
+    scope*& top = detail::thread_top_scope();
+    if (top == this) {
+      top = parent_;
+    } else {
+      unlink_out_of_order(top);
+    }
+    rec_.notify([&](scope_listener& l) { l.scope_closed(frame_, same_parent_ == nullptr); });
     frame_.complete = true;
     rec_.complete(std::move(frame_), same_parent_ == nullptr);
   }
@@ -5475,6 +6950,29 @@ class scope {
 
  private:
   friend class recorder;
+  static std::string describe(const scope* s) {
+    std::string out = "'" + s->frame_.module_path + "'";
+    if (!s->frame_.class_name.empty()) out += " (" + s->frame_.class_name + ")";
+    return out;
+  }
+  /// ~scope of a scope that is not the innermost of this thread: remove it from the chain, or stop.
+  void unlink_out_of_order(scope*& top) {
+    scope* inner = top;
+    while (inner != nullptr && inner->parent_ != this) inner = inner->parent_;
+    if (inner == nullptr) {
+      rec_.report_misuse("nanscope: scope " + describe(this) +
+                         " ended on a thread that does not have it open (a scope must end on the thread that "
+                         "created it); aborting, since its own thread's scope chain would point to freed memory\n");
+      std::abort();
+    }
+    // Scopes opened inside this one (still alive) now nest in this one's enclosing scope.
+    for (scope* s = top; s != this; s = s->parent_)
+      if (s->same_parent_ == this) s->same_parent_ = same_parent_;
+    inner->parent_ = parent_;
+    rec_.report_misuse("nanscope: scope " + describe(this) + " ended before the scope " + describe(top) +
+                       " opened inside it on this thread (scopes must end in the reverse order of their creation); "
+                       "the scopes still open now nest in its enclosing scope\n");
+  }
   recorder& rec_;
   scope* parent_;
   const scope* same_parent_ = nullptr;
@@ -5505,25 +7003,39 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
   rec.is_none = is_none;
   rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
   f.tensors.push_back(std::move(rec));
-  if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
 }
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
                                       source_location where, allow allowed, const health_result* known) {
+  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
+  if (detection_pending_.load(std::memory_order_acquire) || stop_pending_.load(std::memory_order_acquire)) {
+    bool hf;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hf = opts_.style == report_style::hf;
+    }
+    if (hf) raise_pending_stop();
+  }
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
   rec.where = where;
   rec.view = v;
+  rec.reference = detail::take_reference_stats(v.data);
   if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
   bool skip = false;
   check_mode mode;
   unsigned threads;
   bool skip_int;
   bool want_margins;
+  bool hf;
+  bool warn;
   {
     std::lock_guard<std::mutex> lk(m_);
     allowed = allowed | rule_allow(f.module_path, skip);
+    hf = opts_.style == report_style::hf;
+    warn = !hf || opts_.warn_in_hf_style;
     mode = opts_.mode;
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
@@ -5555,7 +7067,7 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
       detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
     }
     f.tensors.push_back(std::move(rec));
-    if (scope_listener* l = listener()) l->tensor_recorded(f, f.tensors.back());
+    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
     return f.tensors.back().health;
   }
   if (known != nullptr) {
@@ -5576,10 +7088,19 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
   rec.allowed = h.has_nonfinite() && !bad;
   f.tensors.push_back(std::move(rec));
   tensor_record& stored = f.tensors.back();
-  maybe_warn(f, stored);
-  if (scope_listener* l = listener()) l->tensor_recorded(f, stored);
+  if (warn) maybe_warn(f, stored);
+  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
   const health_result result = stored.health;
-  if (bad) detect(f, stored);
+  if (bad && !hf) detect(f, stored);
+  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
+  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
+  if (bad && hf && role == tensor_role::checkpoint) {
+    std::string lines;
+    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
+    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
+    std::lock_guard<std::mutex> lk(m_);
+    if (opts_.policy != on_detect::callback) emit(lines);
+  }
   return result;
 }
 
@@ -5590,8 +7111,10 @@ inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
   std::string text;
   {
     std::lock_guard<std::mutex> lk(m_);
+    const dtype target = cast_target_locked(f.module_path, rec.health.type);
     for (int i = 0; i < lp_format_count; ++i) {
       const double thr = opts_.warn_abs_max[i];
+      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
       if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
       rec.warned |= 1u << i;
       std::string site = f.module_path;
@@ -5641,6 +7164,7 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
     } else {
       d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
     }
+    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
     policy = opts_.policy;
     cb = opts_.callback;
     snapshot_dir = opts_.snapshot_dir;
@@ -5657,61 +7181,16 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
   }
 }
 
-/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
-/// files into `dir`, plus an index (JSON) naming them. Every file is written atomically. Failures are reported
-/// to the sink and do not replace the detection.
-inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
-  const std::string prefix = dir + "/nanscope_step" + std::to_string(d.step) + "_" +
-                             std::to_string(detections_.load(std::memory_order_relaxed));
-  std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
-                      detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
-                      ",\n  \"context\": " + detail::json_quote(d.context) +
-                      ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
-  bool first = true;
-  auto write_one = [&](const tensor_record& t, int k) {
-    if (!t.is_tensor || t.view.data == nullptr) return;
-    const std::string file = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
-                             detail::file_safe(t.context) + ".npy";
-    write_npy(file, t.view);
-    const std::string base = file.substr(file.find_last_of('/') + 1);
-    index += first ? "\n" : ",\n";
-    first = false;
-    index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
-             "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
-             "\", \"shape\": [";
-    for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
-    index += "], \"offending\": ";
-    index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
-  };
-  auto run = [&] {
-    ::mkdir(dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the files are written
-    int k = 0;
-    for (const auto& t : current.tensors)
-      if (t.context == d.context && t.role == d.role) write_one(t, k++);
-    if (d.produced_here)
-      for (const auto& t : current.tensors)
-        if (t.role == tensor_role::input || t.role == tensor_role::parameter) write_one(t, k++);
-    index += first ? "]" : "\n  ]";
-    if (!d.produced_here)
-      index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
-               "progress any more, so only the offending tensor was saved\"";
-    index += "\n}\n";
-    const std::string index_path = prefix + "_index.json";
-    detail::write_file_atomically(index_path, index.data(), index.size());
-  };
-#if NANSCOPE_IMPL_EXCEPTIONS
-  try {
-    run();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(m_);
-    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
-  }
-#else
-  run();
-#endif
-}
-
 inline void recorder::complete(frame&& f, bool outermost) {
+  bool hf;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    hf = opts_.style == report_style::hf;
+  }
+  if (hf) {
+    complete_hf(std::move(f), outermost);
+    return;
+  }
   std::string trace;
   {
     bool stop = false;
@@ -5748,21 +7227,115 @@ inline void recorder::complete(frame&& f, bool outermost) {
 }
 
 inline void recorder::complete_step() {
+  raise_pending_detection();
   std::string msg;
   {
     std::lock_guard<std::mutex> lk(m_);
+    const bool hf = opts_.style == report_style::hf;
     const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    std::uint64_t next = finished;
+    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
+    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
     const bool already = stop_pending_.exchange(false, std::memory_order_relaxed);
     if (already) {
-      msg = stop_message_;  // auto_step armed the stop and printed it already
-    } else if (opts_.abort_after_step >= 0 && finished >= static_cast<std::uint64_t>(opts_.abort_after_step)) {
+      msg = stop_message_;  // auto_step armed the stop already
+    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
+                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
       msg = stop_text(finished + 1);
-      emit(msg + "\n");
+      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
       if (opts_.policy == on_detect::abort) std::abort();
     }
     begin_step_locked(finished + 1);
   }
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
+}
+
+/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
+/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
+/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
+inline void recorder::complete_hf(frame&& f, bool outermost) {
+  std::shared_ptr<detection> d;
+  on_detect policy = on_detect::throw_exception;
+  std::function<void(const detection&)> cb;
+  bool abort_now = false;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
+    ring_[head_] = f;
+    head_ = (head_ + 1) % ring_.size();
+    if (count_ < ring_.size()) ++count_;
+    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
+    const bool is_root = outermost && opts_.auto_step;
+    std::uint64_t batch = step_.load(std::memory_order_relaxed);
+    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
+    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
+    bool skip = detection_pending_.load(std::memory_order_relaxed) || stop_pending_.load(std::memory_order_relaxed);
+#if NANSCOPE_IMPL_EXCEPTIONS
+    skip = skip || std::uncaught_exceptions() > 0;
+#endif
+    if (skip) {
+      if (is_root) {
+        hf_.end_batch(batch, -1);
+        begin_step_locked(batch);
+      }
+      return;
+    }
+    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
+                         [this](std::uint64_t b) { return tracing_locked(b); });
+    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
+    policy = opts_.policy;
+    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
+    if (o.trace && policy != on_detect::callback) {
+      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
+    }
+    bool raised = false;
+    if (o.report) {
+      hf_.clear_detected();
+      if (!(opts_.report_once_per_step && reported_step_ == batch)) {
+        reported_step_ = batch;
+        detections_.fetch_add(1, std::memory_order_relaxed);
+        d = std::make_shared<detection>();
+        const frame& ff = hf_.first_frame();
+        const tensor_record& t = ff.tensors[hf_.first_tensor()];
+        d->step = batch;
+        d->module_path = ff.module_path;
+        d->class_name = ff.class_name;
+        d->context = t.context;
+        d->role = t.role;
+        d->health = t.health;
+        d->where = t.where;
+        d->produced_here = ff.inputs_finite();
+        d->frames = hf_.frames();
+        if (auto fn = detail::report_formatter().load()) {
+          d->report = fn(report_style::hf, *d);
+        } else {
+          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+        }
+        d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
+        if (policy != on_detect::callback) text += d->report;
+        cb = opts_.callback;
+        if (policy == on_detect::throw_exception) {
+          raised = true;
+          pending_detection_ = d;
+          detection_pending_.store(true, std::memory_order_release);
+        }
+        abort_now = policy == on_detect::abort;
+      }
+    }
+    if (o.stop && !raised && !stop_pending_.load(std::memory_order_relaxed)) {
+      stop_message_ = detail::hf_abort_text(batch, opts_.abort_after_step);
+      if (policy == on_detect::abort) {
+        text += stop_message_ + "\n";  // the process ends: the reason must show somewhere
+        abort_now = true;
+      } else {
+        stop_pending_.store(true, std::memory_order_release);  // HF prints nothing: it raises
+      }
+    }
+    emit(text);
+  }
+  if (abort_now) std::abort();
+  if (d && policy == on_detect::callback && cb) cb(*d);
 }
 
 template <class T>
@@ -5799,6 +7372,122 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
 
 NANSCOPE_NAMESPACE_END
 
+// recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
+// ---- begin nanscope/snapshot.hpp ----
+// nanscope — snapshot.hpp: what a detection saves into recorder_options::snapshot_dir — the offending tensor
+// and, when the frame in progress produced the value, its inputs and parameters as .npy files, with a JSON index.
+//
+// File names are unique per process and recorder, so ranks and recorders sharing one directory never overwrite
+// each other's evidence:
+//   nanscope_r{rank}_p{pid}_rec{recorder id}_step{S}_{K}_{i}_{module}_{context}.npy   (+ ..._step{S}_{K}_index.json)
+// ("r{rank}_" only when a launcher variable names the rank). Every file is written atomically and never replaces
+// an existing file: if a name is taken (a reused pid of an earlier run, say), the whole set moves to the next
+// free suffix ("..._{K}-1_..."). The directory and its missing parents are created; stale temporary files of
+// dead snapshot writers in it are removed first. Included by recorder.hpp (it defines recorder::write_snapshot).
+#ifndef NANSCOPE_SNAPSHOT_HPP
+#define NANSCOPE_SNAPSHOT_HPP
+
+// #include "config.hpp": inlined above
+// #include "npy.hpp": inlined above
+// #include "recorder.hpp": inlined above
+// #include "detail/atomic_file.hpp": inlined above
+// #include "detail/process.hpp": inlined above
+
+#include <memory>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// "nanscope_r{rank}_p{pid}_rec{id}_step{S}_{K}" (no "r{rank}_" when the rank is unknown).
+inline std::string snapshot_prefix(std::uint64_t recorder_id, std::uint64_t step, std::uint64_t detection) {
+  const int rank = parse_env_rank();
+  std::string p = "nanscope_";
+  if (rank >= 0) p += "r" + std::to_string(rank) + "_";
+  p += "p" + std::to_string(process_id()) + "_rec" + std::to_string(recorder_id) + "_step" + std::to_string(step) +
+       "_" + std::to_string(detection);
+  return p;
+}
+
+}  // namespace detail
+
+/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
+/// files into `dir`, plus an index (JSON) naming them (see the file comment). Failures are reported to the sink
+/// and do not replace the detection.
+inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
+  const std::string stem = detail::snapshot_prefix(id_, d.step, detections_.load(std::memory_order_relaxed));
+  // The tensors to save, in order: the offending one, then (produced here) the inputs and parameters.
+  std::vector<const tensor_record*> saved;
+  for (const auto& t : current.tensors)
+    if (t.context == d.context && t.role == d.role && t.is_tensor && t.view.data != nullptr) saved.push_back(&t);
+  if (d.produced_here)
+    for (const auto& t : current.tensors)
+      if ((t.role == tensor_role::input || t.role == tensor_role::parameter) && t.is_tensor && t.view.data != nullptr)
+        saved.push_back(&t);
+
+  auto run = [&] {
+    if (!detail::make_directories(dir)) detail::file_fail(dir, "snapshot_dir: not a directory and cannot be created");
+    detail::remove_stale_temporaries(dir, {}, "nanscope_");
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const std::string prefix = stem + (attempt == 0 ? std::string() : "-" + std::to_string(attempt));
+      std::vector<std::string> written;  // removed again if a later name of this set is taken
+      bool taken = false;
+      std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
+                          detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
+                          ",\n  \"context\": " + detail::json_quote(d.context) +
+                          ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
+      for (std::size_t k = 0; k < saved.size() && !taken; ++k) {
+        const tensor_record& t = *saved[k];
+        const std::string base = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
+                                 detail::file_safe(t.context) + ".npy";
+        const std::string file = dir + "/" + base;
+        detail::atomic_file f(file);
+        detail::write_npy_into(f, t.view);
+        if (!f.commit_new()) {
+          taken = true;
+          break;
+        }
+        written.push_back(file);
+        index += k == 0 ? "\n" : ",\n";
+        index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
+                 "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
+                 "\", \"shape\": [";
+        for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
+        index += "], \"offending\": ";
+        index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
+      }
+      if (!taken) {
+        index += saved.empty() ? "]" : "\n  ]";
+        if (!d.produced_here)
+          index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
+                   "progress any more, so only the offending tensor was saved\"";
+        index += "\n}\n";
+        detail::atomic_file f(dir + "/" + prefix + "_index.json");
+        f.write(index.data(), index.size());
+        if (f.commit_new()) return;
+      }
+      for (const auto& w : written) ::unlink(w.c_str());  // ours, just written under a set that cannot complete
+    }
+    detail::file_fail(dir + "/" + stem, "snapshot: no free file name");
+  };
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
+  }
+#else
+  run();
+#endif
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SNAPSHOT_HPP
+// ---- end nanscope/snapshot.hpp ----
+
 #endif  // NANSCOPE_RECORDER_HPP
 // ---- end nanscope/recorder.hpp ----
 // ---- begin nanscope/report.hpp ----
@@ -5818,6 +7507,7 @@ NANSCOPE_NAMESPACE_END
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -5825,8 +7515,7 @@ NANSCOPE_NAMESPACE_END
 NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
-inline constexpr const char* hf_prefix = "                 ";  // 17 spaces
-inline constexpr const char* hf_header = "abs min  abs max  metadata";
+// hf_prefix, hf_header and hf_banner() are in hf_style.hpp.
 
 /// abs min / abs max with torch semantics (what `var.abs().min()` prints): any NaN makes both NaN.
 inline double hf_abs_min(const health_result& h) { return h.nan != 0 ? qnan : h.abs_min; }
@@ -5861,8 +7550,10 @@ void for_each_in_hf_order(const frame& f, Fn&& fn) {
       if (role_rank(t.role) == r) fn(t);
 }
 
+/// FRAME of the grammar: the frame's banner lines (hf style), the module line, one line per tensor.
 template <class Out>
 Out format_hf_frame(Out out, const frame& f) {
+  out = std::copy(f.banner.begin(), f.banner.end(), out);
   out = fmt::format_to(out, "{} {} {}", hf_prefix, f.module_path, f.class_name);
   for_each_in_hf_order(f, [&](const tensor_record& t) {
     if (t.is_none) {
@@ -5936,7 +7627,8 @@ inline std::string short_file(const char* file) {
 }
 }  // namespace detail
 
-/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, frames, blank lines.
+/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, the frames joined with
+/// '\n' (a `print`), then `print("\n\n")`: four newlines after the last frame.
 template <class Out>
 Out format_hf_report(Out out, const detection& d) {
   out = fmt::format_to(out, "\nDetected inf/nan during batch_number={}\nLast {} forward frames:\n{}\n", d.step,
@@ -5945,15 +7637,17 @@ Out format_hf_report(Out out, const detection& d) {
     if (i != 0) out = fmt::format_to(out, "\n");
     out = detail::format_hf_frame(out, d.frames[i]);
   }
-  return fmt::format_to(out, "\n\n\n");
+  return fmt::format_to(out, "\n\n\n\n");
 }
 
-/// One traced frame as HuggingFace prints it in trace mode, with the batch banner before a step's first.
+/// One traced frame as HuggingFace prints it in trace mode. `banner`: put the batch banner of f.step before it
+/// (the native styles' trace; in the hf style the frame carries its banner lines itself).
 template <class Out>
 Out format_hf_trace(Out out, const frame& f, bool banner) {
-  if (banner)
-    out = fmt::format_to(out, "\n\n{} *** Starting batch number={} ***\n{}\n", detail::hf_prefix, f.step,
-                         detail::hf_header);
+  if (banner) {
+    const std::string b = detail::hf_banner(f.step);
+    out = std::copy(b.begin(), b.end(), out);
+  }
   out = detail::format_hf_frame(out, f);
   return fmt::format_to(out, "\n");
 }
@@ -6226,7 +7920,10 @@ NANSCOPE_NAMESPACE_END
 // level. Output is streamed: the files are written while the pass runs, and only a run of numbered siblings that
 // pruning may still drop is held in memory (one layer block and what follows it), so memory stays bounded for
 // deep and wide trees. Files are written atomically (a temporary file renamed over the target when the
-// outermost scope ends): a crash leaves the previous file or the complete new one.
+// outermost scope ends): a crash never leaves a truncated file. The pair is committed as "remove the old
+// SUMMARY, rename FULL_TENSORS, rename SUMMARY", so whenever both files exist they are of the same pass; both
+// end with the same "nanscope_pair" {run, pass} (with extras). Temporaries of writers killed midway are removed
+// by the next writer's first pass (dead processes only). docs/tree.md, "Crash consistency of the pair".
 //
 // Ranks: by default only rank 0 writes (the rank comes from tree_options::rank or the first of RANK,
 // LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK that is set); every_rank writes "{Class}_rank{r}_debug_tree_*.json".
@@ -6245,6 +7942,7 @@ NANSCOPE_NAMESPACE_END
 // #include "recorder.hpp": inlined above
 // #include "view.hpp": inlined above
 // #include "detail/atomic_file.hpp": inlined above
+// #include "detail/process.hpp": inlined above
 // ---- begin nanscope/detail/torch_print.hpp ----
 // nanscope — detail/torch_print.hpp: PyTorch's printed form of a tensor, byte for byte, for the layer-tree
 // writer's torch_repr style (what HuggingFace's model_addition_debugger stores: `print(tensor)` lines under
@@ -6256,6 +7954,8 @@ NANSCOPE_NAMESPACE_END
 //  - the element width is measured over the shown non-zero finite values, in the notation torch would have
 //    chosen without sci_mode (integers "{:.0f}" + 1, fixed "{:.4f}", or sci "{:.4e}"), and every value is then
 //    printed "{:{width}.4e}" because sci_mode is forced: so columns line up only when torch's own choice was sci;
+//  - a floating tensor with no shown non-zero finite value (all zeros, or only inf/nan) keeps the integer
+//    style, width 1, because torch's formatter returns before applying sci_mode: "tensor([0., -0., nan, inf])";
 //  - elements per line = max(1, floor((linewidth - indent) / (width + 2))), continuation lines indented;
 //  - suffixes (device, dtype unless float32/int64/bool, size of an empty tensor) as torch adds them.
 // Floating values are formatted from their exact double value (f16/bf16/fp8 convert exactly, as torch's
@@ -6398,13 +8098,23 @@ void torch_shown_elements(const tensor_view& v, bool summarize, int edge, F&& f)
   r.run(0, 0);
 }
 
-/// torch's _Formatter, with sci_mode forced on.
+/// torch's _Formatter, with sci_mode forced on. `int_style`: a floating tensor with no non-zero finite value
+/// among the shown ones (all zeros, or only inf/nan) — torch's formatter returns before it applies sci_mode, so
+/// values print as "{:.0f}" plus a "." for finite ones ("0.", "-0.", "nan", "inf"), width 1.
 struct torch_formatter {
   bool floating = true;
+  bool int_style = false;
   std::size_t width = 1;
   int precision = 4;
 
-  std::string format_float(double x) const { return pad_left(py_format(x, precision, 'e'), width); }
+  std::string format_float(double x) const {
+    if (int_style) {
+      std::string s = py_format(x, 0, 'f');
+      if (is_finite_bits(x)) s += '.';
+      return pad_left(std::move(s), width);
+    }
+    return pad_left(py_format(x, precision, 'e'), width);
+  }
   std::string format_int(const std::string& s) const { return pad_left(s, width); }
 };
 
@@ -6436,7 +8146,10 @@ inline torch_formatter make_torch_formatter(const tensor_view& v, bool summarize
     }
     if (int_mode && std::ceil(x) != x) int_mode = false;
   });
-  if (!any) return fm;  // width 1
+  if (!any) {  // torch's early return: integer style, width 1, sci_mode never applied
+    fm.int_style = true;
+    return fm;
+  }
   char notation;
   bool plus_one = false;
   if (int_mode) {
@@ -6628,8 +8341,11 @@ inline torch_stats torch_stats_of(const health_result& h, bool round) {
   torch_stats s{qnan, qnan, qnan, qnan};
   const double inf = std::numeric_limits<double>::infinity();
   if (h.count == 0 || h.nan != 0) return s;
-  s.min = h.min;
-  s.max = h.max;
+  // nanscope counts -0.0 as a zero (FORMATS.md §6): a zero extreme prints as +0 ("tensor(0.)"). By bits, so
+  // that -ffast-math (no signed zeros) cannot fold it away.
+  auto plus_zero = [](double x) { return (double_to_bits(x) << 1) == 0 ? 0.0 : x; };
+  s.min = plus_zero(h.min);
+  s.max = plus_zero(h.max);
   if (h.pos_inf != 0 && h.neg_inf != 0) {
     s.mean = qnan;
   } else if (h.pos_inf != 0) {
@@ -6653,6 +8369,8 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_DETAIL_TORCH_PRINT_HPP
 // ---- end nanscope/detail/torch_print.hpp ----
 
+#include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -6689,6 +8407,7 @@ struct tree_options {
   bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
   bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
   bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  bool hash = false;          ///< with extras: each tensor's content hash under "hash" (hash.hpp; for nanscope-diff --bitwise)
   tree_ranks ranks = tree_ranks::rank0_only;
   int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
   std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
@@ -6704,6 +8423,7 @@ struct tree_options {
   tree_options& with_rank(int r) { rank = r; return *this; }
   tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
   tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& with_hash(bool on = true) { hash = on; return *this; }
   tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
 };
 
@@ -6717,32 +8437,28 @@ namespace detail {
 #endif
 }
 
-/// Creates `dir` and its missing parents (mkdir -p); false when it is not a directory afterwards.
-inline bool make_directories(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
-  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    ::mkdir(prefix.c_str(), 0777);  // EEXIST (or a parent we may not write) is fine: the final stat decides
-  }
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
 inline int env_rank() {
-  static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
-  for (const char* var : vars) {
-    const char* v = std::getenv(var);
-    if (v == nullptr || *v == '\0') continue;
-    long long r = 0;
-    const char* end = v + std::strlen(v);
-    auto res = std::from_chars(v, end, r);
-    if (res.ec != std::errc() || res.ptr != end || r < 0 || r > 0x7FFFFFFF)
-      tree_fail(std::string("environment variable ") + var + "='" + v + "' is not a rank (a non-negative integer)");
-    return static_cast<int>(r);
-  }
-  return -1;
+  const char* var = nullptr;
+  const char* value = nullptr;
+  const int r = parse_env_rank(&var, &value);
+  if (r == -2)
+    tree_fail(std::string("environment variable ") + var + "='" + value + "' is not a rank (a non-negative integer)");
+  return r;
+}
+
+/// Serialises the commit of SUMMARY/FULL_TENSORS pairs within the process (two writers into one directory never
+/// interleave their renames).
+inline std::mutex& tree_commit_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Test hook: when set, called at each stage of a pass's commit (1: the old SUMMARY removed, 2: FULL_TENSORS
+/// renamed into place, 3: SUMMARY renamed into place). The fault-injection tests kill the writer there.
+inline std::atomic<void (*)(int)>& tree_commit_probe() {
+  static std::atomic<void (*)(int)> probe{nullptr};
+  return probe;
 }
 
 /// A JSON string literal as Python's json.dumps writes it (ensure_ascii): \" \\ \n \r \t \b \f named, other
@@ -7020,8 +8736,9 @@ struct tree_text {
 
 }  // namespace detail
 
-/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as the
-/// recorder's scope listener for its lifetime; construct and destroy it while no scope of the recorder is open.
+/// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as one
+/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder and
+/// destroyed in any order.
 class tree_writer final : public scope_listener {
  public:
   explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
@@ -7033,13 +8750,14 @@ class tree_writer final : public scope_listener {
       if (!detail::make_directories(opts_.directory))
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
-    previous_ = rec_.set_listener(this);
+    run_id_ = detail::unique_run_id();
+    rec_.add_listener(this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
-  ~tree_writer() override {
-    if (rec_.listener() == this) rec_.set_listener(previous_);
-  }
+  /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
+  /// abandoned: its temporary files are removed and the previous files stay.
+  ~tree_writer() override { rec_.remove_listener(this); }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -7098,13 +8816,30 @@ class tree_writer final : public scope_listener {
     });
   }
 
+  bool wants_reference_stats() const noexcept override { return active_; }
+
   void scope_closed(const frame& f, bool outermost) noexcept override {
+    (void)outermost;
     std::lock_guard<std::mutex> lk(m_);
     guarded([&] {
-      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty() || nodes_.back().fp != &f) return;
+      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      bool open = false;
+      for (const node& n : nodes_) open = open || n.fp == &f;
+      if (!open) return;
+      // A scope that ends before the scopes opened inside it (a heap scope deleted out of order, which the
+      // recorder reports) closes them too: the tree stays well formed.
+      while (nodes_.back().fp != &f) close_node();
       close_node();
-      if (outermost || nodes_.empty()) end_pass();
+      if (nodes_.empty()) end_pass();
     });
+  }
+
+  /// The id of this writer instance, written with the pass number as "nanscope_pair" in both files.
+  const std::string& run_id() const { return run_id_; }
+  /// Passes begun so far (the "pass" of "nanscope_pair").
+  std::uint64_t passes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return pass_;
   }
 
  private:
@@ -7185,6 +8920,15 @@ class tree_writer final : public scope_listener {
                              "_debug_tree_";
     summary_path_ = opts_.write_summary ? base + "SUMMARY.json" : std::string();
     full_path_ = opts_.write_full ? base + "FULL_TENSORS.json" : std::string();
+    if (cleaned_base_ != base) {
+      // temporaries of this writer's files left by writers killed midway (dead processes only)
+      std::vector<std::string> names;
+      for (const std::string* p : {&summary_path_, &full_path_})
+        if (!p->empty()) names.push_back(p->substr(p->rfind('/') + 1));
+      detail::remove_stale_temporaries(opts_.directory, names);
+      cleaned_base_ = base;
+    }
+    ++pass_;
     if (opts_.write_summary) summary_file_ = std::make_unique<detail::atomic_file>(summary_path_);
     if (opts_.write_full) full_file_ = std::make_unique<detail::atomic_file>(full_path_);
     in_pass_ = true;
@@ -7413,6 +9157,13 @@ class tree_writer final : public scope_listener {
                                            {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}}),
                         k);
       w.add(s);
+      // the pair id, the root's last key: equal in the SUMMARY and FULL_TENSORS files of one pass
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string pair = "\"nanscope_pair\": ";
+      detail::append_at(pair, detail::py_object({{"run", detail::py_json_quote(run_id_)}, {"pass", std::to_string(pass_)}}),
+                        k);
+      w.add(pair);
     }
   }
 
@@ -7458,10 +9209,28 @@ class tree_writer final : public scope_listener {
     root_.clear();
   }
 
+  /// Commits the pass's files. With both files: the old SUMMARY is removed first, then FULL_TENSORS and then
+  /// SUMMARY are renamed into place (each fsynced). Whatever moment the process dies at, the directory holds the
+  /// old pair, the old FULL_TENSORS alone, the new FULL_TENSORS alone, or the new pair: whenever both files
+  /// exist they are of the same pass. SUMMARY is the commit mark of a pair.
   void end_pass() {
     maybe_flush(true);
-    if (summary_file_) summary_file_->commit();
-    if (full_file_) full_file_->commit();
+    auto probe = [](int stage) {
+      if (auto p = detail::tree_commit_probe().load(std::memory_order_acquire)) p(stage);
+    };
+    {
+      std::lock_guard<std::mutex> commit_lock(detail::tree_commit_mutex());
+      if (summary_file_ && full_file_) {
+        if (::unlink(summary_path_.c_str()) != 0 && errno != ENOENT)
+          detail::file_fail(summary_path_, detail::errno_text("cannot remove the previous pass's file", errno));
+        detail::fsync_directory(detail::directory_of(summary_path_), summary_path_);
+        probe(1);
+      }
+      if (full_file_) full_file_->commit();
+      probe(2);
+      if (summary_file_) summary_file_->commit();
+      probe(3);
+    }
     summary_file_.reset();
     full_file_.reset();
     summary_bytes_ += pass_summary_bytes_;
@@ -7508,8 +9277,9 @@ class tree_writer final : public scope_listener {
     health_result own;
     const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
                                                 v.space == memory_space::cuda_managed);
+    const bool want_hash = opts_.hash && opts_.extras && readable;
     if (is_float(v.type) && h->mode != check_mode::stats && readable) {
-      own = (check)(v, check_options{}.with_mode(check_mode::stats));
+      own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
       h = &own;
     }
     if (torch) {
@@ -7539,7 +9309,11 @@ class tree_writer final : public scope_listener {
     }
     const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
     if (is_float(v.type) && (torch ? hf_stats : true)) {
-      const detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      detail::torch_stats s = detail::torch_stats_of(*h, torch);
+      if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+        s.mean = rec.reference.mean;
+        s.std = rec.reference.std;
+      }
       if (torch) {
         io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
         io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
@@ -7572,6 +9346,11 @@ class tree_writer final : public scope_listener {
       if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     } else if (detail::is_finite_bits(h->abs_max)) {
       io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
+    }
+    if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
+      const content_hash ch =
+          h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
+      io.fields.emplace_back("hash", detail::py_json_quote(to_hex(ch)));
     }
   }
 
@@ -7609,7 +9388,9 @@ class tree_writer final : public scope_listener {
 
   recorder& rec_;
   tree_options opts_;
-  scope_listener* previous_ = nullptr;
+  std::string run_id_;
+  std::uint64_t pass_ = 0;
+  std::string cleaned_base_;
   int rank_ = 0;
   bool active_ = true;
 

@@ -5,8 +5,12 @@
 // 2 bad input or usage (a file missing, unreadable, malformed, or shrinking while read; an unsupported dtype) or
 // a report that could not be written to stdout: 2 wins over 1, since a run that could not read everything cannot
 // vouch for the rest. Every file is scanned even after an input error (not after an output error).
+// `nanscope report INPUT... -o FILE` (report.hpp, docs/report.md): 0 the page was written, 2 bad input or output.
 #include "output.hpp"
 #include "scan.hpp"
+#if NANSCOPE_CLI_HAVE_REPORT
+#include "report.hpp"
+#endif
 
 #include <nanscope/config.hpp>
 
@@ -349,7 +353,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text);
   app.require_subcommand(1);
   app.footer("Exit status: 0 all finite, 1 NaN/Inf (or --fail-on-overflow) found, 2 bad input or usage.\n"
-             "Documentation: docs/cli.md");
+             "report: 0 written, 2 bad input or the file could not be written.\n"
+             "Documentation: docs/cli.md, docs/report.md");
 
   std::vector<std::string> files;
   bool json = false, quiet = false, stats = false, skip_unsupported = false, no_progress = false;
@@ -377,6 +382,12 @@ int main(int argc, char** argv) {
                  "Report tensors of dtypes nanscope cannot check (C64, F8_E8M0, ...) as skipped, not as errors");
   scan->add_flag("--no-progress", no_progress, "No progress bar (shown on a terminal for files over 1 GiB)");
 
+#if NANSCOPE_CLI_HAVE_REPORT
+  nanscope_report::report_args report_args;
+  CLI::Option* report_inputs = nullptr;
+  CLI::App* report = nanscope_report::add_report_command(app, report_args, report_inputs);
+#endif
+
   // `--` ends option parsing wherever it appears (POSIX Utility Syntax Guideline 10): everything after the first
   // one is a file, even `--` itself or a name starting with '-'. CLI11 gets only what comes before it (CLI11 2.x
   // refuses operands after `--` once the positional has taken some before it).
@@ -394,10 +405,17 @@ int main(int argc, char** argv) {
       break;
     }
   if (operands.empty()) files_opt->required();
+#if NANSCOPE_CLI_HAVE_REPORT
+  if (operands.empty()) report_inputs->required();
+#endif
   try {
     app.parse(cli_argc, argv);
     if (dashdash && scan->parsed() && files.empty() && operands.empty())
       throw CLI::RequiredError("files");  // `scan --` alone: the usual "files is required" message and exit 2
+#if NANSCOPE_CLI_HAVE_REPORT
+    if (dashdash && report->parsed() && report_args.inputs.empty() && operands.empty())
+      throw CLI::RequiredError("inputs");
+#endif
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // --help / --version (rc 0) print on stdout: a failed write there is an error too
     std::cout.flush();
@@ -407,6 +425,12 @@ int main(int argc, char** argv) {
     }
     return rc == 0 ? 0 : 2;
   }
+#if NANSCOPE_CLI_HAVE_REPORT
+  if (report->parsed()) {
+    report_args.inputs.insert(report_args.inputs.end(), operands.begin(), operands.end());
+    return nanscope_report::run_report(report_args, version_text);
+  }
+#endif
   files.insert(files.end(), operands.begin(), operands.end());
 
   run_state rs;

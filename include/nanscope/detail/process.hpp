@@ -4,6 +4,7 @@
 #define NANSCOPE_DETAIL_PROCESS_HPP
 
 #include "../config.hpp"
+#include "../rank.hpp"
 
 #include <atomic>
 #include <charconv>
@@ -30,8 +31,10 @@ namespace detail {
 
 /// The rank from the usual launcher variables (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK; the first
 /// set wins): the rank, -1 when none is set, -2 when the first one set is not a non-negative integer (its name
-/// and value are then stored in *bad_var / *bad_value when given).
+/// and value are then stored in *bad_var / *bad_value when given). A rank set explicitly (set_process_rank,
+/// mpi::use_communicator; rank.hpp) comes first.
 inline int parse_env_rank(const char** bad_var = nullptr, const char** bad_value = nullptr) {
+  if (const rank_info set = explicit_process_rank(); set.known()) return set.rank;
   static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
   for (const char* var : vars) {
     const char* v = std::getenv(var);

@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""Tests of `nanscope report` (tools/cli/report*.hpp): writes input files with known contents, runs the program,
+and checks the HTML page it writes, in a real headless browser (Debian's chromium) for the page's behaviour.
+
+References, independent of the C++ code:
+  - the health counts of every module are summed here from the tree JSON (Python's json module);
+  - the first NaN/Inf is found here by walking the tree in call order (a node's inputs, its children, its outputs);
+  - the diff's first divergent module is what the nanscope-diff program prints (--json), run on the same files;
+  - the heatmap cells are log2 of the abs-max values written here.
+The page is loaded with `chromium --headless --dump-dom` (the DOM after its script ran: the script writes
+data-ready and data-load-ms on <body>) and parsed with Python's html.parser; one screenshot is written.
+
+Usage: report_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--chromium PATH] [--quick]
+       [--screenshot PATH] [--group NAME]...
+Exit status 0 when every check passed, 1 when one failed, 77 (CTest: skipped) when a browser group runs and no
+chromium is installed.
+"""
+import argparse
+import html.parser
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+SKIP = 77
+FAILURES = []
+CHECKS = [0]
+NANSCOPE = None
+NANSCOPE_DIFF = None
+CHROMIUM = None
+WORK = None
+QUICK = False
+SCREENSHOT = None
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("FAIL: " + msg)
+
+
+def expect(cond, msg):
+    CHECKS[0] += 1
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([NANSCOPE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=600, cwd=cwd)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+def write_json(name, obj):
+    with open(path(name), "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False)
+    return path(name)
+
+
+def write_text(name, text, mode="w"):
+    with open(path(name), mode) as f:
+        f.write(text)
+    return path(name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trees written here (nanscope's numeric style with the health extras)
+# ---------------------------------------------------------------------------------------------------------------
+def tensor(nan=0, pinf=0, ninf=0, absmax=1.0, n=32):
+    finite = n - nan - pinf - ninf
+    return {"shape": [n], "dtype": "float32",
+            "mean": "nan" if nan else ("inf" if pinf else 0.0), "std": "nan" if (nan or pinf or ninf) else 1.0,
+            "min": "nan" if nan else ("-inf" if ninf else -absmax), "max": "nan" if nan else ("inf" if pinf else absmax),
+            "health": {"negative": finite // 2, "zero": 0, "positive": finite - finite // 2, "neg_inf": ninf,
+                       "pos_inf": pinf, "nan": nan},
+            "abs_max": absmax}
+
+
+def node(path_, inputs=(), output=None, children=None):
+    n = {"module_path": path_, "inputs": {"args": list(inputs)}}
+    if children:
+        n["children"] = children
+    if output is not None:
+        n["outputs"] = output
+    return n
+
+
+def with_meta(root, step=None, rank=0):
+    root["nanscope"] = {"format": 1, "style": "numeric", "step": step, "rank": rank, "pruned": False,
+                        "complete": True}
+    if step is None:
+        del root["nanscope"]["step"]
+    return root
+
+
+def model_tree(bad_block=2, step=5, scale=1.0, nan_count=3):
+    """Model.block.{0..3}.{attn,ff.{wi,wo}}; block.<bad_block>.ff.wo produces NaN, everything after sees it."""
+    blocks = []
+    poisoned = False
+    for b in range(4):
+        x = tensor(nan=nan_count if poisoned else 0, absmax=2.0 * scale * (b + 1))
+        attn = node(f"Model.block.{b}.attn", [x], tensor(nan=nan_count if poisoned else 0, absmax=3.0 * scale * (b + 1)))
+        wi = node(f"Model.block.{b}.ff.wi", [attn["outputs"]], tensor(nan=nan_count if poisoned else 0,
+                                                                        absmax=40.0 * scale * (b + 1) ** 3))
+        if b == bad_block:
+            poisoned = True
+        wo = node(f"Model.block.{b}.ff.wo", [wi["outputs"]],
+                  tensor(nan=nan_count if poisoned else 0, pinf=1 if b == bad_block else 0, absmax=5.0 * scale * (b + 1)))
+        ff = node(f"Model.block.{b}.ff", [attn["outputs"]], None, [wi, wo])
+        blocks.append(node(f"Model.block.{b}", [x], None, [attn, ff]))
+    return with_meta(node("Model", [tensor(absmax=1.0)], None, blocks), step=step)
+
+
+def walk(n, parent=None):
+    yield n, parent
+    for c in n.get("children") or []:
+        yield from walk(c, n)
+
+
+def tensors_of(n, side):
+    if side == "in":
+        v = (n.get("inputs") or {}).get("args") or []
+        return [t for t in v if isinstance(t, dict)]
+    v = n.get("outputs")
+    if v is None:
+        return []
+    return [t for t in (v if isinstance(v, list) else [v]) if isinstance(t, dict)]
+
+
+def expected_counts(n):
+    """A module's counts as the page defines them: its outputs' (its inputs' when it has no output)."""
+    ts = tensors_of(n, "out") or tensors_of(n, "in")
+    return tuple(sum(t["health"][k] for t in ts) for k in ("nan", "pos_inf", "neg_inf"))
+
+
+def first_nonfinite(root):
+    """(module path, 'inputs'|'outputs') of the first NaN/Inf in call order."""
+    def bad(t):
+        h = t["health"]
+        return h["nan"] + h["pos_inf"] + h["neg_inf"] > 0
+
+    def visit(n):
+        if any(bad(t) for t in tensors_of(n, "in")):
+            return n["module_path"], "inputs"
+        for c in n.get("children") or []:
+            r = visit(c)
+            if r:
+                return r
+        if any(bad(t) for t in tensors_of(n, "out")):
+            return n["module_path"], "outputs"
+        return None
+    return visit(root)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The browser and the DOM
+# ---------------------------------------------------------------------------------------------------------------
+class Elem:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent, self.children = tag, dict(attrs), parent, []
+
+    def text(self):
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    def iter(self):
+        yield self
+        for c in self.children:
+            if isinstance(c, Elem):
+                yield from c.iter()
+
+    def classes(self):
+        return (self.attrs.get("class") or "").split()
+
+
+VOID = {"meta", "input", "br", "img", "hr", "link", "source", "col", "area", "base", "wbr", "embed", "track"}
+
+
+class DomBuilder(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = Elem("#root", {}, None)
+        self.cur = self.root
+
+    def handle_starttag(self, tag, attrs):
+        e = Elem(tag, attrs, self.cur)
+        self.cur.children.append(e)
+        if tag not in VOID:
+            self.cur = e
+
+    def handle_startendtag(self, tag, attrs):
+        self.cur.children.append(Elem(tag, attrs, self.cur))
+
+    def handle_endtag(self, tag):
+        e = self.cur
+        while e is not None and e.tag != tag:
+            e = e.parent
+        if e is not None and e.parent is not None:
+            self.cur = e.parent
+
+    def handle_data(self, data):
+        self.cur.children.append(data)
+
+
+def parse_dom(text):
+    b = DomBuilder()
+    b.feed(text)
+    b.close()
+    return b.root
+
+
+def by_id(dom, id_):
+    for e in dom.iter():
+        if e.attrs.get("id") == id_:
+            return e
+    return None
+
+
+def chromium_cmd(extra, page, fragment=""):
+    return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+            "--user-data-dir=" + path("chromium-profile")] + extra + ["file://" + os.path.abspath(page) + fragment]
+
+
+def load(page, budget_ms=10000, timeout=120, fragment=""):
+    """The DOM of the page after its script ran; (dom, wall seconds)."""
+    t0 = time.monotonic()
+    p = subprocess.run(["timeout", str(timeout)] + chromium_cmd(["--virtual-time-budget=" + str(budget_ms),
+                                                                 "--dump-dom"], page, fragment),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wall = time.monotonic() - t0
+    if not expect(p.returncode == 0 and p.stdout, f"chromium --dump-dom {page}: exit {p.returncode}, "
+                  f"{p.stderr.decode('utf-8', 'replace')[-500:]}"):
+        return parse_dom(""), wall
+    dom = parse_dom(p.stdout.decode("utf-8", "replace"))
+    body = next((e for e in dom.iter() if e.tag == "body"), None)
+    expect(body is not None and body.attrs.get("data-ready") == "1",
+           f"{page}: the page's script did not finish (body data-ready != 1)")
+    return dom, wall
+
+
+def screenshot(page, out, size="1400,1400"):
+    if os.path.exists(out):
+        os.remove(out)
+    p = subprocess.run(["timeout", "120"] + chromium_cmd(["--virtual-time-budget=10000", "--window-size=" + size,
+                                                          "--screenshot=" + os.path.abspath(out)], page),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ok = p.returncode == 0 and os.path.exists(out)
+    if ok:
+        with open(out, "rb") as f:
+            ok = f.read(8) == b"\x89PNG\r\n\x1a\n"
+    expect(ok, f"chromium --screenshot {out}: exit {p.returncode}, {p.stderr.decode('utf-8', 'replace')[-300:]}")
+
+
+def rows(dom):
+    return [e for e in dom.iter() if "row" in e.classes() and "data-node" in e.attrs]
+
+
+def report(out, *inputs):
+    """Runs nanscope report in the work directory with the inputs' names relative to it (short names on the page)."""
+    rc, so, se = run("report", *[os.path.relpath(i, WORK) for i in inputs], "-o", out, cwd=WORK)
+    expect(rc == 0, f"nanscope report {' '.join(map(str, inputs))}: exit {rc}, stderr {se!r}")
+    return path(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Groups
+# ---------------------------------------------------------------------------------------------------------------
+def group_errors():
+    """Bad input and output: exit 2, a message naming the file, and no file written (or the old one intact)."""
+    good = write_json("good.json", model_tree())
+    out = path("errors.html")
+    write_text("errors.html", "old report")
+    cases = [
+        (path("missing.json"), "cannot open"),
+        (WORK, "is a directory"),
+        (write_text("empty.json", ""), "empty file"),
+        (write_text("truncated.json", json.dumps(model_tree(), indent=1)[:-40]), "not valid JSON"),
+        (write_text("array.json", "[1, 2, 3]"), "not a layer tree"),
+        (write_text("object.json", json.dumps({"verdict": "x", "nodes": [1]}, indent=2)), "not a layer tree"),
+        (write_text("noschema.jsonl", '{"a": 1}\n{"b": 2}\n'), "not a layer tree"),
+        (write_text("badline.jsonl", '{"site": "a", "step": 1, "log2_abs_max": 2}\n{"site": \n'), "line 2"),
+        (write_text("badstep.jsonl", '{"site": "a", "step": -1, "log2_abs_max": 2}\n'), "\"step\""),
+        (write_text("nolog.jsonl", '{"site": "a", "step": 1}\n'), "log2_abs_max"),
+        (write_text("badscan.jsonl", '{"kind":"tensor","file":"a.npy","nan":"x"}\n'), "\"nan\""),
+        (write_text("badkind.jsonl", '{"kind":"what"}\n'), "unknown \"kind\""),
+        (write_json("badtree.json", {"module_path": "M", "children": [{"module_path": 3}]}), "children[0].module_path"),
+        (write_json("badhealth.json", node("M", [dict(tensor(), health={"nan": -1})])), "health"),
+        (write_text("badutf8.json", b'{"module_path": "M\xff"}', "wb"), "UTF-8"),
+        (write_text("badutf8.jsonl", b'{"kind":"summary"}\n{"kind":"tensor","file":"a\xfe.npy"}\n', "wb"), "line 2"),
+    ]
+    for bad, needle in cases:
+        rc, so, se = run("report", good, bad, "-o", out)
+        expect(rc == 2, f"report with {bad}: exit {rc}, expected 2 (stderr {se!r})")
+        expect(bad in se and needle in se, f"report with {bad}: stderr {se!r} should name the file and say {needle!r}")
+        with open(out) as f:
+            expect(f.read() == "old report", f"report with {bad}: the old output was touched")
+    # usage
+    rc, so, se = run("report", good)
+    expect(rc == 2 and "output" in se.lower(), f"report without -o: exit {rc}, stderr {se!r}")
+    rc, so, se = run("report", "-o", out)
+    expect(rc == 2 and "inputs" in se, f"report without inputs: exit {rc}, stderr {se!r}")
+    # `--`: what follows is an input even when it starts with '-'; `report --` alone is a usage error
+    dash = path("-dash.json")
+    shutil.copy(good, dash)
+    p = subprocess.run([NANSCOPE, "report", "-o", out, "--", "-dash.json"], cwd=WORK, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    expect(p.returncode == 0, f"report -o OUT -- -dash.json: exit {p.returncode}, {p.stderr!r}")
+    rc, so, se = run("report", "-o", out, "--")
+    expect(rc == 2 and "inputs" in se, f"report -o OUT --: exit {rc}, stderr {se!r}")
+    write_text("errors.html", "old report")
+    # output errors
+    for dest, needle in [(path("no/such/dir/r.html"), "cannot create a temporary file"),
+                         (WORK, "not a regular file"), ("/dev/null", "not a regular file")]:
+        rc, so, se = run("report", good, "-o", dest)
+        expect(rc == 2 and needle in se, f"report -o {dest}: exit {rc}, stderr {se!r}, expected {needle!r}")
+    expect(os.path.exists("/dev/null") and not os.path.isfile("/dev/null"), "/dev/null was replaced")
+    if os.geteuid() != 0:
+        ro = path("readonly")
+        os.makedirs(ro, exist_ok=True)
+        os.chmod(ro, 0o555)
+        rc, so, se = run("report", good, "-o", os.path.join(ro, "r.html"))
+        expect(rc == 2 and "Permission denied" in se, f"report into a read-only directory: exit {rc}, {se!r}")
+        os.chmod(ro, 0o755)
+    # success: the file is replaced, no temporary file left behind
+    rc, so, se = run("report", good, "-o", out)
+    expect(rc == 0 and se == "", f"report of a good tree: exit {rc}, stderr {se!r}")
+    with open(out, encoding="utf-8") as f:
+        page = f.read()
+    expect(page.startswith("<!DOCTYPE html>"), "the report is an HTML page")
+    expect(not [n for n in os.listdir(WORK) if n.startswith(".nanscope-report-")], "a temporary file was left")
+    # self-contained: no network reference anywhere (the SVG namespace is a name, not a fetch)
+    for needle in ("src=\"http", "href=\"http", "url(", "@import", "//cdn", "fetch(", "XMLHttpRequest"):
+        expect(needle not in page, f"the page references {needle!r}")
+
+
+def hostile_names():
+    return [
+        "</script><script>window.pwned=1;document.body.setAttribute('data-pwned','1')</script>",
+        "<img src=x onerror=\"window.pwned=2;document.body.setAttribute('data-pwned','2')\">",
+        "</SCRIPT ><svg onload=\"document.body.setAttribute('data-pwned','3')\">",
+        "<!-- comment --> & &amp; &lt;b&gt; \"quoted\" 'single'",
+        "ctl\x01\x07\x1b[31mred\x7f\u0085 end",
+        "line\u2028sep\u2029para",
+        "M.\u00e9\u4e2d\U0001f600",
+    ]
+
+
+def group_browser():
+    """The page in chromium: the summary names the right producer, counts equal the JSON's, the diff highlights
+    the module nanscope-diff names, hostile names are text, the heatmap has the tree files' values."""
+    tree = model_tree(bad_block=2, step=5)
+    ref = model_tree(bad_block=99, step=5)  # the same model without the NaN
+    a = write_json("ref.json", ref)
+    b = write_json("nan.json", tree)
+    page = report("browser.html", a, b)
+    dom, wall = load(page)
+    # the summary names the producer found here
+    exp_path, exp_side = first_nonfinite(tree)
+    first = by_id(dom, "first-nan")
+    if expect(first is not None, "no #first-nan in the summary"):
+        txt = first.text()
+        expect(txt.startswith("first NaN: " + exp_path + " " + exp_side) and "step 5" in txt,
+               f"summary says {txt!r}, expected first NaN: {exp_path} {exp_side}, step 5")
+        expect(first.attrs.get("data-path") == exp_path, f"summary link data-path {first.attrs.get('data-path')!r}")
+    # the producer's row is highlighted
+    marked = [r for r in rows(dom) if "first" in r.classes()]
+    expect(len(marked) == 1 and marked[0].attrs.get("data-path") == exp_path,
+           f"rows marked first: {[r.attrs.get('data-path') for r in marked]}")
+    # every module's counts equal the JSON's (the candidate tree is shown: it has the first NaN)
+    expected = {n["module_path"]: expected_counts(n) for n, _ in walk(tree)}
+    shown = {r.attrs["data-path"]: (int(r.attrs["data-nan"]), int(r.attrs["data-pos-inf"]), int(r.attrs["data-neg-inf"]))
+             for r in rows(dom)}
+    expect(shown == expected, f"row counts differ from the JSON's: {sorted(set(shown.items()) ^ set(expected.items()))[:6]}")
+    # the counts also appear as text in the row's cells
+    for r in rows(dom):
+        cells = [c for c in r.children if isinstance(c, Elem) and "num" in c.classes()]
+        n, pi, ni = expected[r.attrs["data-path"]]
+        if not expect([c.text() for c in cells[:3]] == [str(n), str(pi), str(ni)],
+                      f"row {r.attrs['data-path']}: cells {[c.text() for c in cells[:3]]}"):
+            break
+    totals = by_id(dom, "totals")
+    n_bad = sum(1 for t_ in (ref, tree) for n_, _ in walk(t_) for side in ("in", "out") for t in tensors_of(n_, side)
+                if t["health"]["nan"] + t["health"]["pos_inf"] + t["health"]["neg_inf"])
+    expect(totals is not None and totals.attrs.get("data-nonfinite-tensors") == str(n_bad),
+           f"totals: {totals.attrs if totals else None}, expected {n_bad} tensors with NaN/Inf")
+    # the diff: the same module as nanscope-diff
+    if NANSCOPE_DIFF:
+        p = subprocess.run([NANSCOPE_DIFF, "--json", a, b], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        d = json.loads(p.stdout)
+        prod = by_id(dom, "diff-producer")
+        expect(prod is not None and prod.text() == d["likely_producer"],
+               f"diff producer {prod.text() if prod else None!r}, nanscope-diff says {d['likely_producer']!r}")
+        fd = d["first_divergence"]
+        firstd = by_id(dom, "diff-first")
+        expect(firstd is not None and firstd.text().startswith(fd["module"]),
+               f"diff first divergence {firstd.text() if firstd else None!r}, nanscope-diff says {fd['module']!r}")
+        hl = [r for r in rows(dom) if "diff-producer" in r.classes()]
+        expect(len(hl) == 1 and hl[0].attrs.get("data-path") == d["likely_producer"],
+               f"row highlighted as the diff's producer: {[r.attrs.get('data-path') for r in hl]}")
+    # the heatmap: one column per tree file, cells for every module with outputs
+    svg = [e for e in dom.iter() if e.tag == "svg" and "heatmap" in e.classes()]
+    if expect(len(svg) == 1, f"{len(svg)} heatmaps, expected 1"):
+        titles = [e.text() for e in svg[0].iter() if e.tag == "title"]
+        # both files are step 5: the columns are "5 #1" (A) and "5 #2" (B)
+        cell = "Model.block.1.ff.wi @ 5 #1: log2 |x|max = %.2f" % math.log2(40.0 * 8)
+        expect(any(t == cell for t in titles), f"no heatmap cell {cell!r}")
+        expect(any(t == "Model.block.3.ff.wo @ 5 #2: NaN/Inf" for t in titles), "the NaN cell is not marked")
+    # real `nanscope scan --json` output of a hand-written .safetensors file: the page's counts are the scan's
+    import struct
+    values = {"model.layers.0.w": [1.0, float("nan"), 2.0, -3.0], "model.layers.1.w": [float("inf"), 5.0, 0.0, -1.0],
+              "model.layers.1.b": [float("nan"), float("nan"), float("-inf"), 7.5], "head": [0.5, -0.25, 0.0, 1.0]}
+    header, blob = {}, b""
+    for name, v in values.items():
+        header[name] = {"dtype": "F32", "shape": [len(v)], "data_offsets": [len(blob), len(blob) + 4 * len(v)]}
+        blob += struct.pack("<%df" % len(v), *v)
+    hj = json.dumps(header).encode()
+    with open(path("m.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + blob)
+    rc, so, se = run("scan", "--json", path("m.safetensors"))
+    expect(rc == 1, f"scan of m.safetensors: exit {rc}, {se!r}")
+    scan = write_text("m_scan.jsonl", so)
+    sdom, _ = load(report("scan.html", scan))
+    srows = {r.attrs["data-path"]: r for r in rows(sdom)}
+    for rec in map(json.loads, so.splitlines()):
+        if rec["kind"] != "tensor":
+            continue
+        r = srows.get(rec["name"])
+        if not expect(r is not None, f"scan page: no row for tensor {rec['name']!r} (rows {sorted(srows)})"):
+            continue
+        got = (int(r.attrs["data-nan"]), int(r.attrs["data-pos-inf"]), int(r.attrs["data-neg-inf"]))
+        v = values[rec["name"]]
+        want = (sum(math.isnan(x) for x in v), sum(x == math.inf for x in v), sum(x == -math.inf for x in v))
+        expect(got == want == (rec["nan"], rec["pos_inf"], rec["neg_inf"]),
+               f"scan page: {rec['name']}: row {got}, values {want}, scan JSON {(rec['nan'], rec['pos_inf'], rec['neg_inf'])}")
+        expect(float(r.attrs["data-abs-max"]) == max(abs(x) for x in v if not math.isnan(x)),
+               f"scan page: {rec['name']}: abs max {r.attrs['data-abs-max']}")
+    sf = by_id(sdom, "first-nan")
+    expect(sf is not None and sf.text() == "first NaN: model.layers.0.w (m_scan.jsonl)",
+           f"scan page: summary {sf.text() if sf else None!r}")
+    # a series of tree files given out of order: one heatmap column per file, ordered by the `step` extra; the
+    # NaN appears at step 5 after block.2's values grew step by step
+    series = []
+    for step in (3, 0, 5, 1, 4, 2):
+        t_ = model_tree(bad_block=2 if step == 5 else 99, step=step, scale=4.0 ** step)
+        series.append(write_json(f"series_{step}.json", t_))
+    spage = report("series.html", *series)
+    sdom, _ = load(spage)
+    svg = [e for e in sdom.iter() if e.tag == "svg" and "heatmap" in e.classes()]
+    if expect(len(svg) == 1, f"series: {len(svg)} heatmaps, expected 1"):
+        texts = [e.text() for e in svg[0].iter() if e.tag == "text"]
+        cols = [t for t in texts if t in [str(k) for k in range(6)]]
+        expect(cols[-6:] == ["0", "1", "2", "3", "4", "5"], f"series: heatmap columns {cols}")
+        titles = [e.text() for e in svg[0].iter() if e.tag == "title"]
+        for step in range(6):
+            want = "Model.block.2.ff.wi @ %d: log2 |x|max = %.2f" % (step, math.log2(40.0 * 4.0 ** step * 27))
+            expect(want in titles, f"series: heatmap cell {want!r} missing")
+        # cells above the fp16 limit are outlined
+        over = [e for e in svg[0].iter() if e.tag == "rect" and e.attrs.get("stroke") == "#d50000"]
+        n_over = 0
+        for step in range(6):
+            sc = 4.0 ** step
+            for b in range(4):
+                for kind, v in (("attn", 3.0), ("wi", 40.0 * (b + 1) ** 2), ("wo", 5.0)):
+                    nan = step == 5 and (b == 3 or (b == 2 and kind == "wo"))
+                    if not nan and math.log2(v * sc * (b + 1)) > math.log2(65504):
+                        n_over += 1
+        expect(len(over) == n_over, f"series: {len(over)} cells outlined above the fp16 limit, expected {n_over}")
+    sfirst = by_id(sdom, "first-nan")
+    expect(sfirst is not None and sfirst.text().startswith("first NaN: Model.block.2.ff.wo outputs, step 5"),
+           f"series: summary {sfirst.text() if sfirst else None!r}")
+    # a screenshot of the series page is the test's artifact (docs/report.png is made from it)
+    screenshot(spage, SCREENSHOT or path("report.png"))
+
+
+def group_hostile():
+    names = hostile_names()
+    kids = [node("M." + n, [tensor()], tensor(nan=i, absmax=1.0 + i)) for i, n in enumerate(names)]
+    root = with_meta(node("M", [tensor()], None, kids), step=1)
+    # written with \\u escapes for the control characters (json.dump escapes them)
+    with open(path("hostile.json"), "w", encoding="utf-8") as f:
+        json.dump(root, f, ensure_ascii=False)
+    scan = path("hostile_scan.jsonl")
+    with open(scan, "w", encoding="utf-8") as f:
+        for i, n in enumerate(names):
+            f.write(json.dumps({"kind": "tensor", "file": "f</script>.safetensors", "name": n, "dtype": "f32",
+                                "shape": [2], "count": 2, "checked": True, "nan": 1, "pos_inf": 0, "neg_inf": 0,
+                                "abs_max": 1.0, "status": "nonfinite"}) + "\n")
+        f.write(json.dumps({"kind": "error", "file": "<b>x</b>", "name": None, "message": names[0]}) + "\n")
+        f.write('{"kind":"summary","files":1,"tensors":7,"nonfinite_tensors":7,"overflow_tensors":0,"errors":1,'
+                '"skipped":0,"warnings":0,"exit_code":2}\n')
+    hist = path("hostile_history.jsonl")
+    with open(hist, "w", encoding="utf-8") as f:
+        for n in names:
+            f.write(json.dumps({"site": n, "step": 1, "log2_abs_max": 2.5}) + "\n")
+    page = report("hostile.html", path("hostile.json"), scan, hist)
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    # the only script end tags are the page's own two
+    expect(text.lower().count("</script") == 2, f"{text.lower().count('</script')} </script in the page, expected 2")
+    expect("\u2028" not in text and "\u2029" not in text and "\x01" not in text, "raw U+2028/U+2029/controls in the page")
+    dom, wall = load(page)
+    body = next(e for e in dom.iter() if e.tag == "body")
+    expect("data-pwned" not in body.attrs, f"a hostile name ran script: body data-pwned={body.attrs.get('data-pwned')}")
+    expect(not [e for e in dom.iter() if e.tag in ("img", "svg") and "heatmap" not in e.classes()
+                and not (e.parent and e.parent.tag == "svg")],
+           "a hostile name became an element")
+    expect(not [e for e in dom.iter() if e.tag == "script"][2:], "a hostile name became a script element")
+    shown = {r.attrs["data-path"] for r in rows(dom)}
+    for n in names:
+        expect("M." + n in shown, f"hostile name {n!r} not shown literally as a row")
+    labels = [e.text() for e in dom.iter() if "label" in e.classes()]
+    for n in names:
+        expect(n in labels, f"hostile name {n!r} is not the literal text of a row label")
+    titles = [e.text() for e in dom.iter() if e.tag == "title"]
+    for n in names:
+        expect(any(t.startswith(n + " @ 1:") for t in titles), f"hostile site {n!r} not literal in the heatmap")
+    # (--dump-dom shows the DOM, not JavaScript globals: each payload that would set window.pwned also marks <body>
+    # with data-pwned, checked above)
+    # the scan's tree: the hostile names as (dotted) nodes, the error message as a note
+    notes = [e.text() for e in dom.iter() if e.tag == "li"]
+    expect(any(names[0] in n for n in notes), "the scan's error message is not shown literally")
+
+
+def group_history():
+    """A hand-made history file (the documented record) feeds the heatmap: cells, NaN marks, limits."""
+    recs = []
+    for step in (0, 10, 20, 30):
+        for i, site in enumerate(["embed", "block.0.ff.wo", "block.1.ff.wo", "head"]):
+            v = i + step / 5.0
+            rec = {"site": site, "step": step, "log2_abs_max": v}
+            if site == "block.1.ff.wo" and step == 30:
+                rec = {"site": site, "step": step, "log2_abs_max": None, "nan": 4}
+            recs.append(rec)
+    hist = write_text("history.jsonl", "\n".join(json.dumps(r) for r in recs) + "\n\n")
+    page = report("history.html", hist)
+    dom, wall = load(page)
+    svg = [e for e in dom.iter() if e.tag == "svg" and "heatmap" in e.classes()]
+    if not expect(len(svg) == 1, f"{len(svg)} heatmaps from a history file, expected 1"):
+        return
+    titles = [e.text() for e in svg[0].iter() if e.tag == "title"]
+    for r in recs:
+        if r["log2_abs_max"] is None:
+            want = f"{r['site']} @ {r['step']}: NaN/Inf"
+        else:
+            want = f"{r['site']} @ {r['step']}: log2 |x|max = {r['log2_abs_max']:.2f}"
+        expect(want in titles, f"heatmap cell {want!r} missing")
+    texts = [e.text() for e in svg[0].iter() if e.tag == "text"]
+    for fmt, lim in (("fp16", 65504), ("e4m3fn", 448), ("e5m2", 57344)):
+        want = f"{fmt} {math.log2(lim):.1f}"
+        expect(want in texts, f"the {fmt} limit is not marked on the heatmap's scale as {want!r}")
+    expect(any(t.startswith("bf16 limit 128.0") for t in texts), f"the bf16 limit is not named: {texts[:20]}")
+    cols = [t for t in texts if t in ("0", "10", "20", "30")]
+    expect(cols[-4:] == ["0", "10", "20", "30"], f"heatmap columns {cols}")
+
+
+def group_large():
+    """A 100k-module tree opens in the browser within the stated bound (the page measures itself)."""
+    blocks, per = (200, 99) if QUICK else (1000, 99)
+    t = {"shape": [8], "dtype": "float32", "health": {"negative": 4, "zero": 0, "positive": 4, "neg_inf": 0,
+                                                      "pos_inf": 0, "nan": 0}, "abs_max": 1.5}
+    bad = dict(t, health=dict(t["health"], nan=2, positive=2))
+    children = []
+    for b in range(blocks):
+        kids = [{"module_path": f"Big.layers.{b}.op{c}", "outputs": bad if (b, c) == (blocks - 3, 7) else t}
+                for c in range(per)]
+        children.append({"module_path": f"Big.layers.{b}", "children": kids})
+    root = with_meta({"module_path": "Big", "children": children}, step=0)
+    src = write_json("large.json", root)
+    n_modules = 1 + blocks * (per + 1)
+    t0 = time.monotonic()
+    page = report("large.html", src)
+    gen = time.monotonic() - t0
+    dom, wall = load(page, budget_ms=30000, timeout=300)
+    body = next(e for e in dom.iter() if e.tag == "body")
+    ms = float(body.attrs.get("data-load-ms", "inf"))
+    bound = 3000.0
+    print(f"large: {n_modules} modules; nanscope report {gen:.1f} s; page script {ms:.0f} ms; "
+          f"chromium run {wall:.1f} s; {len(rows(dom))} rows in the DOM")
+    expect(ms < bound, f"{n_modules}-module tree: the page took {ms:.0f} ms to render (bound {bound:.0f} ms)")
+    expect(len(rows(dom)) < 3000, f"{len(rows(dom))} rows rendered at load: not lazy")
+    first = by_id(dom, "first-nan")
+    want = f"Big.layers.{blocks - 3}.op7"
+    expect(first is not None and first.attrs.get("data-path") == want, f"large tree: first NaN should be {want}")
+    expect(any(r.attrs.get("data-path") == want and "first" in r.classes() for r in rows(dom)),
+           "large tree: the producer's row was not revealed")
+    # a search over every module path (the page runs it from the URL fragment and times it)
+    dom, _ = load(page, budget_ms=30000, timeout=300, fragment="#search=OP7")
+    body = next(e for e in dom.iter() if e.tag == "body")
+    res = by_id(dom, "search-results")
+    want_n = sum(1 for n, _ in walk(root) if "op7" in n["module_path"].lower())
+    expect(res is not None and res.attrs.get("data-matches") == str(want_n),
+           f"large tree: search 'OP7' found {res.attrs.get('data-matches') if res else None}, expected {want_n}")
+    listed = [e for e in res.iter() if "data-node" in e.attrs] if res else []
+    expect(len(listed) == min(200, want_n) and all("op7" in e.text().lower() for e in listed),
+           f"large tree: {len(listed)} search results listed")
+    sms = float(body.attrs.get("data-search-ms", "inf"))
+    print(f"large: search over {n_modules} paths: {sms:.0f} ms, {want_n} matches")
+    expect(sms < 500.0, f"large tree: a search took {sms:.0f} ms (bound 500 ms)")
+
+
+GROUPS = {"errors": (group_errors, False), "browser": (group_browser, True), "hostile": (group_hostile, True),
+          "history": (group_history, True), "large": (group_large, True)}
+
+
+def main():
+    global NANSCOPE, NANSCOPE_DIFF, CHROMIUM, WORK, QUICK, SCREENSHOT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nanscope", required=True)
+    ap.add_argument("--nanscope-diff")
+    ap.add_argument("--chromium")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--screenshot")
+    ap.add_argument("--group", action="append")
+    a = ap.parse_args()
+    NANSCOPE, QUICK, SCREENSHOT = os.path.abspath(a.nanscope), a.quick, a.screenshot
+    NANSCOPE_DIFF = os.path.abspath(a.nanscope_diff) if a.nanscope_diff else None
+    CHROMIUM = a.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
+    if CHROMIUM and not os.access(CHROMIUM, os.X_OK):
+        CHROMIUM = None
+    groups = a.group or list(GROUPS)
+    needs_browser = any(GROUPS[g][1] for g in groups)
+    if needs_browser and not CHROMIUM:
+        print("SKIPPED: no chromium installed (the optional package of tools/install-deps.sh)")
+        return SKIP
+    for g in groups:
+        WORK = os.path.join(a.work, g)
+        shutil.rmtree(WORK, ignore_errors=True)
+        os.makedirs(WORK)
+        print(f"--- {g}")
+        GROUPS[g][0]()
+    print(f"{CHECKS[0]} checks, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

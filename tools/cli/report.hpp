@@ -1,0 +1,403 @@
+// nanscope CLI — report.hpp: `nanscope report INPUT... -o report.html`, one self-contained HTML page (inline CSS,
+// SVG and JavaScript; no network) from layer-tree files, `nanscope scan --json` output and per-site history.
+// See docs/report.md. Exit status: 0 written, 2 bad input, usage, or a report that could not be written.
+#ifndef NANSCOPE_CLI_REPORT_HPP
+#define NANSCOPE_CLI_REPORT_HPP
+
+#include "output.hpp"
+#include "report_model.hpp"
+#include "report_page.hpp"
+
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace nanscope_report {
+
+using nanscope_cli::json_number;
+using nanscope_cli::json_string;
+
+/// The largest finite value of each format the page measures headroom against (fp16, bf16, fp8 e4m3fn, e5m2).
+struct format_limit {
+  const char* name;
+  double max;
+};
+inline constexpr format_limit format_limits[] = {
+    {"fp16", 65504.0}, {"bf16", 3.3895313892515355e38}, {"e4m3fn", 448.0}, {"e5m2", 57344.0}};
+
+/// Makes JSON text safe inside <script type="application/json">: '<', '>' and '&' only occur inside strings (JSON
+/// has no other place for them), where \u003c, \u003e and \u0026 mean the same characters. U+2028/U+2029 are
+/// escaped by json_string already.
+inline void html_safe_json(std::string& s) {
+  std::string out;
+  out.reserve(s.size() + s.size() / 16);
+  for (char c : s) {
+    if (c == '<') out += "\\u003c";
+    else if (c == '>') out += "\\u003e";
+    else if (c == '&') out += "\\u0026";
+    else out += c;
+  }
+  s.swap(out);
+}
+
+inline std::string count_json(std::int64_t c) { return std::to_string(c); }
+
+inline std::string first_word(const tensor_row& t) {
+  const bool nan = t.nan > 0 || t.nan == -1;
+  return std::string(nan ? "first NaN: " : "first Inf: ");
+}
+
+/// "first NaN: block.2.ff.wo outputs, step 5"
+inline std::string first_text(const tree_view& v) {
+  const tensor_row& t = v.nodes[static_cast<std::size_t>(v.first_node)].tensors[static_cast<std::size_t>(v.first_tensor)];
+  std::string s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path + " ";
+  if (v.kind == "scan") s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path;
+  else s += t.label;
+  if (v.step >= 0) s += ", step " + std::to_string(v.step);
+  if (v.rank >= 0) s += ", rank " + std::to_string(v.rank);
+  s += " (" + v.source + ")";
+  return s;
+}
+
+struct heatmap {
+  std::string title;
+  std::vector<std::string> cols;
+  std::vector<std::string> sites;
+  std::vector<std::vector<double>> v;   ///< log2 abs-max, NaN = no data
+  std::vector<std::vector<char>> bad;   ///< NaN/Inf seen
+};
+
+inline void heat_put(heatmap& h, std::map<std::string, std::size_t>& row_of, const std::string& site, std::size_t col,
+                     double log2v, bool bad) {
+  auto it = row_of.find(site);
+  if (it == row_of.end()) {
+    it = row_of.emplace(site, h.sites.size()).first;
+    h.sites.push_back(site);
+    h.v.emplace_back(h.cols.size(), nan_value);
+    h.bad.emplace_back(h.cols.size(), 0);
+  }
+  double& cell = h.v[it->second][col];
+  if (!std::isnan(log2v) && (std::isnan(cell) || log2v > cell)) cell = log2v;
+  if (bad) h.bad[it->second][col] = 1;
+}
+
+/// One column per layer-tree file, ordered by the `step` extra (else by input order); one row per module path
+/// with outputs (a path called several times: the largest value).
+inline heatmap tree_heatmap(const model& m) {
+  heatmap h;
+  h.title = "layer \u00d7 step, from " + std::to_string(m.tree_files.size()) + " tree files";
+  std::vector<std::size_t> order = m.tree_files;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const long sa = m.trees[a].step, sb = m.trees[b].step;
+    if (sa < 0 || sb < 0) return false;
+    return sa < sb;
+  });
+  bool all_steps = true, ranks_differ = false;
+  for (std::size_t i : order) {
+    all_steps = all_steps && m.trees[i].step >= 0;
+    ranks_differ = ranks_differ || m.trees[i].rank != m.trees[order[0]].rank;
+  }
+  std::map<std::string, int> uses;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const tree_view& t = m.trees[order[k]];
+    std::string c = all_steps ? std::to_string(t.step) : "#" + std::to_string(k + 1);
+    if (ranks_differ && t.rank >= 0) c += " r" + std::to_string(t.rank);
+    h.cols.push_back(c);
+    ++uses[c];
+  }
+  for (std::size_t k = 0; k < order.size(); ++k)  // the same step twice (two runs): tell the files apart
+    if (uses[h.cols[k]] > 1) h.cols[k] += " #" + std::to_string(k + 1);
+  std::map<std::string, std::size_t> row_of;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    for (const node_row& n : m.trees[order[k]].nodes) {
+      double amax = nan_value;
+      bool any = false, bad = false;
+      for (const tensor_row& t : n.tensors) {
+        if (t.input) continue;
+        any = true;
+        bad = bad || t.nonfinite();
+        if (!std::isnan(t.abs_max) && (std::isnan(amax) || t.abs_max > amax)) amax = t.abs_max;
+      }
+      if (!any) continue;
+      const double l = std::isnan(amax) || amax <= 0 ? nan_value : std::log2(amax);
+      heat_put(h, row_of, n.path, k, l, bad);
+    }
+  }
+  return h;
+}
+
+inline heatmap history_heatmap(const history_file& f) {
+  heatmap h;
+  h.title = "site \u00d7 step, from " + f.source;
+  std::vector<long> steps;
+  for (const auto& p : f.points) steps.push_back(p.step);
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  for (long s : steps) h.cols.push_back(std::to_string(s));
+  std::map<std::string, std::size_t> row_of;
+  for (const auto& p : f.points) {
+    const auto col = static_cast<std::size_t>(std::lower_bound(steps.begin(), steps.end(), p.step) - steps.begin());
+    heat_put(h, row_of, p.site, col, p.log2_abs_max, p.nan + p.pos_inf + p.neg_inf > 0);
+  }
+  return h;
+}
+
+inline std::string heatmap_json(const heatmap& h) {
+  std::string s = "{\"title\":" + json_string(h.title) + ",\"cols\":[";
+  for (std::size_t j = 0; j < h.cols.size(); ++j) s += (j ? "," : "") + json_string(h.cols[j]);
+  s += "],\"rows\":[";
+  for (std::size_t i = 0; i < h.sites.size(); ++i) {
+    s += (i ? ",[" : "[") + json_string(h.sites[i]) + ",[";
+    for (std::size_t j = 0; j < h.cols.size(); ++j) {
+      const double x = h.v[i][j];
+      s += (j ? "," : "");
+      s += std::isfinite(x) ? json_number(std::round(x * 1000.0) / 1000.0) : std::string("null");
+    }
+    s += "],[";
+    for (std::size_t j = 0; j < h.cols.size(); ++j) s += (j ? "," : "") + std::string(h.bad[i][j] ? "1" : "0");
+    s += "]]";
+  }
+  return s + "]}";
+}
+
+inline std::string tree_json(const tree_view& v) {
+  std::string s = "{\"source\":" + json_string(v.source) + ",\"kind\":" + json_string(v.kind) +
+                  ",\"step\":" + std::to_string(v.step) + ",\"rank\":" + std::to_string(v.rank) + ",\"notes\":[";
+  for (std::size_t i = 0; i < v.notes.size(); ++i) s += (i ? "," : "") + json_string(v.notes[i]);
+  s += "],\"first\":";
+  s += v.first_node >= 0 ? "[" + std::to_string(v.first_node) + "," + std::to_string(v.first_tensor) + "]" : "null";
+  s += ",\"nodes\":[";
+  for (std::size_t i = 0; i < v.nodes.size(); ++i) {
+    const node_row& n = v.nodes[i];
+    s += (i ? ",[" : "[") + std::to_string(n.parent) + "," + json_string(n.path) + ",[";
+    for (std::size_t k = 0; k < n.tensors.size(); ++k) {
+      const tensor_row& t = n.tensors[k];
+      s += (k ? ",[" : "[") + json_string(t.label) + "," + json_string(t.dtype) + "," + json_string(t.shape) + "," +
+           (t.input ? "1" : "0") + "," + count_json(t.nan) + "," + count_json(t.pos_inf) + "," +
+           count_json(t.neg_inf) + "," + json_number(t.abs_max) + "]";
+    }
+    s += "]]";
+  }
+  return s + "]}";
+}
+
+/// The diff of the two layer-tree inputs, as nanscope-diff computes it with its default options; the modules it
+/// names are marked in the second tree (B, the candidate).
+inline std::string diff_json(model& m) {
+  nsdiff::tree_file& a = m.diff_inputs[0];
+  nsdiff::tree_file& b = m.diff_inputs[1];
+  const nsdiff::diff_options o;
+  const nsdiff::report r = nsdiff::diff_trees(a, b, o);
+  const std::vector<long> map = diff_node_map(a, b);
+  const bool mapped = map.size() == r.nodes.size();
+  auto node_index = [&](long ni) -> long {
+    return ni >= 0 && mapped ? map[static_cast<std::size_t>(ni)] : -1;
+  };
+  std::string verdict;
+  if (r.diverged(o)) {
+    verdict = "verdict: diverged (" + std::to_string(r.tensors_diverged) + " of " + std::to_string(r.tensors_compared) +
+              " tensors";
+    if (!r.structural.empty()) verdict += ", " + std::to_string(r.structural.size()) + " structural differences";
+    verdict += ")";
+  } else {
+    verdict = "verdict: same within tolerance (" + std::to_string(r.tensors_compared) + " tensors compared)";
+  }
+  std::string first_text, producer_text;
+  long first_node = -1, producer_node = -1;
+  if (r.first >= 0) {
+    const nsdiff::tensor_result& t = r.tensors[static_cast<std::size_t>(r.first)];
+    first_text = r.nodes[t.node].display + " " + t.label;
+    first_node = node_index(static_cast<long>(t.node));
+  }
+  if (r.producer >= 0) {
+    producer_text = r.nodes[static_cast<std::size_t>(r.producer)].display;
+    producer_node = node_index(r.producer);
+  } else if (r.first >= 0) {
+    const nsdiff::tensor_result& t = r.tensors[static_cast<std::size_t>(r.first)];
+    producer_text = r.nodes[t.node].display + " (its inputs already differ)";
+  }
+  std::string s = "{\"a\":" + json_string(a.file) + ",\"b\":" + json_string(b.file) +
+                  ",\"tree\":" + std::to_string(m.tree_files[1]) + ",\"verdict\":" + json_string(verdict) +
+                  ",\"diverged_flag\":" + (r.diverged(o) ? "true" : "false") +
+                  ",\"first_text\":" + json_string(first_text) + ",\"first_node\":" + std::to_string(first_node) +
+                  ",\"producer_text\":" + json_string(producer_text) +
+                  ",\"producer_node\":" + std::to_string(producer_node) + ",\"diverged\":[";
+  bool comma = false;
+  for (std::size_t i = 0; i < r.nodes.size(); ++i)
+    if ((r.nodes[i].inputs_diverged || r.nodes[i].outputs_diverged) && node_index(static_cast<long>(i)) >= 0) {
+      s += (comma ? "," : "") + std::to_string(node_index(static_cast<long>(i)));
+      comma = true;
+    }
+  s += "],\"structural\":[";
+  for (std::size_t i = 0; i < r.structural.size(); ++i) {
+    const auto& d = r.structural[i];
+    s += (i ? ",[" : "[") + json_string(d.kind) + "," + json_string(d.module) + "," + json_string(d.tensor) + "," +
+         json_string(d.a) + "," + json_string(d.b) + "]";
+  }
+  s += "],\"notes\":[";
+  for (std::size_t i = 0; i < r.notes.size(); ++i) s += (i ? "," : "") + json_string(r.notes[i]);
+  return s + "]}";
+}
+
+/// The page's data (the JSON between page_head and page_tail, not yet made HTML-safe).
+inline std::string page_data(model& m, const std::vector<std::string>& inputs, const std::string& version) {
+  std::string s = "{\"version\":" + json_string(version) + ",\"inputs\":[";
+  for (std::size_t i = 0; i < inputs.size(); ++i) s += (i ? "," : "") + json_string(inputs[i]);
+  s += "],\"formats\":[";
+  for (std::size_t i = 0; i < sizeof format_limits / sizeof format_limits[0]; ++i)
+    s += std::string(i ? "," : "") + "[" + json_string(format_limits[i].name) + "," + json_number(format_limits[i].max) + "]";
+  s += "],\"histories\":" + std::to_string(m.histories.size());
+  // the first NaN/Inf: the earliest step among the layer trees (input order when there are no steps), then the
+  // scan files in input order
+  long best = -1;
+  for (std::size_t i = 0; i < m.trees.size(); ++i) {
+    const tree_view& t = m.trees[i];
+    if (t.first_node < 0) continue;
+    if (best < 0) {
+      best = static_cast<long>(i);
+      continue;
+    }
+    const tree_view& b = m.trees[static_cast<std::size_t>(best)];
+    if (t.kind == "tree" && b.kind == "tree" && t.step >= 0 && b.step >= 0 && t.step < b.step) best = static_cast<long>(i);
+    else if (t.kind == "tree" && b.kind == "scan") best = static_cast<long>(i);
+  }
+  s += ",\"first\":";
+  if (best >= 0) {
+    const tree_view& t = m.trees[static_cast<std::size_t>(best)];
+    s += "{\"tree\":" + std::to_string(best) + ",\"node\":" + std::to_string(t.first_node) +
+         ",\"tensor\":" + std::to_string(t.first_tensor) + ",\"text\":" + json_string(first_text(t)) + "}";
+  } else {
+    s += "null";
+  }
+  s += ",\"trees\":[";
+  for (std::size_t i = 0; i < m.trees.size(); ++i) s += (i ? "," : "") + tree_json(m.trees[i]);
+  s += "],\"heatmaps\":[";
+  bool comma = false;
+  for (const history_file& h : m.histories) {
+    s += (comma ? "," : "") + heatmap_json(history_heatmap(h));
+    comma = true;
+  }
+  if (m.tree_files.size() >= 2) {
+    s += (comma ? "," : "") + heatmap_json(tree_heatmap(m));
+  }
+  s += "],\"diff\":";
+  s += m.tree_files.size() == 2 ? diff_json(m) : std::string("null");
+  s += "}";
+  return s;
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, then rename(). Returns an empty
+/// string, or the error.
+inline std::string write_atomically(const std::string& path, const std::string& text) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash + 1);
+  std::string tmpl = (slash == std::string::npos ? std::string() : dir) + ".nanscope-report-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  const int fd = ::mkstemp(buf.data());
+  if (fd < 0) return std::string("cannot create a temporary file in '") + dir + "': " + std::strerror(errno);
+  const std::string tmp(buf.data());
+  auto fail = [&](const char* what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return std::string(what) + ": " + std::strerror(err);
+  };
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot write", errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) return fail("cannot set permissions", errno);
+  if (::fsync(fd) != 0 && errno != EINVAL) return fail("cannot sync", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return std::string("cannot close: ") + std::strerror(err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return std::string("cannot rename the temporary file into place: ") + std::strerror(err);
+  }
+  return std::string();
+}
+
+struct report_args {
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+/// Adds the `report` subcommand to the CLI.
+/// Adds the `report` subcommand to the CLI; `inputs` gets the option of the input files.
+inline CLI::App* add_report_command(CLI::App& app, report_args& args, CLI::Option*& inputs) {
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Write one self-contained HTML report from tree files, `scan --json` output and site history");
+  inputs = cmd->add_option("inputs", args.inputs,
+                           "Layer-tree JSON files (nanscope's or HuggingFace's), `nanscope scan --json` output, "
+                           "per-site history JSON Lines (docs/report.md); those starting with '-' after '--'");
+  cmd->add_option("-o,--output", args.output, "The HTML file to write (replaced atomically)")->required();
+  return cmd;
+}
+
+/// Runs `nanscope report`. Returns the exit status.
+inline int run_report(const report_args& args, const std::string& version) {
+  model m;
+  for (const std::string& in : args.inputs) {
+    try {
+      read_input(m, in);
+    } catch (const input_error& e) {
+      std::fprintf(stderr, "%s (exit 2)\n", nanscope_cli::text_escape(e.what()).c_str());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nanscope: file '%s': %s (exit 2)\n", nanscope_cli::text_escape(in).c_str(),
+                   nanscope_cli::text_escape(e.what()).c_str());
+      return 2;
+    }
+  }
+  std::string page;
+  try {
+    std::string data = page_data(m, args.inputs, version);
+    html_safe_json(data);
+    page.reserve(data.size() + 40000);
+    page += page_head;
+    page += data;
+    page += page_tail;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nanscope: report: %s (exit 2)\n", nanscope_cli::text_escape(e.what()).c_str());
+    return 2;
+  }
+  struct stat st {};
+  if (::stat(args.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::fprintf(stderr, "nanscope: cannot write the report '%s': it exists and is not a regular file (exit 2)\n",
+                 nanscope_cli::text_escape(args.output).c_str());
+    return 2;
+  }
+  const std::string err = write_atomically(args.output, page);
+  if (!err.empty()) {
+    std::fprintf(stderr, "nanscope: cannot write the report '%s': %s (exit 2)\n",
+                 nanscope_cli::text_escape(args.output).c_str(), err.c_str());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace nanscope_report
+
+#endif  // NANSCOPE_CLI_REPORT_HPP
