@@ -11,7 +11,9 @@
 # build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
 # tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
 # test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
-# skipped without it). A failure to install an optional package is reported but not fatal.
+# skipped without it). libtomlplusplus-dev (toml++) reads the TOML config file of nanscope/control.hpp
+# (docs/runtime-control.md); without it the NANSCOPE_* variables still work and the TOML tests report skipped.
+# A failure to install an optional package is reported but not fatal.
 set -euo pipefail
 
 if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
@@ -21,7 +23,7 @@ fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
-optional=(libtorch-dev python3-torch chromium)
+optional=(libtorch-dev python3-torch chromium libtomlplusplus-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian-like system (no dpkg/apt-get); install these yourself:" >&2
@@ -89,6 +91,7 @@ for p in "${missing_optional[@]}"; do
       libtorch-dev) why="LibTorch tests and bench rows are skipped" ;;
       python3-torch) why="tree_torch_print_real is skipped" ;;
       chromium) why="the nanscope report browser tests (tests/report) are skipped" ;;
+      libtomlplusplus-dev) why="no TOML config files for nanscope::controller; its TOML tests are skipped" ;;
       *) why="the tests that need it are skipped" ;;
     esac
     echo "install-deps: warning: could not install $p; $why" >&2
