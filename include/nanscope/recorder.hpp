@@ -621,12 +621,22 @@ class recorder {
   void raise_pending_detection() {
     if (!detection_pending_.load(std::memory_order_acquire)) return;
     std::shared_ptr<const detection> d;
+#if NANSCOPE_IMPL_EXCEPTIONS
+    std::exception_ptr error;
+#endif
     {
       std::lock_guard<std::mutex> lk(m_);
       if (!detection_pending_.exchange(false, std::memory_order_relaxed)) return;
       d = std::move(pending_detection_);
       pending_detection_.reset();
+#if NANSCOPE_IMPL_EXCEPTIONS
+      error = std::move(pending_callback_error_);
+      pending_callback_error_ = nullptr;
+#endif
     }
+#if NANSCOPE_IMPL_EXCEPTIONS
+    if (error) std::rethrow_exception(error);  // the callback's own exception, deferred out of ~scope
+#endif
     NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
   }
 
@@ -719,6 +729,9 @@ class recorder {
   detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
   std::atomic<bool> detection_pending_{false};
   std::shared_ptr<const detection> pending_detection_;
+#if NANSCOPE_IMPL_EXCEPTIONS
+  std::exception_ptr pending_callback_error_;  ///< hf style: what the callback threw, raised like a detection
+#endif
   // listeners: entries are shared so that a call in progress keeps its entry while it is detached
   struct listener_entry {
     explicit listener_entry(scope_listener* p) : l(p) {}
@@ -1343,7 +1356,21 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
     emit(text);
   }
   if (abort_now) std::abort();
-  if (d && policy == on_detect::callback && cb) cb(*d);
+  if (d && policy == on_detect::callback && cb) {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
+    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
+    try {
+      cb(*d);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(m_);
+      pending_callback_error_ = std::current_exception();
+      detection_pending_.store(true, std::memory_order_release);
+    }
+#else
+    cb(*d);
+#endif
+  }
 }
 
 template <class T>

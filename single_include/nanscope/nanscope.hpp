@@ -4782,6 +4782,8 @@ namespace detail {
 /// mpi::use_communicator; rank.hpp) comes first.
 inline int parse_env_rank(const char** bad_var = nullptr, const char** bad_value = nullptr) {
   if (const rank_info set = explicit_process_rank(); set.known()) return set.rank;
+  // The launcher pairs in rank.hpp's order first, so file names and reports agree on the rank.
+  if (const rank_info env = rank_from_environment(); env.known()) return env.rank;
   static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
   for (const char* var : vars) {
     const char* v = std::getenv(var);
@@ -6618,6 +6620,7 @@ NANSCOPE_NAMESPACE_END
 // #include "detail/atomic_file.hpp": inlined above
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -6850,6 +6853,21 @@ class scope_listener {
   virtual bool wants_reference_stats() const noexcept { return false; }
 };
 
+/// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
+/// time each check took (control.hpp's controller is one). Calls come on the recording thread, outside the
+/// recorder's lock; they must not throw. Attach with recorder::set_gate while no scope of the recorder is open.
+class check_gate {
+ public:
+  static constexpr std::uint32_t skip = 0xFFFFFFFFu;
+  virtual ~check_gate() = default;
+  /// A ticket for checked(), or `skip`: the tensor is neither checked nor recorded. May change `mode`.
+  virtual std::uint32_t admit(const frame& f, tensor_role role, std::string_view context, check_mode& mode) noexcept = 0;
+  /// The admitted check `ticket` read `bytes` bytes in `ns` nanoseconds.
+  virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
+  /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
+  virtual void step_boundary(std::uint64_t next) noexcept = 0;
+};
+
 namespace detail {
 inline bool glob_match(std::string_view pat, std::string_view s) {
   std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
@@ -7060,8 +7078,11 @@ class recorder {
   std::uint64_t step() const { return step_.load(std::memory_order_relaxed); }
   /// Sets the step number explicitly (for engines that own their loop); resets per-step state.
   void set_step(std::uint64_t s) {
-    std::lock_guard<std::mutex> lk(m_);
-    begin_step_locked(s);
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      begin_step_locked(s);
+    }
+    if (check_gate* g = gate()) g->step_boundary(s);
   }
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
@@ -7132,6 +7153,19 @@ class recorder {
   /// A number unique to this recorder within the process (snapshot file names carry it).
   std::uint64_t id() const { return id_; }
 
+  /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
+  check_gate* set_gate(check_gate* g) { return gate_.exchange(g, std::memory_order_acq_rel); }
+  check_gate* gate() const { return gate_.load(std::memory_order_acquire); }
+  /// Switches checking off and on at run time (change it between steps). Off: scopes opened while off do
+  /// nothing but count steps, record() returns an empty result, no data is read.
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  /// Writes text to the sink (stderr without one), as the recorder's own messages: for layers above it.
+  void write_to_sink(std::string_view text) const {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(text);
+  }
+
   /// The saved frames, oldest first.
   std::vector<frame> frames() const {
     std::lock_guard<std::mutex> lk(m_);
@@ -7178,17 +7212,29 @@ class recorder {
   void raise_pending_detection() {
     if (!detection_pending_.load(std::memory_order_acquire)) return;
     std::shared_ptr<const detection> d;
+#if NANSCOPE_IMPL_EXCEPTIONS
+    std::exception_ptr error;
+#endif
     {
       std::lock_guard<std::mutex> lk(m_);
       if (!detection_pending_.exchange(false, std::memory_order_relaxed)) return;
       d = std::move(pending_detection_);
       pending_detection_.reset();
+#if NANSCOPE_IMPL_EXCEPTIONS
+      error = std::move(pending_callback_error_);
+      pending_callback_error_ = nullptr;
+#endif
     }
+#if NANSCOPE_IMPL_EXCEPTIONS
+    if (error) std::rethrow_exception(error);  // the callback's own exception, deferred out of ~scope
+#endif
     NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
   }
 
   // --- used by scope ---
   void complete(frame&& f, bool outermost);
+  /// The outermost scope of a step opened while checking was off ended: only the step advances.
+  void complete_inert();
   /// Checks one tensor into frame `f`; detects, warns, reports. Returns the health (a copy: the frame's
   /// storage moves as more tensors are recorded).
   /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
@@ -7274,6 +7320,9 @@ class recorder {
   detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
   std::atomic<bool> detection_pending_{false};
   std::shared_ptr<const detection> pending_detection_;
+#if NANSCOPE_IMPL_EXCEPTIONS
+  std::exception_ptr pending_callback_error_;  ///< hf style: what the callback threw, raised like a detection
+#endif
   // listeners: entries are shared so that a call in progress keeps its entry while it is detached
   struct listener_entry {
     explicit listener_entry(scope_listener* p) : l(p) {}
@@ -7323,6 +7372,8 @@ class recorder {
   std::vector<std::shared_ptr<listener_entry>> listeners_;
   std::atomic<std::size_t> listener_count_{0};
   const std::uint64_t id_ = detail::next_recorder_id();
+  std::atomic<check_gate*> gate_{nullptr};
+  std::atomic<bool> enabled_{true};
 };
 
 /// The process-wide default recorder used by the macros.
@@ -7340,6 +7391,11 @@ class scope {
     const scope* p = parent_;
     while (p != nullptr && &p->rec_ != &r) p = p->parent_;
     same_parent_ = p;
+    if (!r.enabled()) {  // checking is off: count the step, nothing else
+      inert_ = true;
+      detail::thread_top_scope() = this;
+      return;
+    }
     if (p != nullptr && !p->frame_.module_path.empty() && !name.empty()) {
       frame_.module_path.reserve(p->frame_.module_path.size() + 1 + name.size());
       frame_.module_path = p->frame_.module_path;
@@ -7371,6 +7427,10 @@ class scope {
       top = parent_;
     } else {
       unlink_out_of_order(top);
+    }
+    if (inert_) {  // opened while checking was off: only the step advances
+      if (same_parent_ == nullptr) rec_.complete_inert();
+      return;
     }
     rec_.notify([&](scope_listener& l) { l.scope_closed(frame_, same_parent_ == nullptr); });
     frame_.complete = true;
@@ -7465,6 +7525,7 @@ class scope {
   source_location where_;
   frame frame_;
   int inputs_ = 0;
+  bool inert_ = false;  ///< opened while checking was off (recorder::set_enabled)
 };
 
 namespace detail {
@@ -7482,6 +7543,7 @@ inline scope* current_scope(recorder& r) {
 
 inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
                                          std::string repr) {
+  if (!enabled()) return;
   tensor_record rec;
   rec.role = role;
   rec.context = std::move(context);
@@ -7494,6 +7556,11 @@ inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string 
 
 inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
                                       source_location where, allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
   // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
   if (detection_pending_.load(std::memory_order_acquire) || stop_pending_.load(std::memory_order_acquire)) {
     bool hf;
@@ -7527,6 +7594,28 @@ inline health_result recorder::record(frame& f, tensor_role role, std::string co
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
   }
+  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost.
+  check_gate* const g = gate();
+  std::uint32_t ticket = check_gate::skip;
+  if (g != nullptr) {
+    ticket = g->admit(f, role, rec.context, mode);
+    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
+      if (known != nullptr) return *known;
+      return (check)(v, check_options{}.with_mode(check_mode::shape));
+    }
+  }
+  struct gate_timer {
+    check_gate* g;
+    std::uint32_t ticket;
+    std::uint64_t bytes;
+    std::chrono::steady_clock::time_point t0;
+    ~gate_timer() {
+      if (g == nullptr) return;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
+          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
   // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
   auto known_as = [&](check_mode m) {
     health_result h = *known;
@@ -7683,10 +7772,16 @@ inline void recorder::complete(frame&& f, bool outermost) {
     hf = opts_.style == report_style::hf;
   }
   if (hf) {
+    const std::uint64_t before = step();
     complete_hf(std::move(f), outermost);
+    const std::uint64_t after = step();
+    if (after != before)
+      if (check_gate* g = gate()) g->step_boundary(after);
     return;
   }
   std::string trace;
+  std::uint64_t boundary = 0;
+  bool advanced = false;
   {
     bool stop = false;
     std::uint64_t finished_step = 0;
@@ -7710,6 +7805,8 @@ inline void recorder::complete(frame&& f, bool outermost) {
       stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
              !stop_pending_.load(std::memory_order_relaxed);
       begin_step_locked(finished_step + 1);
+      advanced = true;
+      boundary = finished_step + 1;
       if (stop) {
         stop_message_ = stop_text(finished_step + 1);
         emit(stop_message_ + "\n");
@@ -7719,11 +7816,25 @@ inline void recorder::complete(frame&& f, bool outermost) {
       }
     }
   }
+  if (advanced)
+    if (check_gate* g = gate()) g->step_boundary(boundary);
+}
+
+inline void recorder::complete_inert() {
+  std::uint64_t next = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!opts_.auto_step) return;
+    next = step_.load(std::memory_order_relaxed) + 1;
+    begin_step_locked(next);
+  }
+  if (check_gate* g = gate()) g->step_boundary(next);
 }
 
 inline void recorder::complete_step() {
   raise_pending_detection();
   std::string msg;
+  std::uint64_t boundary = 0;
   {
     std::lock_guard<std::mutex> lk(m_);
     const bool hf = opts_.style == report_style::hf;
@@ -7741,7 +7852,9 @@ inline void recorder::complete_step() {
       if (opts_.policy == on_detect::abort) std::abort();
     }
     begin_step_locked(finished + 1);
+    boundary = finished + 1;
   }
+  if (check_gate* g = gate()) g->step_boundary(boundary);
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
 }
 
@@ -7776,6 +7889,10 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
       }
       return;
     }
+    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
+    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
+    const std::uint64_t call_batch = batch;
+    const bool reported_before = reported_step_ == call_batch;
     auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
                          [this](std::uint64_t b) { return tracing_locked(b); });
     if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
@@ -7787,8 +7904,8 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
     bool raised = false;
     if (o.report) {
       hf_.clear_detected();
-      if (!(opts_.report_once_per_step && reported_step_ == batch)) {
-        reported_step_ = batch;
+      if (!(opts_.report_once_per_step && reported_before)) {
+        reported_step_ = call_batch;
         detections_.fetch_add(1, std::memory_order_relaxed);
         d = std::make_shared<detection>();
         const frame& ff = hf_.first_frame();
@@ -7830,7 +7947,21 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
     emit(text);
   }
   if (abort_now) std::abort();
-  if (d && policy == on_detect::callback && cb) cb(*d);
+  if (d && policy == on_detect::callback && cb) {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
+    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
+    try {
+      cb(*d);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(m_);
+      pending_callback_error_ = std::current_exception();
+      detection_pending_.store(true, std::memory_order_release);
+    }
+#else
+    cb(*d);
+#endif
+  }
 }
 
 template <class T>
@@ -7845,6 +7976,11 @@ inline health_result recorder::checkpoint_result(const tensor_view& v, const hea
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
                                                allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
   scope* s = detail::current_scope(*this);
   // The frame is completed into the ring even when the check throws (throw_exception policy).
   struct pending {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -536,3 +537,31 @@ TEST_CASE("hf style: the default sink is stdout; no warnings unless asked") {
   CHECK(got.find("output has nans\n\nDetected inf/nan during batch_number=1\n") == 0);  // x is the root
 #endif
 }
+
+#if NANSCOPE_IMPL_EXCEPTIONS
+TEST_CASE("hf style: an exception thrown by the detection callback is raised later, never from ~scope") {
+  // The hf style detects when a scope ends (a destructor): a throwing callback used to call std::terminate.
+  nsrec::capture c;
+  nanscope::recorder_options o;
+  o.style = nanscope::report_style::hf;
+  o.sink = c.sink();
+  o.policy = nanscope::on_detect::callback;
+  int calls = 0;
+  o.callback = [&calls](const nanscope::detection&) {
+    ++calls;
+    throw std::runtime_error("stop training");
+  };
+  recorder rec(o);
+  const vec nan{nsrec::qnan()};
+  {
+    scope root(rec, "", "Model");
+    {
+      scope l(rec, "l", "L");
+      l.output(nan);
+    }  // the callback runs (and throws) here
+    CHECK(calls == 1);
+    CHECK_THROWS_WITH_AS(rec.raise_pending(), "stop training", std::runtime_error);
+  }
+  CHECK_NOTHROW(rec.raise_pending());  // raised once
+}
+#endif

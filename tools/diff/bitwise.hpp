@@ -38,6 +38,7 @@ struct bitwise_report {
   std::string first_unhashed;  ///< the first of them, "module label (no hash in A|B)"
   int first = -1;            ///< index in `a` of the first tensor whose hash differs
   std::string first_b_hash;
+  std::string first_b_dtype, first_b_shape;  ///< B's dtype and shape of that tensor (the hash covers the bits only)
   std::vector<std::string> unpaired;  ///< "missing in B: ..." / "extra in B: ..."
   std::vector<hashed_tensor> a;
   int exit_code() const {
@@ -108,9 +109,13 @@ inline bitwise_report bitwise_compare(const tree_file& fa, const tree_file& fb) 
       continue;
     }
     ++r.compared;
-    if (r.first < 0 && r.a[i].hash != y.hash) {
+    // The hash covers the element bits only (trailing zero elements add nothing): a dtype or shape change with
+    // equal hashes is a difference too.
+    if (r.first < 0 && (r.a[i].hash != y.hash || r.a[i].dtype != y.dtype || r.a[i].shape != y.shape)) {
       r.first = static_cast<int>(i);
       r.first_b_hash = y.hash;
+      r.first_b_dtype = y.dtype;
+      r.first_b_shape = y.shape;
     }
   }
   for (std::size_t i = 0; i < b.size(); ++i)
@@ -147,7 +152,8 @@ inline int run_bitwise(std::ostream& out, std::ostream& err, const tree_file& fa
     if (r.first >= 0) {
       const hashed_tensor& t = r.a[static_cast<std::size_t>(r.first)];
       j["first_difference"] = {{"module", t.module}, {"tensor", t.label}, {"dtype", t.dtype}, {"shape", t.shape},
-                               {"hash_a", t.hash},   {"hash_b", r.first_b_hash}};
+                               {"hash_a", t.hash},   {"hash_b", r.first_b_hash}, {"dtype_b", r.first_b_dtype},
+                               {"shape_b", r.first_b_shape}};
     } else {
       j["first_difference"] = nullptr;
     }
@@ -162,7 +168,10 @@ inline int run_bitwise(std::ostream& out, std::ostream& err, const tree_file& fa
     if (r.first >= 0) {
       const hashed_tensor& t = r.a[static_cast<std::size_t>(r.first)];
       out << "\nfirst bitwise difference: " << terminal_safe(t.module) << " " << terminal_safe(t.label) << " (" << t.dtype << ", " << t.shape
-          << "): hash " << t.hash << " vs " << r.first_b_hash << "\n";
+          << "): hash " << t.hash << " vs " << r.first_b_hash;
+      if (t.dtype != r.first_b_dtype || t.shape != r.first_b_shape)
+        out << "; B has " << terminal_safe(r.first_b_dtype) << ", " << terminal_safe(r.first_b_shape);
+      out << "\n";
     }
     if (!r.unpaired.empty()) {
       out << "\nunpaired tensors (" << r.unpaired.size() << "):\n";

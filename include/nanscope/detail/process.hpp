@@ -35,6 +35,8 @@ namespace detail {
 /// mpi::use_communicator; rank.hpp) comes first.
 inline int parse_env_rank(const char** bad_var = nullptr, const char** bad_value = nullptr) {
   if (const rank_info set = explicit_process_rank(); set.known()) return set.rank;
+  // The launcher pairs in rank.hpp's order first, so file names and reports agree on the rank.
+  if (const rank_info env = rank_from_environment(); env.known()) return env.rank;
   static const char* const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
   for (const char* var : vars) {
     const char* v = std::getenv(var);
