@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -60,8 +61,14 @@ std::string join_path(const std::string& parent, const std::string& name) {
 // The reference (FORMATS.md §2, written from the text)
 // ---------------------------------------------------------------------------------------------------------
 
-bool bits_nan(double x) { return x != x; }
-bool bits_inf(double x) { return x == nsrec::pos_inf() || x == nsrec::neg_inf(); }
+// By the bits, not by comparisons: the fastmath preset builds this file with -ffast-math (x != x folds to false).
+std::uint64_t bits_of(double x) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b & 0x7FFFFFFFFFFFFFFFull;
+}
+bool bits_nan(double x) { return bits_of(x) > 0x7FF0000000000000ull; }
+bool bits_inf(double x) { return bits_of(x) == 0x7FF0000000000000ull; }
 
 std::string e8(double v) {
   if (bits_nan(v)) return "     nan";
