@@ -68,7 +68,7 @@
 
 NANSCOPE_NAMESPACE_BEGIN
 
-inline constexpr std::uint64_t no_step_limit = std::numeric_limits<std::uint64_t>::max();
+inline constexpr std::uint64_t no_step_limit = (std::numeric_limits<std::uint64_t>::max)();
 
 /// Sites matching `pattern` (a glob as site_rule, or a regex over the whole key). A pattern containing ':' is
 /// matched against "module.path:context", otherwise against the module path.
