@@ -598,3 +598,23 @@ TEST_CASE("merge_dir: no files is exit 3, a missing directory and a damaged file
   CHECK(r.error.find("nanscope_evidence_rank0of2.json: not valid JSON") != std::string::npos);
 }
 #endif  // NANSCOPE_TEST_HAVE_JSON
+
+TEST_CASE("process_rank: file names and reports take the rank from one resolution order") {
+  env_guard g;
+  for (const char* v : launcher_vars) g.unset(v);
+  g.unset("LOCAL_RANK");
+  nanscope::set_process_rank(-1, 0);  // no explicit rank: the environment decides
+  // srun + torchrun: both pairs are set. rank.hpp's order gives Slurm's; the tree and snapshot names
+  // (detail::parse_env_rank) used to read RANK first and disagreed with the report line.
+  g.set("RANK", "1");
+  g.set("WORLD_SIZE", "8");
+  g.set("SLURM_PROCID", "3");
+  g.set("SLURM_NTASKS", "4");
+  CHECK(nanscope::rank_from_environment().rank == 3);
+  CHECK(nanscope::detail::parse_env_rank() == 3);
+  // RANK alone (no WORLD_SIZE) is no launcher pair: file names still fall back to it.
+  g.unset("SLURM_PROCID");
+  g.unset("WORLD_SIZE");
+  CHECK_FALSE(nanscope::rank_from_environment().known());
+  CHECK(nanscope::detail::parse_env_rank() == 1);
+}
