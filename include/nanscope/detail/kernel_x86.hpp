@@ -97,8 +97,12 @@ struct load512_bf16 {
   }
 };
 
+/// Kernel state. The fast path's accumulators come in two sets (index A = 0, 1), used by alternate vectors: one
+/// set would chain every vector's FMA onto the previous one (4 cycles of latency per 16 lanes on current cores,
+/// the bound of the whole pass); two halve that chain. Negative tame lanes are counted in vector lanes (vneg).
 struct state512_f32 {
-  __m512 vmin, vmax, vamax, vamin, fs1, fs2;  // fast paths: tame values and zeros only (never subnormal)
+  __m512 vmin[2], vmax[2], vamax[2], vamin[2], fs1[2], fs2[2];  // fast paths: tame values and zeros only
+  __m512i vneg;                                // fast path: per-lane count of negative tame lanes
   __m512i kmin, kmax, kamin, kamax;            // slow path: integer keys, exact under flush-to-zero
   __m512d ds1a, ds1b, ds2a, ds2b;  // flushed f32 sums (fast lanes)
   __m512d ss1a, ss1b, ss2a, ss2b;  // slow lanes, in double
@@ -139,8 +143,8 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
       s.kamin = _mm512_mask_min_epu32(s.kamin, static_cast<__mmask16>(notnan & ~zerom), s.kamin, a);
       const __mmask16 tm = static_cast<__mmask16>(tame & valid);
       const __m512 d = _mm512_maskz_sub_ps(tm, x, k32);
-      s.fs1 = _mm512_add_ps(s.fs1, d);
-      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      s.fs1[0] = _mm512_add_ps(s.fs1[0], d);
+      s.fs2[0] = _mm512_fmadd_ps(d, d, s.fs2[0]);
       const __mmask16 other = static_cast<__mmask16>(finm & ~tm);
       if (other != 0) {
         s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
@@ -157,20 +161,38 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
   }
 }
 
-template <level L, class Load>
+template <level L>
 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void flush512_f32(state512_f32& s) {
   if constexpr (L == level::stats) {
-    s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs1)));
-    s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs1), 1))));
-    s.ds2a = _mm512_add_pd(s.ds2a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs2)));
-    s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs2), 1))));
-    s.fs1 = _mm512_setzero_ps();
-    s.fs2 = _mm512_setzero_ps();
+    // the two sets are added in f32 first (exact enough: each holds at most 8 values per lane), then widened
+    const __m512 f1 = _mm512_add_ps(s.fs1[0], s.fs1[1]);
+    const __m512 f2 = _mm512_add_ps(s.fs2[0], s.fs2[1]);
+    s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(f1)));
+    s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f1), 1))));
+    s.ds2a = _mm512_add_pd(s.ds2a, _mm512_cvtps_pd(_mm512_castps512_ps256(f2)));
+    s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f2), 1))));
+    s.fs1[0] = s.fs1[1] = _mm512_setzero_ps();
+    s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
   }
 }
 
-/// One full group of 16 lanes: the fast path when every lane is tame, else the exact per-lane path.
-template <level L>
+/// The optimistic block's work for one vector whose lanes are all assumed tame (see avx512_f32_kernel): tame
+/// lanes are never zero, so the sign bit alone says negative (a logical shift by 31 gives 1 for those).
+template <level L, int A>
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void tame512_f32(state512_f32& s, __m512 x, __m512 k32) {
+  s.vneg = _mm512_add_epi32(s.vneg, _mm512_srli_epi32(_mm512_castps_si512(x), 31));
+  if constexpr (L == level::stats) {
+    s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+    s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+    const __m512 d = _mm512_sub_ps(x, k32);
+    s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+    s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
+  }
+}
+
+/// One full group of 16 lanes: the fast path when every lane is tame, else the exact per-lane path. A picks the
+/// fast path's accumulator set.
+template <level L, int A>
 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_f32(
     state512_f32& s, __m512 x, std::size_t i, const kernel_params& kp, __m512i lo, __m512i span, __m512i absm,
     __m512 k32, __m512d k64) {
@@ -178,15 +200,16 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __m512i a = _mm512_and_si512(xi, absm);
   const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
   if (__builtin_expect(tame == 0xFFFF, 1)) {
-    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi)));
-    if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+    // tame lanes are never zero: the sign bit alone says negative (srli by 31 gives 1 for a negative lane)
+    if constexpr (L >= level::counts) s.vneg = _mm512_add_epi32(s.vneg, _mm512_srli_epi32(xi, 31));
+    if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
     if constexpr (L == level::stats) {
-      s.vmin = _mm512_min_ps(s.vmin, x);
-      s.vmax = _mm512_max_ps(s.vmax, x);
-      s.vamin = _mm512_min_ps(s.vamin, _mm512_castsi512_ps(a));
+      s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+      s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+      s.vamin[A] = _mm512_min_ps(s.vamin[A], _mm512_castsi512_ps(a));
       const __m512 d = _mm512_sub_ps(x, k32);
-      s.fs1 = _mm512_add_ps(s.fs1, d);
-      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+      s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
     }
   } else if constexpr (L >= level::counts) {
     // Second fast path: tame lanes and zeros only (ReLU outputs, sparse tensors). Zeros are summed like any
@@ -195,14 +218,14 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     if (static_cast<__mmask16>(tame | zerom) == 0xFFFF) {
       s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
       s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi) & ~zerom & 0xFFFF));
-      if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+      if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
       if constexpr (L == level::stats) {
-        s.vmin = _mm512_min_ps(s.vmin, x);
-        s.vmax = _mm512_max_ps(s.vmax, x);
-        s.vamin = _mm512_mask_min_ps(s.vamin, static_cast<__mmask16>(~zerom), s.vamin, _mm512_castsi512_ps(a));
+        s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+        s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+        s.vamin[A] = _mm512_mask_min_ps(s.vamin[A], static_cast<__mmask16>(~zerom), s.vamin[A], _mm512_castsi512_ps(a));
         const __m512 d = _mm512_sub_ps(x, k32);
-        s.fs1 = _mm512_add_ps(s.fs1, d);
-        s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+        s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+        s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
       }
     } else {
       slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
@@ -219,15 +242,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   constexpr std::size_t es = sizeof(typename Load::src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
-  s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  s.vamax = _mm512_setzero_ps();
-  s.vamin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int a = 0; a < 2; ++a) {
+    s.vmin[a] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    s.vmax[a] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    s.vamax[a] = _mm512_setzero_ps();
+    s.vamin[a] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    s.fs1[a] = s.fs2[a] = _mm512_setzero_ps();
+  }
+  s.vneg = _mm512_setzero_si512();
   s.kmin = _mm512_set1_epi32(0x7F800000);                   // key of +inf
   s.kmax = _mm512_set1_epi32(key32(0xFF800000u));           // key of -inf
   s.kamin = _mm512_set1_epi32(0x7F800000);
   s.kamax = _mm512_setzero_si512();
-  s.fs1 = s.fs2 = _mm512_setzero_ps();
   s.ds1a = s.ds1b = s.ds2a = s.ds2b = _mm512_setzero_pd();
   s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm512_setzero_pd();
   s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.n_slow = 0;
@@ -241,17 +267,68 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  const __m512i hi = _mm512_add_epi32(lo, span);
   for (; i + block <= n; i += block) {
-    for (std::size_t j = 0; j < block; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      const __m512 x = Load::load(p + (i + j) * es);
-      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 256 * 256)
-      group512_f32<L>(s, x, i + j, kp, lo, span, absm, k32, k64);
+    if constexpr (L >= level::counts) {
+      // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
+      // of |x| bits check that at the end. If any lane was not tame, the block's contributions are undone
+      // (snapshot below; the f32 sums are per block anyway) and the block runs again through the exact path,
+      // from L1. The hash is stepped once, on the first run.
+      const __m512i neg0 = s.vneg;
+      const __m512 min0 = s.vmin[0], min1 = s.vmin[1], max0 = s.vmax[0], max1 = s.vmax[1];
+      __m512i bmin = _mm512_set1_epi32(-1), bmax = _mm512_setzero_si512();
+      for (std::size_t j = 0; j < block; j += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        if constexpr (es == 4)
+          _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512 x0 = Load::load(p + (i + j) * es);
+        const __m512 x1 = Load::load(p + (i + j + 16) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 256 * 256)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(x0), absm);
+        const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(x1), absm);
+        bmin = _mm512_min_epu32(bmin, _mm512_min_epu32(a0, a1));
+        bmax = _mm512_max_epu32(bmax, _mm512_max_epu32(a0, a1));
+        tame512_f32<L, 0>(s, x0, k32);
+        tame512_f32<L, 1>(s, x1, k32);
+      }
+      const __mmask16 bad = static_cast<__mmask16>(_mm512_cmplt_epu32_mask(bmin, lo) | _mm512_cmpgt_epu32_mask(bmax, hi));
+      if (__builtin_expect(bad == 0, 1)) {
+        if constexpr (L == level::counts) s.kamax = _mm512_max_epu32(s.kamax, bmax);  // tame: not NaN
+        if constexpr (L == level::stats) s.kamin = _mm512_min_epu32(s.kamin, bmin);   // tame: not zero, not NaN
+      } else {
+        s.vneg = neg0;
+        s.vmin[0] = min0;
+        s.vmin[1] = min1;
+        s.vmax[0] = max0;
+        s.vmax[1] = max1;
+        s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
+        for (std::size_t j = 0; j < block; j += 32) {
+          group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
+          group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
+        }
+      }
+    } else {
+      for (std::size_t j = 0; j < block; j += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        if constexpr (es == 4)
+          _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512 x0 = Load::load(p + (i + j) * es);
+        const __m512 x1 = Load::load(p + (i + j + 16) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 256 * 256)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        group512_f32<L, 0>(s, x0, i + j, kp, lo, span, absm, k32, k64);
+        group512_f32<L, 1>(s, x1, i + j + 16, kp, lo, span, absm, k32, k64);
+      }
     }
-    flush512_f32<L, Load>(s);
+    flush512_f32<L>(s);
   }
   if constexpr (H::enabled) *h = hs;
-  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
+  for (; i + 16 <= n; i += 16) group512_f32<L, 0>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 x = Load::load_masked(p + i * es, valid);
@@ -259,8 +336,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
     const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
     slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
   }
-  flush512_f32<L, Load>(s);
+  flush512_f32<L>(s);
 
+  if constexpr (L >= level::counts)  // at most n / 16 per lane: no overflow in 32 bits for any chunk size
+    s.neg += static_cast<std::uint32_t>(_mm512_reduce_add_epi32(s.vneg));
   o.neg += s.neg;
   o.zero += s.zero;
   o.nan += s.nan;
@@ -269,12 +348,14 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   o.sub += s.sub;
   if (o.first_nf < 0) o.first_nf = s.first_nf;
   if constexpr (L == level::counts) {
-    const std::uint32_t fa = float_to_bits(_mm512_reduce_max_ps(s.vamax));
+    const std::uint32_t fa = float_to_bits(_mm512_reduce_max_ps(_mm512_max_ps(s.vamax[0], s.vamax[1])));
     const auto ka = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(s.kamax));
     o.take_amax(f32_to_f64_bits(fa > ka ? fa : ka));
   }
   if constexpr (L == level::stats) {
-    reduce_extrema_f32(o, _mm512_reduce_min_ps(s.vmin), _mm512_reduce_max_ps(s.vmax), _mm512_reduce_min_ps(s.vamin),
+    reduce_extrema_f32(o, _mm512_reduce_min_ps(_mm512_min_ps(s.vmin[0], s.vmin[1])),
+                       _mm512_reduce_max_ps(_mm512_max_ps(s.vmax[0], s.vmax[1])),
+                       _mm512_reduce_min_ps(_mm512_min_ps(s.vamin[0], s.vamin[1])),
                        _mm512_reduce_min_epi32(s.kmin), _mm512_reduce_max_epi32(s.kmax),
                        static_cast<std::uint32_t>(_mm512_reduce_min_epu32(s.kamin)));
     o.fast_s1 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds1a, s.ds1b));
