@@ -177,6 +177,30 @@ inline void set_thresholds(kernel_params& kp, dtype t, level lv) {
   }
   kp.tame_lo32 = lo;
   kp.tame_span32 = hi - lo;
+  if (t == dtype::f16 || t == dtype::bf16) {
+    // The same range in the source's own |x| bit patterns: decoding is monotonic on [0, inf], so the first
+    // pattern at or above lo and the last at or below hi are found by bisection.
+    const std::uint32_t top = t == dtype::f16 ? 0x7C00u : 0x7F80u;  // +inf
+    auto f32_bits_of = [t](std::uint32_t h) {
+      const auto h16 = static_cast<std::uint16_t>(h);
+      return float_to_bits(static_cast<float>(load_as_double(&h16, t, 0)));
+    };
+    std::uint32_t a = 0, b = top + 1;  // first h with bits(h) >= lo
+    while (a < b) {
+      const std::uint32_t m = (a + b) / 2;
+      if (f32_bits_of(m) >= lo) b = m;
+      else a = m + 1;
+    }
+    kp.tame_lo16 = static_cast<std::uint16_t>(a);
+    a = 0;
+    b = top + 1;  // first h with bits(h) > hi; the last tame pattern is the one before it
+    while (a < b) {
+      const std::uint32_t m = (a + b) / 2;
+      if (f32_bits_of(m) > hi) b = m;
+      else a = m + 1;
+    }
+    kp.tame_hi16 = static_cast<std::uint16_t>(a - 1);
+  }
 }
 
 /// Runs the chosen kernel on n contiguous elements of dtype t (fp8 already decoded to f32 when SIMD). With

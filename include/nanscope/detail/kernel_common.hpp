@@ -74,6 +74,8 @@ struct chunk_out {
 /// tame lanes; everything else goes through the exact per-lane path.
 struct kernel_params {
   std::uint32_t tame_lo32 = 0, tame_span32 = 0, normal32 = 0;
+  // f16 / bf16 sources: the same tame range as |x| bit patterns of the source (lo16 <= |x| bits <= hi16)
+  std::uint16_t tame_lo16 = 0, tame_hi16 = 0;
   std::uint64_t tame_lo64 = 0, tame_span64 = 0, normal64 = 0, huge64 = 0;
   float k32 = 0.0f;    // shift for f32-summed lanes (|k32| <= 2^59)
   double k64 = 0.0;    // shift for double-summed lanes: 0 or 2^-500 <= |k64| <= 2^500 (squares stay normal)

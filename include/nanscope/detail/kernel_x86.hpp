@@ -73,11 +73,17 @@ inline void reduce_extrema_f32(chunk_out& o, float fmin, float fmax, float famin
 
 struct load512_f32 {
   using src = float;
+  static constexpr bool half16 = false;
   NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) { return _mm512_loadu_ps(p); }
   NANSCOPE_IMPL_TARGET_AVX512 static __m512 load_masked(const void* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 };
 struct load512_f16 {
   using src = std::uint16_t;
+  static constexpr bool half16 = true;  // 16-bit source: the optimistic block works on the raw patterns
+  static double decode(std::uint16_t h) { return dec_f16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
+  /// The 32 raw halves of r as two vectors of 16 floats (any lane order: only sums use them).
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 widen_lo(__m512i r) { return _mm512_cvtph_ps(_mm512_castsi512_si256(r)); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 widen_hi(__m512i r) { return _mm512_cvtph_ps(_mm512_extracti64x4_epi64(r, 1)); }
   NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
@@ -87,6 +93,14 @@ struct load512_f16 {
 };
 struct load512_bf16 {
   using src = std::uint16_t;
+  static constexpr bool half16 = true;
+  static double decode(std::uint16_t h) { return dec_bf16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 widen_lo(__m512i r) {
+    return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), r));
+  }
+  NANSCOPE_IMPL_TARGET_AVX512 static __m512 widen_hi(__m512i r) {
+    return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), r));
+  }
   NANSCOPE_IMPL_TARGET_AVX512 static __m512 load(const void* p) {
     const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -235,6 +249,34 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   }
 }
 
+/// Folds the 16-bit path's lane extrema (see avx512_f32_kernel) into a chunk_out. counts: umax16 holds max |x|.
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i smax16, __m512i smin16, __m512i umax16,
+                                                      __m512i umin16) {
+  alignas(64) std::uint16_t sx[32], sn[32], ux[32], un[32];
+  _mm512_store_si512(sx, smax16);
+  _mm512_store_si512(sn, smin16);
+  _mm512_store_si512(ux, umax16);
+  _mm512_store_si512(un, umin16);
+  std::uint16_t smax = 0x8000, smin = 0x7FFF, umax = 0, umin = 0xFFFF;
+  for (int l = 0; l < 32; ++l) {
+    if (static_cast<std::int16_t>(sx[l]) > static_cast<std::int16_t>(smax)) smax = sx[l];
+    if (static_cast<std::int16_t>(sn[l]) < static_cast<std::int16_t>(smin)) smin = sn[l];
+    umax = ux[l] > umax ? ux[l] : umax;
+    umin = un[l] < umin ? un[l] : umin;
+  }
+  if constexpr (L == level::counts) {
+    o.take_amax(double_to_bits(Load::decode(umax)));
+  } else {
+    const std::uint16_t mx = umin < 0x8000u ? smax : umin;
+    const std::uint16_t mn = umax >= 0x8000u ? umax : umin;
+    const std::uint16_t an = static_cast<std::uint16_t>((umin & 0x7FFFu) < (smin & 0x7FFFu) ? (umin & 0x7FFFu) : (smin & 0x7FFFu));
+    o.take_min(key64(double_to_bits(Load::decode(mn))));
+    o.take_max(key64(double_to_bits(Load::decode(mx))));
+    o.take_amin(double_to_bits(Load::decode(an)));
+  }
+}
+
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
 template <level L, class Load, class H = kernel_no_hash>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
@@ -268,8 +310,68 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
   const __m512i hi = _mm512_add_epi32(lo, span);
+  // 16-bit sources: the optimistic block's checks and extrema on the raw patterns, 32 lanes per vector. For a
+  // lane pattern r (sign-magnitude), as signed 16-bit integers positives sort above negatives and the most
+  // negative value is the largest negative integer; so over a set of lanes, with m = 0x7FFF:
+  //   max x = (unsigned min < 0x8000, i.e. any positive) ? signed max : unsigned min
+  //   min x = (unsigned max >= 0x8000, i.e. any negative) ? unsigned max : unsigned min
+  //   min |x| = min(unsigned min & m, signed min & m),  max |x| = max(signed max & m, unsigned max & m)
+  // and a block is tame when lo16 <= min |x| and max |x| <= hi16 (NaN, inf, zero, subnormal fail that).
+  [[maybe_unused]] __m512i smax16 = _mm512_set1_epi16(static_cast<short>(0x8000)),
+                           smin16 = _mm512_set1_epi16(0x7FFF), umax16 = _mm512_setzero_si512(),
+                           umin16 = _mm512_set1_epi16(-1);
+  [[maybe_unused]] bool any16 = false;  // a block went through the 16-bit path
   for (; i + block <= n; i += block) {
-    if constexpr (L >= level::counts) {
+    if constexpr (Load::half16 && L >= level::counts) {
+      const __m512i lo16 = _mm512_set1_epi16(static_cast<short>(kp.tame_lo16));
+      const __m512i hi16 = _mm512_set1_epi16(static_cast<short>(kp.tame_hi16));
+      const __m512i m16 = _mm512_set1_epi16(0x7FFF);
+      const __m512i sx0 = smax16, sn0 = smin16, ux0 = umax16, un0 = umin16;
+      __m512i bmin = _mm512_set1_epi16(-1), bmax = _mm512_setzero_si512(), neg16 = _mm512_setzero_si512();
+      for (std::size_t j = 0; j < block; j += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m512i r = _mm512_loadu_si512(p + (i + j) * es);
+        neg16 = _mm512_add_epi16(neg16, _mm512_srli_epi16(r, 15));
+        if constexpr (L == level::counts) {
+          const __m512i a = _mm512_and_si512(r, m16);
+          bmin = _mm512_min_epu16(bmin, a);
+          bmax = _mm512_max_epu16(bmax, a);
+        } else {
+          smax16 = _mm512_max_epi16(smax16, r);
+          smin16 = _mm512_min_epi16(smin16, r);
+          umax16 = _mm512_max_epu16(umax16, r);
+          umin16 = _mm512_min_epu16(umin16, r);
+          const __m512 d0 = _mm512_sub_ps(Load::widen_lo(r), k32);
+          const __m512 d1 = _mm512_sub_ps(Load::widen_hi(r), k32);
+          s.fs1[0] = _mm512_add_ps(s.fs1[0], d0);
+          s.fs2[0] = _mm512_fmadd_ps(d0, d0, s.fs2[0]);
+          s.fs1[1] = _mm512_add_ps(s.fs1[1], d1);
+          s.fs2[1] = _mm512_fmadd_ps(d1, d1, s.fs2[1]);
+        }
+      }
+      if constexpr (L == level::stats) {
+        bmin = _mm512_min_epu16(_mm512_and_si512(umin16, m16), _mm512_and_si512(smin16, m16));
+        bmax = _mm512_max_epu16(_mm512_and_si512(smax16, m16), _mm512_and_si512(umax16, m16));
+      }
+      const __mmask32 bad = _mm512_cmplt_epu16_mask(bmin, lo16) | _mm512_cmpgt_epu16_mask(bmax, hi16);
+      if (__builtin_expect(bad == 0, 1)) {
+        any16 = true;
+        s.vneg = _mm512_add_epi32(s.vneg, _mm512_madd_epi16(neg16, _mm512_set1_epi16(1)));
+        if constexpr (L == level::counts) {  // the block's max |x| as f32 bits (tame: an exact decode)
+          umax16 = _mm512_max_epu16(umax16, bmax);
+        }
+      } else {
+        smax16 = sx0;
+        smin16 = sn0;
+        umax16 = ux0;
+        umin16 = un0;
+        s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
+        for (std::size_t j = 0; j < block; j += 32) {
+          group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
+          group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
+        }
+      }
+    } else if constexpr (L >= level::counts) {
       // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
       // of |x| bits check that at the end. If any lane was not tame, the block's contributions are undone
       // (snapshot below; the f32 sums are per block anyway) and the block runs again through the exact path,
@@ -340,6 +442,9 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
 
   if constexpr (L >= level::counts)  // at most n / 16 per lane: no overflow in 32 bits for any chunk size
     s.neg += static_cast<std::uint32_t>(_mm512_reduce_add_epi32(s.vneg));
+  if constexpr (Load::half16 && L >= level::counts) {
+    if (any16) fold_extrema16<L, Load>(o, smax16, smin16, umax16, umin16);
+  }
   o.neg += s.neg;
   o.zero += s.zero;
   o.nan += s.nan;
