@@ -581,6 +581,62 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  if constexpr (L >= level::counts) {
+    // Optimistic blocks of 128 elements, as in avx512_f32_kernel: no test per vector, two accumulator sets
+    // local to the block, the block's unsigned min / max of |x| bits checked at its end; a block with any other
+    // lane is dropped and re-run through the exact path from L1 (the hash is stepped on the first run only).
+    const __m512i hi = _mm512_add_epi64(s.lo, s.span);
+    __m512i vneg = _mm512_setzero_si512();
+    for (; i + 128 <= n; i += 128) {
+      __m512i bmin = _mm512_set1_epi64(-1), bmax = _mm512_setzero_si512(), bneg = _mm512_setzero_si512();
+      __m512d mn0 = _mm512_set1_pd(std::numeric_limits<double>::infinity()), mn1 = mn0;
+      __m512d mx0 = _mm512_set1_pd(-std::numeric_limits<double>::infinity()), mx1 = mx0;
+      __m512d a0 = _mm512_setzero_pd(), a1 = a0, q0 = a0, q1 = a0;
+      for (std::size_t j = 0; j < 128; j += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * 8) + NANSCOPE_IMPL_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512d x0 = _mm512_loadu_pd(p + (i + j) * 8);
+        const __m512d x1 = _mm512_loadu_pd(p + (i + j + 8) * 8);
+        if constexpr (H::enabled) {
+          hs.step(x0);
+          hs.step(x1);
+        }
+        const __m512i b0 = _mm512_and_si512(_mm512_castpd_si512(x0), s.absm);
+        const __m512i b1 = _mm512_and_si512(_mm512_castpd_si512(x1), s.absm);
+        bmin = _mm512_min_epu64(bmin, _mm512_min_epu64(b0, b1));
+        bmax = _mm512_max_epu64(bmax, _mm512_max_epu64(b0, b1));
+        bneg = _mm512_add_epi64(bneg, _mm512_add_epi64(_mm512_srli_epi64(_mm512_castpd_si512(x0), 63),
+                                                       _mm512_srli_epi64(_mm512_castpd_si512(x1), 63)));
+        if constexpr (L == level::stats) {
+          mn0 = _mm512_min_pd(mn0, x0);
+          mn1 = _mm512_min_pd(mn1, x1);
+          mx0 = _mm512_max_pd(mx0, x0);
+          mx1 = _mm512_max_pd(mx1, x1);
+          const __m512d d0 = _mm512_sub_pd(x0, s.k), d1 = _mm512_sub_pd(x1, s.k);
+          a0 = _mm512_add_pd(a0, d0);
+          a1 = _mm512_add_pd(a1, d1);
+          q0 = _mm512_fmadd_pd(d0, d0, q0);
+          q1 = _mm512_fmadd_pd(d1, d1, q1);
+        }
+      }
+      const __mmask8 bad = static_cast<__mmask8>(_mm512_cmplt_epu64_mask(bmin, s.lo) | _mm512_cmpgt_epu64_mask(bmax, hi));
+      if (__builtin_expect(bad == 0, 1)) {
+        vneg = _mm512_add_epi64(vneg, bneg);
+        if constexpr (L == level::counts) s.kamax = _mm512_max_epu64(s.kamax, bmax);  // tame: not NaN
+        if constexpr (L == level::stats) {
+          s.kamin = _mm512_min_epu64(s.kamin, bmin);  // tame: not zero, not NaN
+          s.vmin = _mm512_min_pd(s.vmin, _mm512_min_pd(mn0, mn1));
+          s.vmax = _mm512_max_pd(s.vmax, _mm512_max_pd(mx0, mx1));
+          s.s1 = _mm512_add_pd(s.s1, _mm512_add_pd(a0, a1));
+          s.s2 = _mm512_add_pd(s.s2, _mm512_add_pd(q0, q1));
+          s.nacc += 128;
+        }
+      } else {
+        for (std::size_t j = 0; j < 128; j += 8) group512_f64<L>(s, _mm512_loadu_pd(p + (i + j) * 8), 0xFF, i + j, kp, o);
+      }
+    }
+    s.neg += static_cast<std::uint64_t>(_mm512_reduce_add_epi64(vneg));
+  }
   for (; i + 8 <= n; i += 8) {
     _mm_prefetch(reinterpret_cast<const char*>(p + i * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
     const __m512d x = _mm512_loadu_pd(p + i * 8);
