@@ -1835,6 +1835,20 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   }
 }
 
+/// Re-runs a block whose optimistic run met a lane that is not tame: its f32 sums are dropped (they are per
+/// block) and every vector goes through the exact per-lane path, from L1.
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void exact_block512_f32(
+    state512_f32& s, const unsigned char* p, std::size_t i, std::size_t block, const kernel_params& kp, __m512i lo,
+    __m512i span, __m512i absm, __m512 k32, __m512d k64) {
+  constexpr std::size_t es = sizeof(typename Load::src);
+  s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
+  for (std::size_t j = 0; j < block; j += 32) {
+    group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
+    group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
+  }
+}
+
 /// Folds the 16-bit path's lane extrema (see avx512_f32_kernel) into a chunk_out. counts: umax16 holds max |x|.
 template <level L, class Load>
 NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i smax16, __m512i smin16, __m512i umax16,
@@ -1892,7 +1906,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   const __m512 k32 = _mm512_set1_ps(kp.k32);
   const __m512d k64 = _mm512_set1_pd(kp.k64);
 
-  constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
+  constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every block (8 values per lane and set)
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
   const __m512i hi = _mm512_add_epi32(lo, span);
@@ -1951,11 +1965,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         smin16 = sn0;
         umax16 = ux0;
         umin16 = un0;
-        s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
-        for (std::size_t j = 0; j < block; j += 32) {
-          group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
-          group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
-        }
+        exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
     } else if constexpr (L >= level::counts) {
       // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
@@ -1992,11 +2002,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         s.vmin[1] = min1;
         s.vmax[0] = max0;
         s.vmax[1] = max1;
-        s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
-        for (std::size_t j = 0; j < block; j += 32) {
-          group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
-          group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
-        }
+        exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
     } else {
       for (std::size_t j = 0; j < block; j += 32) {
