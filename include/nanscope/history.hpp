@@ -9,11 +9,14 @@
 // Memory is O(1) per site: a few doubles and a fixed ring of the last `window` values (at most
 // history_max_window). The history reads only the pass results the recorder already computes (abs_max, mean,
 // std); it never reads tensor data. site_history is usable on its own (observe(step, abs_max, rms)).
+// Warnings go to on_warning (else the recorder's sink), to warnings(), and to the attached recorder's listeners
+// (recorder::notify_warning): a tree_writer on the same recorder writes them into the layer tree.
 #ifndef NANSCOPE_HISTORY_HPP
 #define NANSCOPE_HISTORY_HPP
 
 #include "config.hpp"
 #include "dtype.hpp"
+#include "early_warning.hpp"
 #include "margins.hpp"
 #include "recorder.hpp"
 
@@ -48,72 +51,6 @@ struct history_rules {
   double overflow_steps = 100.0;      ///< steps to overflow: warn when the estimate is below this many steps
   double min_slope = 0.02;            ///< bits/step; a flatter trend gives no estimate
   double min_fit = 0.8;               ///< r^2 the trend's line must reach for an estimate (noise gives low r^2)
-};
-
-/// Which rule fired.
-enum class warning_rule : std::uint8_t { jump, warmup, overflow_steps };
-inline const char* name(warning_rule r) {
-  switch (r) {
-    case warning_rule::jump: return "jump";
-    case warning_rule::warmup: return "large-vs-warmup";
-    case warning_rule::overflow_steps: return "steps-to-overflow";
-  }
-  return "?";
-}
-inline const char* lp_format_name(lp_format f) {
-  switch (f) {
-    case lp_format::f16: return "fp16";
-    case lp_format::bf16: return "bf16";
-    case lp_format::e4m3fn: return "fp8_e4m3fn";
-    case lp_format::e5m2: return "fp8_e5m2";
-  }
-  return "?";
-}
-
-/// One early warning: the site, the step, the rule and the numbers behind it.
-struct early_warning {
-  std::string site;  ///< "module.path:context"
-  std::uint64_t step = 0;
-  warning_rule rule = warning_rule::overflow_steps;
-  lp_format target = lp_format::f16;
-  double abs_max = 0.0;
-  double ema_abs_max = 0.0;        ///< 2^EMA(log2 abs_max) before this observation
-  double warmup_max = 0.0;         ///< max over the first N observations
-  double slope_bits = 0.0;         ///< trend, log2 units per step
-  double fit_r2 = 0.0;             ///< r^2 of the trend
-  std::uint32_t trend_points = 0;  ///< observations in the trend
-  double headroom_bits = 0.0;      ///< log2(max_finite / abs_max)
-  double steps_to_overflow = -1.0; ///< estimate; -1 when there is none
-
-  std::string text() const {
-    char buf[512];
-    switch (rule) {
-      case warning_rule::overflow_steps:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s will overflow %s in ~%.1f steps (abs_max %.6g, "
-                      "headroom %.2f bits, trend %+.3f bits/step over %u steps, r2 %.2f)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), lp_format_name(target), steps_to_overflow, abs_max,
-                      headroom_bits, slope_bits, trend_points, fit_r2);
-        break;
-      case warning_rule::jump:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s jumped: abs_max %.6g is %.1fx its EMA %.6g (%s "
-                      "headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
-        break;
-      case warning_rule::warmup:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s is large against warm-up: abs_max %.6g is %.1fx the "
-                      "warm-up max %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
-        break;
-    }
-    return buf;
-  }
 };
 
 /// The statistics of one site, updated in O(window) time and O(1) memory per observation.
@@ -383,11 +320,11 @@ class history : public scope_listener {
       key += rec.context;
 #if NANSCOPE_IMPL_EXCEPTIONS
       try {
-        observe(key, f.step, rec.health.abs_max, rms_of(rec.health));
+        forward(f, observe(key, f.step, rec.health.abs_max, rms_of(rec.health)));
       } catch (...) {  // a listener must not throw: a failing sink loses the warning, not the run
       }
 #else
-      observe(key, f.step, rec.health.abs_max, rms_of(rec.health));
+      forward(f, observe(key, f.step, rec.health.abs_max, rms_of(rec.health)));
 #endif
     }
   }
@@ -404,6 +341,12 @@ class history : public scope_listener {
     for (const auto& sr : opts_.site_rules)
       if (detail::glob_match(sr.pattern, site) || detail::glob_match(sr.pattern, path)) r = sr.rules;
     return sites_.emplace(std::move(key), site_history(r)).first->second;
+  }
+  /// The warnings raised by a tensor recorded into `f` go to the attached recorder's listeners (the layer tree
+  /// writes them into the node of `f`).
+  void forward(const frame& f, const std::vector<early_warning>& ws) {
+    if (rec_ == nullptr) return;
+    for (const auto& w : ws) rec_->notify_warning(f, w);
   }
   void deliver(const early_warning& w) {
     if (opts_.on_warning) {

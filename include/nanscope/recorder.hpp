@@ -242,6 +242,7 @@ struct recorder_options {
 
 class recorder;
 class scope;
+struct early_warning;  // early_warning.hpp (raised by history.hpp, written by the layer tree)
 
 /// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
 /// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
@@ -260,6 +261,12 @@ class scope_listener {
   virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
   /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
   virtual bool wants_reference_stats() const noexcept { return false; }
+  /// A layer above the recorder (history.hpp) raised an early warning about a tensor recorded into the open
+  /// frame `f` (recorder::notify_warning). The layer-tree writer writes it into the tree; others ignore it.
+  virtual void warning_raised(const frame& f, const early_warning& w) noexcept {
+    (void)f;
+    (void)w;
+  }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
@@ -573,6 +580,11 @@ class recorder {
   void write_to_sink(std::string_view text) const {
     std::lock_guard<std::mutex> lk(m_);
     emit(text);
+  }
+  /// Passes an early warning about a tensor recorded into the open frame `f` to every listener
+  /// (scope_listener::warning_raised), on the calling thread: for layers above the recorder (history.hpp).
+  void notify_warning(const frame& f, const early_warning& w) {
+    notify([&](scope_listener& l) { l.warning_raised(f, w); });
   }
 
   /// The saved frames, oldest first.

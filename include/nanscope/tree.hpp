@@ -12,7 +12,12 @@
 // `min`, `max` with torch's semantics (NaN propagates; statistics only for float16/float32/bfloat16 in the
 // torch_repr style, as HuggingFace writes them). nanscope's own keys follow (`health`, `abs_max`,
 // `abs_min_nonzero`, `headroom_bits`, `first_nonfinite`, `parameters`, `source`, and a root `nanscope` object
-// with step, rank and whether the pass completed); HF readers ignore them, `extras(false)` drops them.
+// with step, rank and whether the pass completed); HF readers ignore them, `extras(false)` drops them. Early
+// warnings of a history (history.hpp) on the same recorder go to `nanscope_warnings` on their node and to the
+// root's `nanscope.warnings` (tree_warnings.hpp); a pass without warnings has neither key.
+//
+// Parts: tree_json.hpp (Python-compatible JSON text), tree_warnings.hpp (warning entries), this file (the model
+// of a pass, pruning, tensors and the atomic commit of the files).
 //
 // Styles: torch_repr (byte-compatible strings: "torch.Size([2, 3])", "torch.float16", "tensor(1.2345e+00)",
 // value = the lines of print(tensor) in sci mode, linewidth 120) and numeric (shape as an array, statistics as
@@ -43,6 +48,8 @@
 #include "health.hpp"
 #include "margins.hpp"
 #include "recorder.hpp"
+#include "tree_json.hpp"
+#include "tree_warnings.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
 #include "detail/process.hpp"
@@ -140,81 +147,6 @@ inline std::atomic<void (*)(int)>& tree_commit_probe() {
   return probe;
 }
 
-/// A JSON string literal as Python's json.dumps writes it (ensure_ascii): \" \\ \n \r \t \b \f named, other
-/// control characters and DEL as \u00XX, every non-ASCII character as \uXXXX (surrogate pairs above U+FFFF).
-/// Bytes that are not valid UTF-8 become \ufffd, so the result is always valid JSON.
-inline void py_json_quote_to(std::string& out, std::string_view s) {
-  static const char hex[] = "0123456789abcdef";
-  auto u16 = [&](unsigned cp) {
-    out += "\\u";
-    out += hex[(cp >> 12) & 15];
-    out += hex[(cp >> 8) & 15];
-    out += hex[(cp >> 4) & 15];
-    out += hex[cp & 15];
-  };
-  out += '"';
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20 || c == 0x7F) u16(c);
-          else out += static_cast<char>(c);
-      }
-      ++i;
-      continue;
-    }
-    // Invalid UTF-8 becomes U+FFFD once per maximal subpart (Unicode's recommended practice, what Python's
-    // bytes.decode("utf-8", "replace") does): a lead byte and the continuation bytes that could still have
-    // completed it.
-    const std::size_t len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-    std::size_t got = 1;
-    while (len != 0 && got < len && i + got < n) {
-      const unsigned char b = p[i + got];
-      unsigned char lo = 0x80, hi = 0xBF;
-      if (got == 1) {
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;  // no surrogates
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-      }
-      if (b < lo || b > hi) break;
-      ++got;
-    }
-    if (len == 0 || got < len) {
-      u16(0xFFFD);
-      i += got;
-      continue;
-    }
-    unsigned cp = len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
-    for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3Fu);
-    if (cp >= 0x10000) {
-      cp -= 0x10000;
-      u16(0xD800 + (cp >> 10));
-      u16(0xDC00 + (cp & 0x3FF));
-    } else {
-      u16(cp);
-    }
-    i += len;
-  }
-  out += '"';
-}
-inline std::string py_json_quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  py_json_quote_to(out, s);
-  return out;
-}
-
 /// The Python tool's address sanitiser: "object at 0x<hex>" becomes "object at 0xXXXXXXXX".
 inline std::string sanitize_addresses(std::string_view s) {
   static const std::string_view key = "object at 0x";
@@ -238,96 +170,6 @@ inline std::string sanitize_addresses(std::string_view s) {
   return out;
 }
 
-/// A JSON number for x as Python's repr() writes a float ("7.0", "0.0001", "1e-05", "1.5e+16"), from the
-/// shortest digits that round-trip — for the value's own type when it is no wider than float ("0.1" for 0.1f).
-/// Non-finite values become the strings "nan", "inf", "-inf".
-inline std::string json_number(double x, bool as_float) {
-  const std::uint64_t b = double_to_bits(x);
-  if ((b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) {
-    if ((b & 0x000FFFFFFFFFFFFFull) != 0) return "\"nan\"";
-    return (b >> 63) ? "\"-inf\"" : "\"inf\"";
-  }
-  char buf[64];
-  std::to_chars_result r = as_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(x), std::chars_format::scientific)
-                                    : std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
-  // buf: [-]d[.ddd]e[+-]XX
-  const char* p = buf;
-  std::string out;
-  if (*p == '-') {
-    out += '-';
-    ++p;
-  }
-  std::string digits;
-  const char* q = p;
-  for (; q < r.ptr && *q != 'e'; ++q)
-    if (*q != '.') digits += *q;
-  int e10 = 0;
-  (void)std::from_chars(q + 1 + (q[1] == '+' ? 1 : 0), r.ptr, e10);
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-  if (e10 >= -4 && e10 < 16) {
-    if (e10 >= 0) {
-      const std::size_t int_len = static_cast<std::size_t>(e10) + 1;
-      if (digits.size() <= int_len) {
-        out += digits;
-        out.append(int_len - digits.size(), '0');
-        out += ".0";
-      } else {
-        out += digits.substr(0, int_len);
-        out += '.';
-        out += digits.substr(int_len);
-      }
-    } else {
-      out += "0.";
-      out.append(static_cast<std::size_t>(-e10 - 1), '0');
-      out += digits;
-    }
-    return out;
-  }
-  out += digits[0];
-  if (digits.size() > 1) {
-    out += '.';
-    out += digits.substr(1);
-  }
-  out += e10 < 0 ? "e-" : "e+";
-  const int a = e10 < 0 ? -e10 : e10;
-  if (a < 10) out += '0';
-  out += std::to_string(a);
-  return out;
-}
-
-/// Appends a JSON fragment rendered at indentation level 0, re-indented to `level`.
-inline void append_at(std::string& out, const std::string& frag, int level) {
-  const std::size_t pad = static_cast<std::size_t>(level) * 2;
-  std::size_t b = 0;
-  for (std::size_t nl = frag.find('\n'); nl != std::string::npos; nl = frag.find('\n', b)) {
-    out.append(frag, b, nl + 1 - b);
-    out.append(pad, ' ');
-    b = nl + 1;
-  }
-  out.append(frag, b, std::string::npos);
-}
-/// Python json.dump(indent=2) layout of an array / object whose items are fragments at level 0.
-inline std::string py_array(const std::vector<std::string>& items) {
-  if (items.empty()) return "[]";
-  std::string out = "[";
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    out += i ? ",\n  " : "\n  ";
-    append_at(out, items[i], 1);
-  }
-  return out + "\n]";
-}
-inline std::string py_object(const std::vector<std::pair<std::string, std::string>>& items) {
-  if (items.empty()) return "{}";
-  std::string out = "{";
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    out += i ? ",\n  " : "\n  ";
-    py_json_quote_to(out, items[i].first);
-    out += ": ";
-    append_at(out, items[i].second, 1);
-  }
-  return out + "\n}";
-}
-
 /// Python's `(.*)\.(\d+)$` matched against a module path: the digits after the last '.', when the path ends
 /// with them (or with them and one '\n', as Python's `$` allows) and has no newline before that '.'.
 inline bool layer_number(const std::string& path, std::string& number) {
@@ -340,78 +182,6 @@ inline bool layer_number(const std::string& path, std::string& number) {
   number = path.substr(b, end - b);
   return true;
 }
-
-inline std::string indent(int level) {
-  std::string s = "\n";
-  s.append(static_cast<std::size_t>(level) * 2, ' ');
-  return s;
-}
-
-/// One serialised input/output: a tensor or a non-tensor's text.
-struct tree_io {
-  bool is_tensor = false;
-  std::string name;  ///< kwargs name / output context
-  std::string text;  ///< non-tensor: the JSON string
-  std::string shape, type;                 ///< JSON fragments (level 0)
-  std::string value;                       ///< FULL only: JSON fragment (level 0); empty when not written
-  std::vector<std::pair<const char*, std::string>> fields;  ///< statistics and extras, JSON fragments (level 0)
-
-  void render(std::string& out, int level, bool full) const {
-    if (!is_tensor) {
-      out += text;
-      return;
-    }
-    const std::string in1 = indent(level + 1);
-    out += '{';
-    out += in1;
-    out += "\"shape\": ";
-    append_at(out, shape, level + 1);
-    out += ',';
-    out += in1;
-    out += "\"dtype\": ";
-    out += type;
-    if (full && !value.empty()) {
-      out += ',';
-      out += in1;
-      out += "\"value\": ";
-      append_at(out, value, level + 1);
-    }
-    for (const auto& f : fields) {
-      out += ',';
-      out += in1;
-      out += '"';
-      out += f.first;
-      out += "\": ";
-      append_at(out, f.second, level + 1);
-    }
-    out += indent(level);
-    out += '}';
-  }
-};
-
-/// Text for both files at once (only for the files being written).
-struct tree_text {
-  std::string summary, full;
-  bool with_summary = true, with_full = true;
-  void add(std::string_view s) {
-    if (with_summary) summary.append(s.data(), s.size());
-    if (with_full) full.append(s.data(), s.size());
-  }
-  void add(const tree_text& t) {
-    summary += t.summary;
-    full += t.full;
-  }
-  void add_io(const tree_io& io, int level) {
-    if (with_summary) io.render(summary, level, false);
-    if (with_full) io.render(full, level, true);
-  }
-  std::size_t size() const { return summary.size() + full.size(); }
-  bool empty() const { return summary.empty() && full.empty(); }
-  void clear() {
-    summary.clear();
-    full.clear();
-  }
-};
 
 }  // namespace detail
 
@@ -497,6 +267,25 @@ class tree_writer final : public scope_listener {
 
   bool wants_reference_stats() const noexcept override { return active_; }
 
+  /// An early warning (history.hpp, attached to the same recorder) about a tensor of frame `f`: written, with
+  /// extras, as "nanscope_warnings" on f's node and into the root's "nanscope" object (docs/tree.md).
+  void warning_raised(const frame& f, const early_warning& w) noexcept override {
+    std::lock_guard<std::mutex> lk(m_);
+    guarded([&] {
+      if (!in_pass_ || !opts_.extras || std::this_thread::get_id() != thread_) return;
+      // the node of f; for a checkpoint, the node of the scope it was taken in (the innermost open one)
+      node* at = nullptr;
+      if (f.checkpoint) {
+        if (!nodes_.empty() && nodes_.back().fp->module_path == f.module_path) at = &nodes_.back();
+      } else {
+        for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
+          if (it->fp == &f) at = &*it;
+      }
+      if (at != nullptr) at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
+      pass_warnings_.push_back(detail::tree_warning_json(w, at != nullptr ? at->path : hf_path(f.module_path)));
+    });
+  }
+
   void scope_closed(const frame& f, bool outermost) noexcept override {
     (void)outermost;
     std::lock_guard<std::mutex> lk(m_);
@@ -542,6 +331,7 @@ class tree_writer final : public scope_listener {
     int layer_blocks = 0; ///< layer-block children seen
     std::vector<piece> pending;  ///< after the 2nd layer block: the latest block and what followed it
     std::vector<detail::tree_io> args, kwargs, outputs, params;
+    std::vector<std::string> warnings;  ///< early warnings about this node's tensors (JSON fragments, level 0)
     source_location where;
   };
 
@@ -574,6 +364,7 @@ class tree_writer final : public scope_listener {
     report(why + " (this pass's tree files are not written)");
     nodes_.clear();
     root_.clear();
+    pass_warnings_.clear();
     summary_file_.reset();
     full_file_.reset();
     in_pass_ = false;
@@ -613,6 +404,7 @@ class tree_writer final : public scope_listener {
     in_pass_ = true;
     thread_ = std::this_thread::get_id();
     root_.clear();
+    pass_warnings_.clear();
     root_.with_summary = opts_.write_summary;
     root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
@@ -823,18 +615,25 @@ class tree_writer final : public scope_listener {
       w.add("\"source\": ");
       w.add(detail::py_json_quote(std::string(n.where.file) + ":" + std::to_string(n.where.line)));
     }
+    if (!n.warnings.empty()) {
+      std::string s;
+      detail::append_warning_list(s, "nanscope_warnings", n.warnings, k);
+      w.add(s);
+    }
     if (root) {
       w.add(",");
       w.add(detail::indent(k));
       std::string s = "\"nanscope\": ";
-      detail::append_at(s,
-                        detail::py_object({{"format", "1"},
-                                           {"style", opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\""},
-                                           {"step", std::to_string(step_)},
-                                           {"rank", std::to_string(rank_)},
-                                           {"pruned", opts_.prune_layers ? "true" : "false"},
-                                           {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}}),
-                        k);
+      std::vector<std::pair<std::string, std::string>> meta = {
+          {"format", "1"},
+          {"style", opts_.style == tree_style::torch_repr ? "\"torch_repr\"" : "\"numeric\""},
+          {"step", std::to_string(step_)},
+          {"rank", std::to_string(rank_)},
+          {"pruned", opts_.prune_layers ? "true" : "false"},
+          {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}};
+      // every early warning of the pass (those of pruned nodes and checkpoints included); absent when none
+      if (!pass_warnings_.empty()) meta.emplace_back("warnings", detail::py_array(pass_warnings_));
+      detail::append_at(s, detail::py_object(meta), k);
       w.add(s);
       // the pair id, the root's last key: equal in the SUMMARY and FULL_TENSORS files of one pass
       w.add(",");
@@ -1081,6 +880,7 @@ class tree_writer final : public scope_listener {
   std::uint64_t step_ = 0;
   std::deque<node> nodes_;
   detail::tree_text root_;
+  std::vector<std::string> pass_warnings_;  ///< the pass's early warnings with their module_path (JSON, level 0)
   std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
   std::string summary_path_, full_path_;
   std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;

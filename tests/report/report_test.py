@@ -20,6 +20,7 @@ import html.parser
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -605,7 +606,38 @@ def group_large():
     expect(sms < 500.0, f"large tree: a search took {sms:.0f} ms (bound 500 ms)")
 
 
-GROUPS = {"errors": (group_errors, False), "browser": (group_browser, True), "hostile": (group_hostile, True),
+def page_data(page_path):
+    """The JSON the page embeds (<script type="application/json" id="nanscope-data">)."""
+    with open(page_path, encoding="utf-8") as f:
+        page = f.read()
+    m = re.search(r'<script type="application/json" id="nanscope-data">(.*?)</script>', page, re.S)
+    expect(m is not None, "the page embeds its data")
+    return json.loads(m.group(1)) if m else {}
+
+
+def group_warnings():
+    """Early warnings in a tree's root ("nanscope" -> "warnings", docs/tree.md) are listed among its notes, text
+    for text (hostile text included: the page shows notes with textContent); a tree without them adds none."""
+    texts = ["nanscope: early warning at step 7: block.1.ff.wo:output will overflow fp16 in ~37.9 steps",
+             "nanscope: early warning at step 7: " + hostile_names()[0] + ":output jumped"]
+    t = model_tree(bad_block=9, step=7)
+    t["nanscope"]["warnings"] = [{"module_path": "Model.block.1.ff.wo", "site": "block.1.ff.wo:output", "step": 7,
+                                  "rule": "steps-to-overflow", "steps_to_overflow": 37.9, "text": texts[0]},
+                                 {"module_path": "Model", "site": "x:output", "step": 7, "rule": "jump",
+                                  "steps_to_overflow": None, "text": texts[1]},
+                                 {"module_path": "Model", "text": 3}]  # not a text: skipped, not an error
+    t["children"][1]["children"][1]["children"][1]["nanscope_warnings"] = t["nanscope"]["warnings"][:1]
+    with_w = write_json("warned.json", t)
+    plain = write_json("plain.json", model_tree(bad_block=9, step=7))
+    d = page_data(report("warned.html", with_w))
+    notes = d["trees"][0]["notes"] if d.get("trees") else None
+    expect(notes == texts, f"the tree's notes are the warnings' texts: {notes!r}")
+    d = page_data(report("plain.html", plain))
+    notes = d["trees"][0]["notes"] if d.get("trees") else None
+    expect(notes == [], f"a tree without warnings has no notes: {notes!r}")
+
+
+GROUPS = {"errors": (group_errors, False), "warnings": (group_warnings, False), "browser": (group_browser, True), "hostile": (group_hostile, True),
           "history": (group_history, True), "large": (group_large, True)}
 
 

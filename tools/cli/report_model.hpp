@@ -194,11 +194,16 @@ inline void read_tree(model& m, const std::string& path, const json& doc) {
   v.source = path;
   v.kind = "tree";
   v.complete = f.complete;
+  if (!f.complete) v.notes.push_back("the pass did not complete (an exception was in flight when it was written)");
   if (auto it = doc.find("nanscope"); it != doc.end() && it->is_object()) {
     v.step = int_field(*it, "step");
     v.rank = int_field(*it, "rank");
+    // the pass's early warnings (docs/tree.md, "Early warnings in the tree"): their text, as printed
+    if (auto w = it->find("warnings"); w != it->end() && w->is_array())
+      for (const auto& e : *w)
+        if (e.is_object())
+          if (auto t = e.find("text"); t != e.end() && t->is_string()) v.notes.push_back(t->get<std::string>());
   }
-  if (!f.complete) v.notes.push_back("the pass did not complete (an exception was in flight when it was written)");
   add_tree_node(v, f.root, -1);
   find_first(v);
   m.tree_files.push_back(m.trees.size());
