@@ -1681,8 +1681,12 @@ struct load512_bf16 {
   }
 };
 
+/// Kernel state. The fast path's accumulators come in two sets (index A = 0, 1), used by alternate vectors: one
+/// set would chain every vector's FMA onto the previous one (4 cycles of latency per 16 lanes on current cores,
+/// the bound of the whole pass); two halve that chain. Negative tame lanes are counted in vector lanes (vneg).
 struct state512_f32 {
-  __m512 vmin, vmax, vamax, vamin, fs1, fs2;  // fast paths: tame values and zeros only (never subnormal)
+  __m512 vmin[2], vmax[2], vamax[2], vamin[2], fs1[2], fs2[2];  // fast paths: tame values and zeros only
+  __m512i vneg;                                // fast path: per-lane count of negative tame lanes
   __m512i kmin, kmax, kamin, kamax;            // slow path: integer keys, exact under flush-to-zero
   __m512d ds1a, ds1b, ds2a, ds2b;  // flushed f32 sums (fast lanes)
   __m512d ss1a, ss1b, ss2a, ss2b;  // slow lanes, in double
@@ -1723,8 +1727,8 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
       s.kamin = _mm512_mask_min_epu32(s.kamin, static_cast<__mmask16>(notnan & ~zerom), s.kamin, a);
       const __mmask16 tm = static_cast<__mmask16>(tame & valid);
       const __m512 d = _mm512_maskz_sub_ps(tm, x, k32);
-      s.fs1 = _mm512_add_ps(s.fs1, d);
-      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      s.fs1[0] = _mm512_add_ps(s.fs1[0], d);
+      s.fs2[0] = _mm512_fmadd_ps(d, d, s.fs2[0]);
       const __mmask16 other = static_cast<__mmask16>(finm & ~tm);
       if (other != 0) {
         s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
@@ -1741,20 +1745,38 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
   }
 }
 
-template <level L, class Load>
+template <level L>
 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void flush512_f32(state512_f32& s) {
   if constexpr (L == level::stats) {
-    s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs1)));
-    s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs1), 1))));
-    s.ds2a = _mm512_add_pd(s.ds2a, _mm512_cvtps_pd(_mm512_castps512_ps256(s.fs2)));
-    s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.fs2), 1))));
-    s.fs1 = _mm512_setzero_ps();
-    s.fs2 = _mm512_setzero_ps();
+    // the two sets are added in f32 first (exact enough: each holds at most 8 values per lane), then widened
+    const __m512 f1 = _mm512_add_ps(s.fs1[0], s.fs1[1]);
+    const __m512 f2 = _mm512_add_ps(s.fs2[0], s.fs2[1]);
+    s.ds1a = _mm512_add_pd(s.ds1a, _mm512_cvtps_pd(_mm512_castps512_ps256(f1)));
+    s.ds1b = _mm512_add_pd(s.ds1b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f1), 1))));
+    s.ds2a = _mm512_add_pd(s.ds2a, _mm512_cvtps_pd(_mm512_castps512_ps256(f2)));
+    s.ds2b = _mm512_add_pd(s.ds2b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f2), 1))));
+    s.fs1[0] = s.fs1[1] = _mm512_setzero_ps();
+    s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
   }
 }
 
-/// One full group of 16 lanes: the fast path when every lane is tame, else the exact per-lane path.
-template <level L>
+/// The optimistic block's work for one vector whose lanes are all assumed tame (see avx512_f32_kernel): tame
+/// lanes are never zero, so the sign bit alone says negative (a logical shift by 31 gives 1 for those).
+template <level L, int A>
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void tame512_f32(state512_f32& s, __m512 x, __m512 k32) {
+  s.vneg = _mm512_add_epi32(s.vneg, _mm512_srli_epi32(_mm512_castps_si512(x), 31));
+  if constexpr (L == level::stats) {
+    s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+    s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+    const __m512 d = _mm512_sub_ps(x, k32);
+    s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+    s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
+  }
+}
+
+/// One full group of 16 lanes: the fast path when every lane is tame, else the exact per-lane path. A picks the
+/// fast path's accumulator set.
+template <level L, int A>
 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_f32(
     state512_f32& s, __m512 x, std::size_t i, const kernel_params& kp, __m512i lo, __m512i span, __m512i absm,
     __m512 k32, __m512d k64) {
@@ -1762,15 +1784,16 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __m512i a = _mm512_and_si512(xi, absm);
   const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
   if (__builtin_expect(tame == 0xFFFF, 1)) {
-    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi)));
-    if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+    // tame lanes are never zero: the sign bit alone says negative (srli by 31 gives 1 for a negative lane)
+    if constexpr (L >= level::counts) s.vneg = _mm512_add_epi32(s.vneg, _mm512_srli_epi32(xi, 31));
+    if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
     if constexpr (L == level::stats) {
-      s.vmin = _mm512_min_ps(s.vmin, x);
-      s.vmax = _mm512_max_ps(s.vmax, x);
-      s.vamin = _mm512_min_ps(s.vamin, _mm512_castsi512_ps(a));
+      s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+      s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+      s.vamin[A] = _mm512_min_ps(s.vamin[A], _mm512_castsi512_ps(a));
       const __m512 d = _mm512_sub_ps(x, k32);
-      s.fs1 = _mm512_add_ps(s.fs1, d);
-      s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+      s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+      s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
     }
   } else if constexpr (L >= level::counts) {
     // Second fast path: tame lanes and zeros only (ReLU outputs, sparse tensors). Zeros are summed like any
@@ -1779,14 +1802,14 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     if (static_cast<__mmask16>(tame | zerom) == 0xFFFF) {
       s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
       s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi) & ~zerom & 0xFFFF));
-      if constexpr (L == level::counts) s.vamax = _mm512_max_ps(s.vamax, _mm512_castsi512_ps(a));
+      if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
       if constexpr (L == level::stats) {
-        s.vmin = _mm512_min_ps(s.vmin, x);
-        s.vmax = _mm512_max_ps(s.vmax, x);
-        s.vamin = _mm512_mask_min_ps(s.vamin, static_cast<__mmask16>(~zerom), s.vamin, _mm512_castsi512_ps(a));
+        s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
+        s.vmax[A] = _mm512_max_ps(s.vmax[A], x);
+        s.vamin[A] = _mm512_mask_min_ps(s.vamin[A], static_cast<__mmask16>(~zerom), s.vamin[A], _mm512_castsi512_ps(a));
         const __m512 d = _mm512_sub_ps(x, k32);
-        s.fs1 = _mm512_add_ps(s.fs1, d);
-        s.fs2 = _mm512_fmadd_ps(d, d, s.fs2);
+        s.fs1[A] = _mm512_add_ps(s.fs1[A], d);
+        s.fs2[A] = _mm512_fmadd_ps(d, d, s.fs2[A]);
       }
     } else {
       slow512_f32<L>(s, x, 0xFFFF, tame, static_cast<std::int64_t>(i), kp, k32, k64);
@@ -1803,15 +1826,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   constexpr std::size_t es = sizeof(typename Load::src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
-  s.vmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  s.vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  s.vamax = _mm512_setzero_ps();
-  s.vamin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int a = 0; a < 2; ++a) {
+    s.vmin[a] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    s.vmax[a] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    s.vamax[a] = _mm512_setzero_ps();
+    s.vamin[a] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    s.fs1[a] = s.fs2[a] = _mm512_setzero_ps();
+  }
+  s.vneg = _mm512_setzero_si512();
   s.kmin = _mm512_set1_epi32(0x7F800000);                   // key of +inf
   s.kmax = _mm512_set1_epi32(key32(0xFF800000u));           // key of -inf
   s.kamin = _mm512_set1_epi32(0x7F800000);
   s.kamax = _mm512_setzero_si512();
-  s.fs1 = s.fs2 = _mm512_setzero_ps();
   s.ds1a = s.ds1b = s.ds2a = s.ds2b = _mm512_setzero_pd();
   s.ss1a = s.ss1b = s.ss2a = s.ss2b = _mm512_setzero_pd();
   s.neg = s.zero = s.nan = s.pinf = s.ninf = s.sub = s.n_slow = 0;
@@ -1825,17 +1851,68 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every 16 values per lane
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  const __m512i hi = _mm512_add_epi32(lo, span);
   for (; i + block <= n; i += block) {
-    for (std::size_t j = 0; j < block; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      const __m512 x = Load::load(p + (i + j) * es);
-      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 256 * 256)
-      group512_f32<L>(s, x, i + j, kp, lo, span, absm, k32, k64);
+    if constexpr (L >= level::counts) {
+      // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
+      // of |x| bits check that at the end. If any lane was not tame, the block's contributions are undone
+      // (snapshot below; the f32 sums are per block anyway) and the block runs again through the exact path,
+      // from L1. The hash is stepped once, on the first run.
+      const __m512i neg0 = s.vneg;
+      const __m512 min0 = s.vmin[0], min1 = s.vmin[1], max0 = s.vmax[0], max1 = s.vmax[1];
+      __m512i bmin = _mm512_set1_epi32(-1), bmax = _mm512_setzero_si512();
+      for (std::size_t j = 0; j < block; j += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        if constexpr (es == 4)
+          _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512 x0 = Load::load(p + (i + j) * es);
+        const __m512 x1 = Load::load(p + (i + j + 16) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 256 * 256)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(x0), absm);
+        const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(x1), absm);
+        bmin = _mm512_min_epu32(bmin, _mm512_min_epu32(a0, a1));
+        bmax = _mm512_max_epu32(bmax, _mm512_max_epu32(a0, a1));
+        tame512_f32<L, 0>(s, x0, k32);
+        tame512_f32<L, 1>(s, x1, k32);
+      }
+      const __mmask16 bad = static_cast<__mmask16>(_mm512_cmplt_epu32_mask(bmin, lo) | _mm512_cmpgt_epu32_mask(bmax, hi));
+      if (__builtin_expect(bad == 0, 1)) {
+        if constexpr (L == level::counts) s.kamax = _mm512_max_epu32(s.kamax, bmax);  // tame: not NaN
+        if constexpr (L == level::stats) s.kamin = _mm512_min_epu32(s.kamin, bmin);   // tame: not zero, not NaN
+      } else {
+        s.vneg = neg0;
+        s.vmin[0] = min0;
+        s.vmin[1] = min1;
+        s.vmax[0] = max0;
+        s.vmax[1] = max1;
+        s.fs1[0] = s.fs1[1] = s.fs2[0] = s.fs2[1] = _mm512_setzero_ps();
+        for (std::size_t j = 0; j < block; j += 32) {
+          group512_f32<L, 0>(s, Load::load(p + (i + j) * es), i + j, kp, lo, span, absm, k32, k64);
+          group512_f32<L, 1>(s, Load::load(p + (i + j + 16) * es), i + j + 16, kp, lo, span, absm, k32, k64);
+        }
+      }
+    } else {
+      for (std::size_t j = 0; j < block; j += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        if constexpr (es == 4)
+          _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512 x0 = Load::load(p + (i + j) * es);
+        const __m512 x1 = Load::load(p + (i + j + 16) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 256 * 256)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        group512_f32<L, 0>(s, x0, i + j, kp, lo, span, absm, k32, k64);
+        group512_f32<L, 1>(s, x1, i + j + 16, kp, lo, span, absm, k32, k64);
+      }
     }
-    flush512_f32<L, Load>(s);
+    flush512_f32<L>(s);
   }
   if constexpr (H::enabled) *h = hs;
-  for (; i + 16 <= n; i += 16) group512_f32<L>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
+  for (; i + 16 <= n; i += 16) group512_f32<L, 0>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 x = Load::load_masked(p + i * es, valid);
@@ -1843,8 +1920,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
     const __mmask16 tame = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, lo), span);
     slow512_f32<L>(s, x, valid, tame, static_cast<std::int64_t>(i), kp, k32, k64);
   }
-  flush512_f32<L, Load>(s);
+  flush512_f32<L>(s);
 
+  if constexpr (L >= level::counts)  // at most n / 16 per lane: no overflow in 32 bits for any chunk size
+    s.neg += static_cast<std::uint32_t>(_mm512_reduce_add_epi32(s.vneg));
   o.neg += s.neg;
   o.zero += s.zero;
   o.nan += s.nan;
@@ -1853,12 +1932,14 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   o.sub += s.sub;
   if (o.first_nf < 0) o.first_nf = s.first_nf;
   if constexpr (L == level::counts) {
-    const std::uint32_t fa = float_to_bits(_mm512_reduce_max_ps(s.vamax));
+    const std::uint32_t fa = float_to_bits(_mm512_reduce_max_ps(_mm512_max_ps(s.vamax[0], s.vamax[1])));
     const auto ka = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(s.kamax));
     o.take_amax(f32_to_f64_bits(fa > ka ? fa : ka));
   }
   if constexpr (L == level::stats) {
-    reduce_extrema_f32(o, _mm512_reduce_min_ps(s.vmin), _mm512_reduce_max_ps(s.vmax), _mm512_reduce_min_ps(s.vamin),
+    reduce_extrema_f32(o, _mm512_reduce_min_ps(_mm512_min_ps(s.vmin[0], s.vmin[1])),
+                       _mm512_reduce_max_ps(_mm512_max_ps(s.vmax[0], s.vmax[1])),
+                       _mm512_reduce_min_ps(_mm512_min_ps(s.vamin[0], s.vamin[1])),
                        _mm512_reduce_min_epi32(s.kmin), _mm512_reduce_max_epi32(s.kmax),
                        static_cast<std::uint32_t>(_mm512_reduce_min_epu32(s.kamin)));
     o.fast_s1 += _mm512_reduce_add_pd(_mm512_add_pd(s.ds1a, s.ds1b));
@@ -2526,22 +2607,24 @@ NANSCOPE_NAMESPACE_END
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
 // Bins are the biased exponent field of |x| in the *source* dtype: field = |x| bits >> mantissa bits.
 // Field 0 holds zeros and subnormals, the all-ones field inf and NaN (e4m3fn: normals and its one NaN).
-// Beside the bins, the pass counts #{|x| bits >= b[k]} for the margins' boundary patterns b[k] (margins.hpp)
-// with the margins' own integer-compare kernels, on the same chunk while it is in cache: zero, NaN, inf and
-// every low-precision margin come out exact from these, with no second pass over the tensor.
+//
+// Beside the bins, the margins need #{|x| bits >= b} for boundary patterns b (margins.hpp). Each boundary b
+// lies in one field F = b >> mantissa bits, so #{|x| >= b} = (sum of the bins above F) + E, where E counts the
+// elements of field F at or above b. E is 0 work when b is F's first pattern (then E is bin F, "clean"), and
+// otherwise ("dirty") it is counted exactly, element by element, but only for elements of field F: the
+// vector kernel leaves the fields outside its 16-bin window to a scalar path that does it, and a dirty
+// boundary whose field lies inside the window is counted directly, #{|x| >= b}, with one compare per vector.
+// zero, NaN and inf come from the health counts of the same pass (histogram.hpp).
 inline constexpr unsigned hist_max_bins = 2048;  // f64: 11-bit exponent field
 inline constexpr int hist_max_bounds = 16;
 inline constexpr unsigned hist_copies = 4;       // interleaved sub-histograms: no store-to-load chains
-
-/// Counts #{|x| bits >= b[k]} over n raw elements (any alignment) and adds them to ge[k] (histogram.hpp
-/// points it at the margins kernels: check.hpp cannot include margins.hpp, which is built on it).
-using hist_ge_fn = void (*)(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge);
 
 /// What the fused pass needs to histogram one dtype (built by histogram.hpp, shared by every segment).
 struct hist_setup {
@@ -2549,9 +2632,13 @@ struct hist_setup {
   unsigned shift = 0;  // mantissa bits of the source dtype
   unsigned nbins = 0;  // 1 << exponent bits
   std::uint64_t abs_mask = 0;
-  int nbounds = 0;
-  hist_ge_fn count_ge = nullptr;
-  bool bins = true;  // false: the boundary counts only (fused margins, histogram.hpp)
+  int nbounds = 0;                          // boundaries b[0..nbounds)
+  int first_bound = 0;                      // boundaries below this come from the health counts
+  std::uint64_t b[hist_max_bounds] = {};    // boundary patterns (|x| bits)
+  unsigned field[hist_max_bounds] = {};     // b >> shift
+  bool dirty[hist_max_bounds] = {};         // b is not its field's first pattern
+  unsigned char dirty_field[hist_max_bins] = {};  // 1: some dirty boundary lies in this field
+  bool bins = true;  // false: the histogram is not reported (check_margins); the bins are counted anyway
 };
 
 /// The pass-wide accumulator: segments add their integer counts atomically (the sum does not depend on the
@@ -2566,54 +2653,122 @@ struct hist_acc {
   }
 };
 
-/// One segment's counters (uint32: a segment holds far fewer than 2^32 elements).
+/// One segment's counters (uint32 bins: a segment holds far fewer than 2^32 elements). A dirty boundary k is
+/// either "direct" (d[k] = #{|x| >= b[k]} over the segment so far) or not (e[k] = #{field F_k, |x| >= b[k]});
+/// it is direct while the vector kernel's window holds its field, and switches at a window change.
 struct hist_local {
   std::uint32_t c[hist_max_bins * hist_copies];
-  std::uint64_t ge[hist_max_bounds];
+  std::uint64_t d[hist_max_bounds];
+  std::uint64_t e[hist_max_bounds];
+  bool direct[hist_max_bounds];
+  unsigned w0 = 0;  // the vector window [w0, w0 + 16); 0: none (every dirty boundary indirect)
 
   void reset(const hist_setup& s) {
-    if (s.bins) std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
-    for (auto& b : ge) b = 0;
+    std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
+    for (int k = 0; k < hist_max_bounds; ++k) {
+      d[k] = e[k] = 0;
+      direct[k] = false;
+    }
+    w0 = 0;
+  }
+  std::uint64_t bin(unsigned f) const {
+    std::uint64_t t = 0;
+    for (unsigned j = 0; j < hist_copies; ++j) t += c[f * hist_copies + j];
+    return t;
+  }
+  /// above[k] = elements so far in the fields above boundary k's field.
+  void above_all(const hist_setup& s, std::uint64_t* above) const {
+    unsigned lo = s.nbins;  // lowest boundary field: the suffix sums start there
+    for (int k = s.first_bound; k < s.nbounds; ++k) lo = s.field[k] < lo ? s.field[k] : lo;
+    std::uint64_t suf[hist_max_bins + 1];
+    suf[s.nbins] = 0;
+    for (unsigned f = s.nbins; f-- > lo;) suf[f] = suf[f + 1] + bin(f);
+    for (int k = s.first_bound; k < s.nbounds; ++k) above[k] = suf[s.field[k] + 1];
+  }
+  /// Moves to the vector window w (0: none): dirty boundaries in [w, w + 16) count directly from now on.
+  void set_window(const hist_setup& s, unsigned w) {
+    if (w == w0) return;
+    bool change = false;
+    for (int k = s.first_bound; k < s.nbounds; ++k)
+      if (s.dirty[k] && (w != 0 && s.field[k] >= w && s.field[k] < w + 16) != direct[k]) change = true;
+    w0 = w;
+    if (!change) return;
+    std::uint64_t up[hist_max_bounds];
+    above_all(s, up);
+    for (int k = s.first_bound; k < s.nbounds; ++k) {
+      if (!s.dirty[k]) continue;
+      const bool want = w != 0 && s.field[k] >= w && s.field[k] < w + 16;
+      if (want == direct[k]) continue;
+      if (want) d[k] = up[k] + e[k];
+      else e[k] = d[k] - up[k];
+      direct[k] = want;
+    }
   }
   void flush(const hist_setup& s, hist_acc& acc) const {
-    for (unsigned e = 0; e < (s.bins ? s.nbins : 0u); ++e) {
-      std::uint64_t t = 0;
-      for (unsigned j = 0; j < hist_copies; ++j) t += c[e * hist_copies + j];
-      if (t != 0) acc.bins[e].fetch_add(t, std::memory_order_relaxed);
+    for (unsigned f = 0; f < s.nbins; ++f) {
+      const std::uint64_t t = bin(f);
+      if (t != 0) acc.bins[f].fetch_add(t, std::memory_order_relaxed);
     }
-    for (int k = 0; k < s.nbounds; ++k)
-      if (ge[k] != 0) acc.ge[k].fetch_add(ge[k], std::memory_order_relaxed);
+    std::uint64_t up[hist_max_bounds];
+    above_all(s, up);
+    for (int k = s.first_bound; k < s.nbounds; ++k) {
+      // #{|x| >= b[k]} over the segment
+      const std::uint64_t g = s.dirty[k] ? (direct[k] ? d[k] : up[k] + e[k]) : up[k] + bin(s.field[k]);
+      if (g != 0) acc.ge[k].fetch_add(g, std::memory_order_relaxed);
+    }
   }
 };
 
+/// The exact per-element work for one |x| pattern a of field f that the vector bins did not see: its dirty
+/// boundaries that are not counted directly.
+inline void hist_dirty(const hist_setup& s, hist_local& h, std::uint64_t a, unsigned f) {
+  if (s.dirty_field[f] == 0) return;
+  for (int k = s.first_bound; k < s.nbounds; ++k)
+    if (s.dirty[k] && !h.direct[k] && s.field[k] == f && a >= s.b[k]) ++h.e[k];
+}
+
+/// Scalar bins and boundary counts of n raw elements (any alignment); `direct` also counts the direct
+/// boundaries (elements the vector kernel did not compare).
 template <class U>
-inline void hist_bins_typed(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h) {
+inline void hist_scalar_typed(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h, bool direct) {
   const U mask = static_cast<U>(s.abs_mask);
   const unsigned sh = s.shift;
   std::uint32_t* c = h.c;
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    U x[4];
-    std::memcpy(x, p + i * sizeof(U), sizeof x);  // any alignment
-    ++c[static_cast<unsigned>(static_cast<U>(x[0] & mask) >> sh) * hist_copies + 0];
-    ++c[static_cast<unsigned>(static_cast<U>(x[1] & mask) >> sh) * hist_copies + 1];
-    ++c[static_cast<unsigned>(static_cast<U>(x[2] & mask) >> sh) * hist_copies + 2];
-    ++c[static_cast<unsigned>(static_cast<U>(x[3] & mask) >> sh) * hist_copies + 3];
-  }
-  for (; i < n; ++i) {
+  int nd = 0;
+  int dk[hist_max_bounds];
+  if (direct)
+    for (int k = s.first_bound; k < s.nbounds; ++k)
+      if (s.dirty[k] && h.direct[k]) dk[nd++] = k;
+  for (std::size_t i = 0; i < n; ++i) {
     U x;
     std::memcpy(&x, p + i * sizeof(U), sizeof x);
-    ++c[static_cast<unsigned>(static_cast<U>(x & mask) >> sh) * hist_copies];
+    const U a = static_cast<U>(x & mask);
+    const unsigned f = static_cast<unsigned>(a >> sh);
+    ++c[f * hist_copies + (i & (hist_copies - 1))];
+    if (s.dirty_field[f] != 0) hist_dirty(s, h, a, f);
+    for (int j = 0; j < nd; ++j) h.d[dk[j]] += a >= static_cast<U>(s.b[dk[j]]) ? 1u : 0u;
+  }
+}
+
+inline void hist_scalar(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h, bool direct) {
+  switch (size_of(s.type)) {
+    case 1: hist_scalar_typed<std::uint8_t>(p, n, s, h, direct); break;
+    case 2: hist_scalar_typed<std::uint16_t>(p, n, s, h, direct); break;
+    case 4: hist_scalar_typed<std::uint32_t>(p, n, s, h, direct); break;
+    default: hist_scalar_typed<std::uint64_t>(p, n, s, h, direct); break;
   }
 }
 
 #if NANSCOPE_HAS_X86_SIMD()
+// Fixed-count loops over vector registers: unrolled, so that the accumulators live in registers.
+#define NANSCOPE_IMPL_HIST_PRAGMA(x) _Pragma(#x)
+#define NANSCOPE_IMPL_HIST_UNROLL(n) NANSCOPE_IMPL_HIST_PRAGMA(GCC unroll n)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-/// The exponent field of |x| for 64 elements as 64 bytes (f32: 4 loads; f16 / bf16: 2 loads).
+/// The exponent field of |x| for 64 elements as 64 bytes, in element order (f32: 4 loads; f16 / bf16: 2).
 template <unsigned ES, unsigned Shift>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i hist_fields64(const unsigned char* p) {
   if constexpr (ES == 4) {
@@ -2634,80 +2789,181 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i hist_fields64(const unsigned char* p)
   }
 }
 
-/// Sum of the 64 unsigned bytes of a.
-NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t hist_sum_bytes(__m512i a) {
-  return static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a, _mm512_setzero_si512())));
+/// Mask of the 64 elements at p whose |x| is exactly 0.
+template <unsigned ES>
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t hist_zero_mask64(const unsigned char* p) {
+  if constexpr (ES == 4) {
+    const __m512i m = _mm512_set1_epi32(0x7FFFFFFF);
+    std::uint64_t z = 0;
+    for (int j = 0; j < 4; ++j)
+      z |= static_cast<std::uint64_t>(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m)) << (16 * j);
+    return z;
+  } else {
+    const __m512i m = _mm512_set1_epi16(0x7FFF);
+    return static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
+           (static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
+  }
 }
 
-/// AVX-512 bins for f32 / f16 / bf16: byte counters for a window of 16 consecutive exponent fields picked
-/// from the chunk's own data, plus field 0 (zeros); fields outside the window are counted one by one. The
-/// counts are the same integers as the scalar loop's, for any data.
+/// Sums of the low and high nibbles of the 64 bytes of a, added to lo and hi (per 64-bit lane).
+NANSCOPE_IMPL_TARGET_AVX512 inline void hist_nibble_flush(__m512i a, __m512i& lo, __m512i& hi) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  const __m512i z = _mm512_setzero_si512();
+  lo = _mm512_add_epi64(lo, _mm512_sad_epu8(_mm512_and_si512(a, m), z));
+  hi = _mm512_add_epi64(hi, _mm512_sad_epu8(_mm512_and_si512(_mm512_srli_epi16(a, 4), m), z));
+}
+
+/// AVX-512 bins for f32 / f16 / bf16 over whole groups of 64 elements: a window of 16 consecutive exponent
+/// fields picked from the chunk's own data is counted with nibble counters (a byte shuffle turns a field into
+/// 1 or 16 in one of 8 accumulators), field 0 with byte counters, the rest one by one; dirty boundaries in
+/// the window are counted directly. The counts are the same integers as the scalar loop's, for any data.
 template <unsigned ES, unsigned Shift>
 NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned char* p, std::size_t n, const hist_setup& s,
                                                                 hist_local& h) {
+  using U = std::conditional_t<ES == 4, std::uint32_t, std::uint16_t>;
   const std::size_t groups = n / 64;
   if (groups == 0) return 0;
   // Window [w0, w0 + 16): ends a little above the largest field among five samples (data rarely spans
-  // more than 16 binades below its top).
+  // more than 16 binades below its top). Kept while the samples stay inside it.
   unsigned top = 0;
+  bool inside = h.w0 != 0;
   for (std::size_t k = 0; k < 5; ++k) {
     const std::size_t i = (n - 1) * k / 4;
-    std::uint64_t x = 0;
+    U x = 0;
     std::memcpy(&x, p + i * ES, ES);
     const unsigned f = static_cast<unsigned>((x & s.abs_mask) >> Shift);
     if (f + 1 < s.nbins && f > top) top = f;  // not inf/NaN
+    if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
   }
-  const unsigned max_w0 = s.nbins - 16;
-  unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
-  if (w0 > max_w0) w0 = max_w0;
-  if (w0 < 1) w0 = 1;
+  if (!inside) {
+    const unsigned max_w0 = s.nbins - 16;
+    unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
+    if (w0 > max_w0) w0 = max_w0;
+    if (w0 < 1) w0 = 1;
+    h.set_window(s, w0);
+  }
+  const unsigned w0 = h.w0;
+  // The direct boundaries (dirty, field in the window), compared on |x| bits.
+  int nd = 0;
+  int dk[hist_max_bounds];
+  for (int k = s.first_bound; k < s.nbounds; ++k)
+    if (s.dirty[k] && h.direct[k]) dk[nd++] = k;
+  // direct counts per lane: at most 4 * 8192 / 16 (f32) or 2 * 8192 / 32 (16-bit) per chunk, no overflow
+  __m512i bvec[hist_max_bounds], dacc[hist_max_bounds];
+  const __m512i minus1 = _mm512_set1_epi32(-1);
+  const __m512i absm = ES == 4 ? _mm512_set1_epi32(0x7FFFFFFF) : _mm512_set1_epi16(0x7FFF);
+  for (int j = 0; j < nd; ++j) {
+    bvec[j] = ES == 4 ? _mm512_set1_epi32(static_cast<int>(s.b[dk[j]])) : _mm512_set1_epi16(static_cast<short>(s.b[dk[j]]));
+    dacc[j] = _mm512_setzero_si512();
+  }
+  const __m512i b0 = nd > 0 ? bvec[0] : absm, b1 = nd > 1 ? bvec[1] : absm;
+  __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
   std::uint32_t* c = h.c;
   const __m512i base = _mm512_set1_epi8(static_cast<char>(w0));
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i sixteen = _mm512_set1_epi8(16);
   const __m512i zero = _mm512_setzero_si512();
+  // lut[m] byte i: 1 when i == 2m, 16 when i == 2m + 1 (nibble counters for window bins 2m and 2m + 1)
+  __m512i lut[8];
+  for (int m = 0; m < 8; ++m) {
+    alignas(64) unsigned char t[64] = {};
+    for (int l = 0; l < 4; ++l) {
+      t[16 * l + 2 * m] = 1;
+      t[16 * l + 2 * m + 1] = 16;
+    }
+    lut[m] = _mm512_load_si512(t);
+  }
+  __m512i slo[8], shi[8];  // nibble sums per 64-bit lane
+  for (int m = 0; m < 8; ++m) slo[m] = shi[m] = zero;
+  __m512i acc0 = zero;
+  std::size_t since0 = 0;
   alignas(64) unsigned char fields[64];
-  for (std::size_t g0 = 0; g0 < groups; g0 += 255) {  // byte counters: at most 255 groups per flush
-    const std::size_t g1 = groups - g0 < 255 ? groups : g0 + 255;
-    __m512i acc[16];
-    for (auto& a : acc) a = zero;
-    __m512i acc0 = zero;
+  for (std::size_t g0 = 0; g0 < groups; g0 += 15) {  // nibble counters: at most 15 groups per flush
+    const std::size_t g1 = groups - g0 < 15 ? groups : g0 + 15;
+    __m512i acc[8];
+    NANSCOPE_IMPL_HIST_UNROLL(8) for (auto& a : acc) a = zero;
     for (std::size_t g = g0; g < g1; ++g) {
-      const __m512i f = hist_fields64<ES, Shift>(p + g * 64 * ES);
+      const unsigned char* q = p + g * 64 * ES;
+      const __m512i f = hist_fields64<ES, Shift>(q);
       const __m512i r = _mm512_sub_epi8(f, base);  // window index, wraps for fields below w0
-      const __mmask64 out = _mm512_cmpge_epu8_mask(r, sixteen);
+      const __mmask64 in = _mm512_cmplt_epu8_mask(r, sixteen);
       const __mmask64 z = _mm512_cmpeq_epi8_mask(f, zero);
       acc0 = _mm512_mask_add_epi8(acc0, z, acc0, ones);
-      for (int j = 0; j < 16; ++j)
-        acc[j] = _mm512_mask_add_epi8(acc[j], _mm512_cmpeq_epi8_mask(r, _mm512_set1_epi8(static_cast<char>(j))), acc[j], ones);
-      std::uint64_t rest = static_cast<std::uint64_t>(out & ~z);
+      NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) acc[m] = _mm512_add_epi8(acc[m], _mm512_maskz_shuffle_epi8(in, lut[m], r));
+      if (nd != 0) {  // |x| bits of the group once, then one compare per vector and direct boundary
+        __m512i av[4];
+        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v)
+          av[v] = _mm512_and_si512(_mm512_loadu_si512(q + 64 * v), absm);
+        // the first two in registers (typical data has one or two dirty fields in the window), others in memory
+        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+          if constexpr (ES == 4) {
+            d0 = _mm512_mask_sub_epi32(d0, _mm512_cmpge_epu32_mask(av[v], b0), d0, minus1);
+            if (nd > 1) d1 = _mm512_mask_sub_epi32(d1, _mm512_cmpge_epu32_mask(av[v], b1), d1, minus1);
+          } else {
+            d0 = _mm512_mask_sub_epi16(d0, _mm512_cmpge_epu16_mask(av[v], b0), d0, minus1);
+            if (nd > 1) d1 = _mm512_mask_sub_epi16(d1, _mm512_cmpge_epu16_mask(av[v], b1), d1, minus1);
+          }
+        }
+        for (int j = 2; j < nd; ++j) {
+          NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+            if constexpr (ES == 4)
+              dacc[j] = _mm512_mask_sub_epi32(dacc[j], _mm512_cmpge_epu32_mask(av[v], bvec[j]), dacc[j], minus1);
+            else
+              dacc[j] = _mm512_mask_sub_epi16(dacc[j], _mm512_cmpge_epu16_mask(av[v], bvec[j]), dacc[j], minus1);
+          }
+        }
+      }
+      std::uint64_t rest = static_cast<std::uint64_t>(~in & ~z);
+      if (z != 0) {
+        // field 0 is counted above; its non-zero (subnormal) elements still meet the dirty boundaries there
+        rest |= static_cast<std::uint64_t>(z) & ~hist_zero_mask64<ES>(q);
+      }
       if (rest != 0) {
         _mm512_store_si512(fields, f);
         while (rest != 0) {
           const unsigned l = static_cast<unsigned>(__builtin_ctzll(rest));
-          ++c[static_cast<unsigned>(fields[l]) * hist_copies];
+          const unsigned fl = fields[l];
+          if (fl != 0) ++c[fl * hist_copies];
+          U x;
+          std::memcpy(&x, q + l * ES, ES);
+          hist_dirty(s, h, static_cast<std::uint64_t>(x & static_cast<U>(s.abs_mask)), fl);
           rest &= rest - 1;
         }
       }
+      if (++since0 == 255) {
+        c[0] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc0, zero)));
+        acc0 = zero;
+        since0 = 0;
+      }
     }
-    c[0] += hist_sum_bytes(acc0);
-    for (unsigned j = 0; j < 16; ++j) c[(w0 + j) * hist_copies] += hist_sum_bytes(acc[j]);
+    NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) hist_nibble_flush(acc[m], slo[m], shi[m]);
+  }
+  c[0] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc0, zero)));
+  for (int m = 0; m < 8; ++m) {
+    c[(w0 + 2 * static_cast<unsigned>(m)) * hist_copies] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(slo[m]));
+    c[(w0 + 2 * static_cast<unsigned>(m) + 1) * hist_copies] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(shi[m]));
+  }
+  if (nd > 0) dacc[0] = d0;
+  if (nd > 1) dacc[1] = d1;
+  for (int j = 0; j < nd; ++j) {
+    const __m512i w = ES == 4 ? dacc[j]
+                              : _mm512_add_epi32(_mm512_and_si512(dacc[j], _mm512_set1_epi32(0xFFFF)),
+                                                 _mm512_srli_epi32(dacc[j], 16));
+    h.d[dk[j]] += static_cast<std::uint64_t>(_mm512_reduce_add_epi32(w));
   }
   return groups * 64;
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#undef NANSCOPE_IMPL_HIST_UNROLL
+#undef NANSCOPE_IMPL_HIST_PRAGMA
 #endif  // NANSCOPE_HAS_X86_SIMD()
 
 /// Histograms n contiguous raw elements of the setup's dtype (its bits, any alignment) and counts them
 /// against the boundaries, with the instruction set `isa_code` (nanscope::isa's value).
 inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, const hist_setup& s, hist_local& h) {
   const auto* p = static_cast<const unsigned char*>(vp);
-  if (!s.bins) {
-    s.count_ge(p, s.type, n, isa_code, h.ge);
-    return;
-  }
   std::size_t done = 0;
 #if NANSCOPE_HAS_X86_SIMD()
   if (isa_code == 3) {  // isa::avx512
@@ -2716,15 +2972,8 @@ inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, con
     else if (s.type == dtype::bf16) done = hist_bins_avx512<2, 7>(p, n, s, h);
   }
 #endif
-  const unsigned char* q = p + done * size_of(s.type);
-  const std::size_t m = n - done;
-  switch (size_of(s.type)) {
-    case 1: hist_bins_typed<std::uint8_t>(q, m, s, h); break;
-    case 2: hist_bins_typed<std::uint16_t>(q, m, s, h); break;
-    case 4: hist_bins_typed<std::uint32_t>(q, m, s, h); break;
-    default: hist_bins_typed<std::uint64_t>(q, m, s, h); break;
-  }
-  s.count_ge(p, s.type, n, isa_code, h.ge);
+  if (done == 0) h.set_window(s, 0);  // every dirty boundary through the scalar path
+  hist_scalar(p + done * size_of(s.type), n - done, s, h, true);
 }
 
 }  // namespace detail
@@ -3144,8 +3393,63 @@ inline double median_of(double* v, int n) {
 /// (robust to an outlier such as a first element of 1e8 among ones), else its first finite value. A shift
 /// close to the data keeps the variance accurate when mean >> std; depending only on the chunk's data keeps
 /// results independent of the thread count and of the view's layout.
+/// The five sample positions of a chunk of n elements (see choose_shift).
+inline void shift_positions(std::size_t n, std::size_t (&pos)[5]) {
+  pos[0] = 0;
+  pos[1] = n / 4;
+  pos[2] = n / 2;
+  pos[3] = (3 * n) / 4;
+  pos[4] = n - 1;
+}
+
+/// Median of five total-order keys (health.hpp's order_key), branch-free: a 9-comparator sorting network whose
+/// middle output is the median.
+inline std::int64_t median5_keys(std::int64_t v0, std::int64_t v1, std::int64_t v2, std::int64_t v3, std::int64_t v4) {
+  auto cx = [](std::int64_t& a, std::int64_t& b) {
+    const std::int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    a = lo;
+    b = hi;
+  };
+  cx(v0, v1);
+  cx(v3, v4);
+  cx(v2, v4);
+  cx(v2, v3);
+  cx(v0, v3);
+  cx(v0, v2);
+  cx(v1, v4);
+  cx(v1, v3);
+  cx(v1, v2);
+  return v2;
+}
+
+inline void choose_shift_general(const void* p, dtype t, std::size_t n, kernel_params& kp);
+
+/// Picks the shifts of a chunk (see choose_shift_general). The common case, five finite samples of ordinary
+/// magnitude (|x| <= 2^59, and 0 or >= 2^-500), gives all three shifts the same median, found without branches.
 inline void choose_shift(const void* p, dtype t, std::size_t n, kernel_params& kp) {
-  const std::size_t pos[5] = {0, n / 4, n / 2, (3 * n) / 4, n - 1};
+  std::size_t pos[5];
+  shift_positions(n, pos);
+  std::int64_t key[5];
+  bool ordinary = true;
+  for (int j = 0; j < 5; ++j) {
+    const std::uint64_t b = double_to_bits(load_as_double(p, t, pos[j]));
+    const std::uint64_t a = b & f64_abs_mask;
+    ordinary &= a <= 0x43A0000000000000ull /* 2^59 */ && (a == 0 || a >= f64_tiny_bits);
+    key[j] = order_key(bits_to_double(b));
+  }
+  if (!ordinary) {
+    choose_shift_general(p, t, n, kp);
+    return;
+  }
+  const double m = bits_to_double(unkey64(median5_keys(key[0], key[1], key[2], key[3], key[4])));
+  kp.k_ld = m;
+  kp.k64 = m;
+  kp.k32 = static_cast<float>(m);
+}
+
+inline void choose_shift_general(const void* p, dtype t, std::size_t n, kernel_params& kp) {
+  std::size_t pos[5];
+  shift_positions(n, pos);
   double all[5], dbl[5], f32[5];
   int na = 0, nd = 0, nf = 0;
   for (std::size_t i : pos) {
@@ -3278,6 +3582,17 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       p = gbuf;
     }
     const void* raw = p;
+#if NANSCOPE_HAS_X86_SIMD()
+    // The next chunk's shift samples sit 8 KiB apart: fetching them now hides four memory latencies per chunk
+    // (about 10% of a pass from DRAM) behind this chunk's kernel.
+    if (plan.contiguous && plan.lv == level::stats && c + chunk_elems < n) {
+      const std::uint64_t nb = c + chunk_elems, nm = (n - nb) < chunk_elems ? (n - nb) : chunk_elems;
+      std::size_t pos[5];
+      shift_positions(static_cast<std::size_t>(nm), pos);
+      const auto* next = static_cast<const char*>(plan.v.data) + static_cast<std::size_t>(begin + nb) * es;
+      for (int j = 1; j < 5; ++j) __builtin_prefetch(next + pos[j] * es, 0, 3);
+    }
+#endif
     block_sums bs;
     std::size_t hashed = 0;  // leading elements the kernel hashed on the way
     if (!plan.hash_only) {
@@ -4423,22 +4738,24 @@ inline int hist_mantissa_bits(dtype t) {
 
 static_assert(mb_count <= hist_max_bounds, "every margins boundary has a counter");
 
-/// The margins kernels as the pass's boundary counter.
-inline void hist_count_ge(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge) {
-  margin_counts mc;
-  margins_run(p, t, n, static_cast<isa>(isa_code), margin_bounds_for(t), mc);
-  for (int k = 0; k < mb_count; ++k) ge[k] += mc.ge[k];
-}
-
-/// Histogram setup for a floating source dtype.
+/// Histogram setup for a floating source dtype: the margins' boundaries, each with its field and whether it
+/// is the field's first pattern (histogram_kernel.hpp). nonzero, inf and NaN come from the health counts.
 inline hist_setup make_hist_setup(dtype t) {
   hist_setup s;
   s.type = t;
   s.shift = static_cast<unsigned>(hist_mantissa_bits(t));
-  s.abs_mask = margin_bounds_for(t).abs_mask;
+  const margin_bounds& mb = margin_bounds_for(t);
+  s.abs_mask = mb.abs_mask;
   s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
   s.nbounds = mb_count;
-  s.count_ge = &hist_count_ge;
+  s.first_bound = mb_target0;
+  const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
+  for (int k = 0; k < mb_count; ++k) {
+    s.b[k] = mb.b[k];
+    s.field[k] = static_cast<unsigned>(mb.b[k] >> s.shift);
+    s.dirty[k] = k >= s.first_bound && (mb.b[k] & low) != 0;
+    if (s.dirty[k]) s.dirty_field[s.field[k]] = 1;
+  }
   return s;
 }
 
@@ -4456,16 +4773,21 @@ inline const hist_setup& hist_setup_for(dtype t, bool bins = true) {
   return table[static_cast<std::size_t>(t) + (bins ? 0u : 6u)];
 }
 
-/// Turns the pass's raw bins and boundary counts into the histogram.
-inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint64_t n, exponent_histogram& h) {
+/// Turns the pass's raw bins and boundary counts, and the zero / inf / NaN counts of its health result, into
+/// the histogram.
+inline void finish_histogram(const hist_setup& s, const hist_acc& acc, const health_result& hr, std::uint64_t n,
+                             exponent_histogram& h) {
   std::uint64_t bins[hist_max_bins];
   for (unsigned e = 0; e < s.nbins; ++e) bins[e] = acc.bins[e].load(std::memory_order_relaxed);
   for (int k = 0; k < mb_count; ++k)
     h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
   h.count = n;
-  h.zero = n - h.margin_ge[mb_nonzero];
-  h.nan = h.margin_ge[mb_nan];
-  h.inf = h.margin_ge[mb_inf] - h.margin_ge[mb_nan];
+  h.zero = hr.zero;
+  h.nan = hr.nan;
+  h.inf = hr.neg_inf + hr.pos_inf;
+  h.margin_ge[mb_nonzero] = n - h.zero;
+  h.margin_ge[mb_inf] = h.inf + h.nan;  // e4m3fn: no inf, its NaN pattern is both boundaries
+  h.margin_ge[mb_nan] = h.nan;
   if (!s.bins) return;  // check_margins: no exponent bins
   h.subnormal = bins[0] - h.zero;
   const int bias = h.exponent_bias();
@@ -4495,7 +4817,7 @@ inline histogram_result check_histogram_impl(const tensor_view& v, const check_o
   histogram_result r;
   r.health = check_impl(v, opt, acc.get());
   r.histogram.type = v.type;
-  finish_histogram(s, *acc, v.numel(), r.histogram);
+  finish_histogram(s, *acc, r.health, v.numel(), r.histogram);
   return r;
 }
 }  // namespace detail
