@@ -101,22 +101,24 @@ inline int hist_mantissa_bits(dtype t) {
 
 static_assert(mb_count <= hist_max_bounds, "every margins boundary has a counter");
 
-/// The margins kernels as the pass's boundary counter.
-inline void hist_count_ge(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge) {
-  margin_counts mc;
-  margins_run(p, t, n, static_cast<isa>(isa_code), margin_bounds_for(t), mc);
-  for (int k = 0; k < mb_count; ++k) ge[k] += mc.ge[k];
-}
-
-/// Histogram setup for a floating source dtype.
+/// Histogram setup for a floating source dtype: the margins' boundaries, each with its field and whether it
+/// is the field's first pattern (histogram_kernel.hpp). nonzero, inf and NaN come from the health counts.
 inline hist_setup make_hist_setup(dtype t) {
   hist_setup s;
   s.type = t;
   s.shift = static_cast<unsigned>(hist_mantissa_bits(t));
-  s.abs_mask = margin_bounds_for(t).abs_mask;
+  const margin_bounds& mb = margin_bounds_for(t);
+  s.abs_mask = mb.abs_mask;
   s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
   s.nbounds = mb_count;
-  s.count_ge = &hist_count_ge;
+  s.first_bound = mb_target0;
+  const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
+  for (int k = 0; k < mb_count; ++k) {
+    s.b[k] = mb.b[k];
+    s.field[k] = static_cast<unsigned>(mb.b[k] >> s.shift);
+    s.dirty[k] = k >= s.first_bound && (mb.b[k] & low) != 0;
+    if (s.dirty[k]) s.dirty_field[s.field[k]] = 1;
+  }
   return s;
 }
 
@@ -134,16 +136,21 @@ inline const hist_setup& hist_setup_for(dtype t, bool bins = true) {
   return table[static_cast<std::size_t>(t) + (bins ? 0u : 6u)];
 }
 
-/// Turns the pass's raw bins and boundary counts into the histogram.
-inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint64_t n, exponent_histogram& h) {
+/// Turns the pass's raw bins and boundary counts, and the zero / inf / NaN counts of its health result, into
+/// the histogram.
+inline void finish_histogram(const hist_setup& s, const hist_acc& acc, const health_result& hr, std::uint64_t n,
+                             exponent_histogram& h) {
   std::uint64_t bins[hist_max_bins];
   for (unsigned e = 0; e < s.nbins; ++e) bins[e] = acc.bins[e].load(std::memory_order_relaxed);
   for (int k = 0; k < mb_count; ++k)
     h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
   h.count = n;
-  h.zero = n - h.margin_ge[mb_nonzero];
-  h.nan = h.margin_ge[mb_nan];
-  h.inf = h.margin_ge[mb_inf] - h.margin_ge[mb_nan];
+  h.zero = hr.zero;
+  h.nan = hr.nan;
+  h.inf = hr.neg_inf + hr.pos_inf;
+  h.margin_ge[mb_nonzero] = n - h.zero;
+  h.margin_ge[mb_inf] = h.inf + h.nan;  // e4m3fn: no inf, its NaN pattern is both boundaries
+  h.margin_ge[mb_nan] = h.nan;
   if (!s.bins) return;  // check_margins: no exponent bins
   h.subnormal = bins[0] - h.zero;
   const int bias = h.exponent_bias();
@@ -173,7 +180,7 @@ inline histogram_result check_histogram_impl(const tensor_view& v, const check_o
   histogram_result r;
   r.health = check_impl(v, opt, acc.get());
   r.histogram.type = v.type;
-  finish_histogram(s, *acc, v.numel(), r.histogram);
+  finish_histogram(s, *acc, r.health, v.numel(), r.histogram);
   return r;
 }
 }  // namespace detail

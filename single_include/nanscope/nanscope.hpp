@@ -2776,22 +2776,24 @@ NANSCOPE_NAMESPACE_END
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
 // Bins are the biased exponent field of |x| in the *source* dtype: field = |x| bits >> mantissa bits.
 // Field 0 holds zeros and subnormals, the all-ones field inf and NaN (e4m3fn: normals and its one NaN).
-// Beside the bins, the pass counts #{|x| bits >= b[k]} for the margins' boundary patterns b[k] (margins.hpp)
-// with the margins' own integer-compare kernels, on the same chunk while it is in cache: zero, NaN, inf and
-// every low-precision margin come out exact from these, with no second pass over the tensor.
+//
+// Beside the bins, the margins need #{|x| bits >= b} for boundary patterns b (margins.hpp). Each boundary b
+// lies in one field F = b >> mantissa bits, so #{|x| >= b} = (sum of the bins above F) + E, where E counts the
+// elements of field F at or above b. E is 0 work when b is F's first pattern (then E is bin F, "clean"), and
+// otherwise ("dirty") it is counted exactly, element by element, but only for elements of field F: the
+// vector kernel leaves the fields outside its 16-bin window to a scalar path that does it, and a dirty
+// boundary whose field lies inside the window is counted directly, #{|x| >= b}, with one compare per vector.
+// zero, NaN and inf come from the health counts of the same pass (histogram.hpp).
 inline constexpr unsigned hist_max_bins = 2048;  // f64: 11-bit exponent field
 inline constexpr int hist_max_bounds = 16;
 inline constexpr unsigned hist_copies = 4;       // interleaved sub-histograms: no store-to-load chains
-
-/// Counts #{|x| bits >= b[k]} over n raw elements (any alignment) and adds them to ge[k] (histogram.hpp
-/// points it at the margins kernels: check.hpp cannot include margins.hpp, which is built on it).
-using hist_ge_fn = void (*)(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge);
 
 /// What the fused pass needs to histogram one dtype (built by histogram.hpp, shared by every segment).
 struct hist_setup {
@@ -2799,9 +2801,13 @@ struct hist_setup {
   unsigned shift = 0;  // mantissa bits of the source dtype
   unsigned nbins = 0;  // 1 << exponent bits
   std::uint64_t abs_mask = 0;
-  int nbounds = 0;
-  hist_ge_fn count_ge = nullptr;
-  bool bins = true;  // false: the boundary counts only (fused margins, histogram.hpp)
+  int nbounds = 0;                          // boundaries b[0..nbounds)
+  int first_bound = 0;                      // boundaries below this come from the health counts
+  std::uint64_t b[hist_max_bounds] = {};    // boundary patterns (|x| bits)
+  unsigned field[hist_max_bounds] = {};     // b >> shift
+  bool dirty[hist_max_bounds] = {};         // b is not its field's first pattern
+  unsigned char dirty_field[hist_max_bins] = {};  // 1: some dirty boundary lies in this field
+  bool bins = true;  // false: the histogram is not reported (check_margins); the bins are counted anyway
 };
 
 /// The pass-wide accumulator: segments add their integer counts atomically (the sum does not depend on the
@@ -2816,54 +2822,122 @@ struct hist_acc {
   }
 };
 
-/// One segment's counters (uint32: a segment holds far fewer than 2^32 elements).
+/// One segment's counters (uint32 bins: a segment holds far fewer than 2^32 elements). A dirty boundary k is
+/// either "direct" (d[k] = #{|x| >= b[k]} over the segment so far) or not (e[k] = #{field F_k, |x| >= b[k]});
+/// it is direct while the vector kernel's window holds its field, and switches at a window change.
 struct hist_local {
   std::uint32_t c[hist_max_bins * hist_copies];
-  std::uint64_t ge[hist_max_bounds];
+  std::uint64_t d[hist_max_bounds];
+  std::uint64_t e[hist_max_bounds];
+  bool direct[hist_max_bounds];
+  unsigned w0 = 0;  // the vector window [w0, w0 + 16); 0: none (every dirty boundary indirect)
 
   void reset(const hist_setup& s) {
-    if (s.bins) std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
-    for (auto& b : ge) b = 0;
+    std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
+    for (int k = 0; k < hist_max_bounds; ++k) {
+      d[k] = e[k] = 0;
+      direct[k] = false;
+    }
+    w0 = 0;
+  }
+  std::uint64_t bin(unsigned f) const {
+    std::uint64_t t = 0;
+    for (unsigned j = 0; j < hist_copies; ++j) t += c[f * hist_copies + j];
+    return t;
+  }
+  /// above[k] = elements so far in the fields above boundary k's field.
+  void above_all(const hist_setup& s, std::uint64_t* above) const {
+    unsigned lo = s.nbins;  // lowest boundary field: the suffix sums start there
+    for (int k = s.first_bound; k < s.nbounds; ++k) lo = s.field[k] < lo ? s.field[k] : lo;
+    std::uint64_t suf[hist_max_bins + 1];
+    suf[s.nbins] = 0;
+    for (unsigned f = s.nbins; f-- > lo;) suf[f] = suf[f + 1] + bin(f);
+    for (int k = s.first_bound; k < s.nbounds; ++k) above[k] = suf[s.field[k] + 1];
+  }
+  /// Moves to the vector window w (0: none): dirty boundaries in [w, w + 16) count directly from now on.
+  void set_window(const hist_setup& s, unsigned w) {
+    if (w == w0) return;
+    bool change = false;
+    for (int k = s.first_bound; k < s.nbounds; ++k)
+      if (s.dirty[k] && (w != 0 && s.field[k] >= w && s.field[k] < w + 16) != direct[k]) change = true;
+    w0 = w;
+    if (!change) return;
+    std::uint64_t up[hist_max_bounds];
+    above_all(s, up);
+    for (int k = s.first_bound; k < s.nbounds; ++k) {
+      if (!s.dirty[k]) continue;
+      const bool want = w != 0 && s.field[k] >= w && s.field[k] < w + 16;
+      if (want == direct[k]) continue;
+      if (want) d[k] = up[k] + e[k];
+      else e[k] = d[k] - up[k];
+      direct[k] = want;
+    }
   }
   void flush(const hist_setup& s, hist_acc& acc) const {
-    for (unsigned e = 0; e < (s.bins ? s.nbins : 0u); ++e) {
-      std::uint64_t t = 0;
-      for (unsigned j = 0; j < hist_copies; ++j) t += c[e * hist_copies + j];
-      if (t != 0) acc.bins[e].fetch_add(t, std::memory_order_relaxed);
+    for (unsigned f = 0; f < s.nbins; ++f) {
+      const std::uint64_t t = bin(f);
+      if (t != 0) acc.bins[f].fetch_add(t, std::memory_order_relaxed);
     }
-    for (int k = 0; k < s.nbounds; ++k)
-      if (ge[k] != 0) acc.ge[k].fetch_add(ge[k], std::memory_order_relaxed);
+    std::uint64_t up[hist_max_bounds];
+    above_all(s, up);
+    for (int k = s.first_bound; k < s.nbounds; ++k) {
+      // #{|x| >= b[k]} over the segment
+      const std::uint64_t g = s.dirty[k] ? (direct[k] ? d[k] : up[k] + e[k]) : up[k] + bin(s.field[k]);
+      if (g != 0) acc.ge[k].fetch_add(g, std::memory_order_relaxed);
+    }
   }
 };
 
+/// The exact per-element work for one |x| pattern a of field f that the vector bins did not see: its dirty
+/// boundaries that are not counted directly.
+inline void hist_dirty(const hist_setup& s, hist_local& h, std::uint64_t a, unsigned f) {
+  if (s.dirty_field[f] == 0) return;
+  for (int k = s.first_bound; k < s.nbounds; ++k)
+    if (s.dirty[k] && !h.direct[k] && s.field[k] == f && a >= s.b[k]) ++h.e[k];
+}
+
+/// Scalar bins and boundary counts of n raw elements (any alignment); `direct` also counts the direct
+/// boundaries (elements the vector kernel did not compare).
 template <class U>
-inline void hist_bins_typed(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h) {
+inline void hist_scalar_typed(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h, bool direct) {
   const U mask = static_cast<U>(s.abs_mask);
   const unsigned sh = s.shift;
   std::uint32_t* c = h.c;
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    U x[4];
-    std::memcpy(x, p + i * sizeof(U), sizeof x);  // any alignment
-    ++c[static_cast<unsigned>(static_cast<U>(x[0] & mask) >> sh) * hist_copies + 0];
-    ++c[static_cast<unsigned>(static_cast<U>(x[1] & mask) >> sh) * hist_copies + 1];
-    ++c[static_cast<unsigned>(static_cast<U>(x[2] & mask) >> sh) * hist_copies + 2];
-    ++c[static_cast<unsigned>(static_cast<U>(x[3] & mask) >> sh) * hist_copies + 3];
-  }
-  for (; i < n; ++i) {
+  int nd = 0;
+  int dk[hist_max_bounds];
+  if (direct)
+    for (int k = s.first_bound; k < s.nbounds; ++k)
+      if (s.dirty[k] && h.direct[k]) dk[nd++] = k;
+  for (std::size_t i = 0; i < n; ++i) {
     U x;
     std::memcpy(&x, p + i * sizeof(U), sizeof x);
-    ++c[static_cast<unsigned>(static_cast<U>(x & mask) >> sh) * hist_copies];
+    const U a = static_cast<U>(x & mask);
+    const unsigned f = static_cast<unsigned>(a >> sh);
+    ++c[f * hist_copies + (i & (hist_copies - 1))];
+    if (s.dirty_field[f] != 0) hist_dirty(s, h, a, f);
+    for (int j = 0; j < nd; ++j) h.d[dk[j]] += a >= static_cast<U>(s.b[dk[j]]) ? 1u : 0u;
+  }
+}
+
+inline void hist_scalar(const unsigned char* p, std::size_t n, const hist_setup& s, hist_local& h, bool direct) {
+  switch (size_of(s.type)) {
+    case 1: hist_scalar_typed<std::uint8_t>(p, n, s, h, direct); break;
+    case 2: hist_scalar_typed<std::uint16_t>(p, n, s, h, direct); break;
+    case 4: hist_scalar_typed<std::uint32_t>(p, n, s, h, direct); break;
+    default: hist_scalar_typed<std::uint64_t>(p, n, s, h, direct); break;
   }
 }
 
 #if NANSCOPE_HAS_X86_SIMD()
+// Fixed-count loops over vector registers: unrolled, so that the accumulators live in registers.
+#define NANSCOPE_IMPL_HIST_PRAGMA(x) _Pragma(#x)
+#define NANSCOPE_IMPL_HIST_UNROLL(n) NANSCOPE_IMPL_HIST_PRAGMA(GCC unroll n)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-/// The exponent field of |x| for 64 elements as 64 bytes (f32: 4 loads; f16 / bf16: 2 loads).
+/// The exponent field of |x| for 64 elements as 64 bytes, in element order (f32: 4 loads; f16 / bf16: 2).
 template <unsigned ES, unsigned Shift>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i hist_fields64(const unsigned char* p) {
   if constexpr (ES == 4) {
@@ -2884,80 +2958,181 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i hist_fields64(const unsigned char* p)
   }
 }
 
-/// Sum of the 64 unsigned bytes of a.
-NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t hist_sum_bytes(__m512i a) {
-  return static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a, _mm512_setzero_si512())));
+/// Mask of the 64 elements at p whose |x| is exactly 0.
+template <unsigned ES>
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t hist_zero_mask64(const unsigned char* p) {
+  if constexpr (ES == 4) {
+    const __m512i m = _mm512_set1_epi32(0x7FFFFFFF);
+    std::uint64_t z = 0;
+    for (int j = 0; j < 4; ++j)
+      z |= static_cast<std::uint64_t>(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m)) << (16 * j);
+    return z;
+  } else {
+    const __m512i m = _mm512_set1_epi16(0x7FFF);
+    return static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
+           (static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
+  }
 }
 
-/// AVX-512 bins for f32 / f16 / bf16: byte counters for a window of 16 consecutive exponent fields picked
-/// from the chunk's own data, plus field 0 (zeros); fields outside the window are counted one by one. The
-/// counts are the same integers as the scalar loop's, for any data.
+/// Sums of the low and high nibbles of the 64 bytes of a, added to lo and hi (per 64-bit lane).
+NANSCOPE_IMPL_TARGET_AVX512 inline void hist_nibble_flush(__m512i a, __m512i& lo, __m512i& hi) {
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  const __m512i z = _mm512_setzero_si512();
+  lo = _mm512_add_epi64(lo, _mm512_sad_epu8(_mm512_and_si512(a, m), z));
+  hi = _mm512_add_epi64(hi, _mm512_sad_epu8(_mm512_and_si512(_mm512_srli_epi16(a, 4), m), z));
+}
+
+/// AVX-512 bins for f32 / f16 / bf16 over whole groups of 64 elements: a window of 16 consecutive exponent
+/// fields picked from the chunk's own data is counted with nibble counters (a byte shuffle turns a field into
+/// 1 or 16 in one of 8 accumulators), field 0 with byte counters, the rest one by one; dirty boundaries in
+/// the window are counted directly. The counts are the same integers as the scalar loop's, for any data.
 template <unsigned ES, unsigned Shift>
 NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned char* p, std::size_t n, const hist_setup& s,
                                                                 hist_local& h) {
+  using U = std::conditional_t<ES == 4, std::uint32_t, std::uint16_t>;
   const std::size_t groups = n / 64;
   if (groups == 0) return 0;
   // Window [w0, w0 + 16): ends a little above the largest field among five samples (data rarely spans
-  // more than 16 binades below its top).
+  // more than 16 binades below its top). Kept while the samples stay inside it.
   unsigned top = 0;
+  bool inside = h.w0 != 0;
   for (std::size_t k = 0; k < 5; ++k) {
     const std::size_t i = (n - 1) * k / 4;
-    std::uint64_t x = 0;
+    U x = 0;
     std::memcpy(&x, p + i * ES, ES);
     const unsigned f = static_cast<unsigned>((x & s.abs_mask) >> Shift);
     if (f + 1 < s.nbins && f > top) top = f;  // not inf/NaN
+    if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
   }
-  const unsigned max_w0 = s.nbins - 16;
-  unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
-  if (w0 > max_w0) w0 = max_w0;
-  if (w0 < 1) w0 = 1;
+  if (!inside) {
+    const unsigned max_w0 = s.nbins - 16;
+    unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
+    if (w0 > max_w0) w0 = max_w0;
+    if (w0 < 1) w0 = 1;
+    h.set_window(s, w0);
+  }
+  const unsigned w0 = h.w0;
+  // The direct boundaries (dirty, field in the window), compared on |x| bits.
+  int nd = 0;
+  int dk[hist_max_bounds];
+  for (int k = s.first_bound; k < s.nbounds; ++k)
+    if (s.dirty[k] && h.direct[k]) dk[nd++] = k;
+  // direct counts per lane: at most 4 * 8192 / 16 (f32) or 2 * 8192 / 32 (16-bit) per chunk, no overflow
+  __m512i bvec[hist_max_bounds], dacc[hist_max_bounds];
+  const __m512i minus1 = _mm512_set1_epi32(-1);
+  const __m512i absm = ES == 4 ? _mm512_set1_epi32(0x7FFFFFFF) : _mm512_set1_epi16(0x7FFF);
+  for (int j = 0; j < nd; ++j) {
+    bvec[j] = ES == 4 ? _mm512_set1_epi32(static_cast<int>(s.b[dk[j]])) : _mm512_set1_epi16(static_cast<short>(s.b[dk[j]]));
+    dacc[j] = _mm512_setzero_si512();
+  }
+  const __m512i b0 = nd > 0 ? bvec[0] : absm, b1 = nd > 1 ? bvec[1] : absm;
+  __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
   std::uint32_t* c = h.c;
   const __m512i base = _mm512_set1_epi8(static_cast<char>(w0));
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i sixteen = _mm512_set1_epi8(16);
   const __m512i zero = _mm512_setzero_si512();
+  // lut[m] byte i: 1 when i == 2m, 16 when i == 2m + 1 (nibble counters for window bins 2m and 2m + 1)
+  __m512i lut[8];
+  for (int m = 0; m < 8; ++m) {
+    alignas(64) unsigned char t[64] = {};
+    for (int l = 0; l < 4; ++l) {
+      t[16 * l + 2 * m] = 1;
+      t[16 * l + 2 * m + 1] = 16;
+    }
+    lut[m] = _mm512_load_si512(t);
+  }
+  __m512i slo[8], shi[8];  // nibble sums per 64-bit lane
+  for (int m = 0; m < 8; ++m) slo[m] = shi[m] = zero;
+  __m512i acc0 = zero;
+  std::size_t since0 = 0;
   alignas(64) unsigned char fields[64];
-  for (std::size_t g0 = 0; g0 < groups; g0 += 255) {  // byte counters: at most 255 groups per flush
-    const std::size_t g1 = groups - g0 < 255 ? groups : g0 + 255;
-    __m512i acc[16];
-    for (auto& a : acc) a = zero;
-    __m512i acc0 = zero;
+  for (std::size_t g0 = 0; g0 < groups; g0 += 15) {  // nibble counters: at most 15 groups per flush
+    const std::size_t g1 = groups - g0 < 15 ? groups : g0 + 15;
+    __m512i acc[8];
+    NANSCOPE_IMPL_HIST_UNROLL(8) for (auto& a : acc) a = zero;
     for (std::size_t g = g0; g < g1; ++g) {
-      const __m512i f = hist_fields64<ES, Shift>(p + g * 64 * ES);
+      const unsigned char* q = p + g * 64 * ES;
+      const __m512i f = hist_fields64<ES, Shift>(q);
       const __m512i r = _mm512_sub_epi8(f, base);  // window index, wraps for fields below w0
-      const __mmask64 out = _mm512_cmpge_epu8_mask(r, sixteen);
+      const __mmask64 in = _mm512_cmplt_epu8_mask(r, sixteen);
       const __mmask64 z = _mm512_cmpeq_epi8_mask(f, zero);
       acc0 = _mm512_mask_add_epi8(acc0, z, acc0, ones);
-      for (int j = 0; j < 16; ++j)
-        acc[j] = _mm512_mask_add_epi8(acc[j], _mm512_cmpeq_epi8_mask(r, _mm512_set1_epi8(static_cast<char>(j))), acc[j], ones);
-      std::uint64_t rest = static_cast<std::uint64_t>(out & ~z);
+      NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) acc[m] = _mm512_add_epi8(acc[m], _mm512_maskz_shuffle_epi8(in, lut[m], r));
+      if (nd != 0) {  // |x| bits of the group once, then one compare per vector and direct boundary
+        __m512i av[4];
+        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v)
+          av[v] = _mm512_and_si512(_mm512_loadu_si512(q + 64 * v), absm);
+        // the first two in registers (typical data has one or two dirty fields in the window), others in memory
+        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+          if constexpr (ES == 4) {
+            d0 = _mm512_mask_sub_epi32(d0, _mm512_cmpge_epu32_mask(av[v], b0), d0, minus1);
+            if (nd > 1) d1 = _mm512_mask_sub_epi32(d1, _mm512_cmpge_epu32_mask(av[v], b1), d1, minus1);
+          } else {
+            d0 = _mm512_mask_sub_epi16(d0, _mm512_cmpge_epu16_mask(av[v], b0), d0, minus1);
+            if (nd > 1) d1 = _mm512_mask_sub_epi16(d1, _mm512_cmpge_epu16_mask(av[v], b1), d1, minus1);
+          }
+        }
+        for (int j = 2; j < nd; ++j) {
+          NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+            if constexpr (ES == 4)
+              dacc[j] = _mm512_mask_sub_epi32(dacc[j], _mm512_cmpge_epu32_mask(av[v], bvec[j]), dacc[j], minus1);
+            else
+              dacc[j] = _mm512_mask_sub_epi16(dacc[j], _mm512_cmpge_epu16_mask(av[v], bvec[j]), dacc[j], minus1);
+          }
+        }
+      }
+      std::uint64_t rest = static_cast<std::uint64_t>(~in & ~z);
+      if (z != 0) {
+        // field 0 is counted above; its non-zero (subnormal) elements still meet the dirty boundaries there
+        rest |= static_cast<std::uint64_t>(z) & ~hist_zero_mask64<ES>(q);
+      }
       if (rest != 0) {
         _mm512_store_si512(fields, f);
         while (rest != 0) {
           const unsigned l = static_cast<unsigned>(__builtin_ctzll(rest));
-          ++c[static_cast<unsigned>(fields[l]) * hist_copies];
+          const unsigned fl = fields[l];
+          if (fl != 0) ++c[fl * hist_copies];
+          U x;
+          std::memcpy(&x, q + l * ES, ES);
+          hist_dirty(s, h, static_cast<std::uint64_t>(x & static_cast<U>(s.abs_mask)), fl);
           rest &= rest - 1;
         }
       }
+      if (++since0 == 255) {
+        c[0] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc0, zero)));
+        acc0 = zero;
+        since0 = 0;
+      }
     }
-    c[0] += hist_sum_bytes(acc0);
-    for (unsigned j = 0; j < 16; ++j) c[(w0 + j) * hist_copies] += hist_sum_bytes(acc[j]);
+    NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) hist_nibble_flush(acc[m], slo[m], shi[m]);
+  }
+  c[0] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc0, zero)));
+  for (int m = 0; m < 8; ++m) {
+    c[(w0 + 2 * static_cast<unsigned>(m)) * hist_copies] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(slo[m]));
+    c[(w0 + 2 * static_cast<unsigned>(m) + 1) * hist_copies] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(shi[m]));
+  }
+  if (nd > 0) dacc[0] = d0;
+  if (nd > 1) dacc[1] = d1;
+  for (int j = 0; j < nd; ++j) {
+    const __m512i w = ES == 4 ? dacc[j]
+                              : _mm512_add_epi32(_mm512_and_si512(dacc[j], _mm512_set1_epi32(0xFFFF)),
+                                                 _mm512_srli_epi32(dacc[j], 16));
+    h.d[dk[j]] += static_cast<std::uint64_t>(_mm512_reduce_add_epi32(w));
   }
   return groups * 64;
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#undef NANSCOPE_IMPL_HIST_UNROLL
+#undef NANSCOPE_IMPL_HIST_PRAGMA
 #endif  // NANSCOPE_HAS_X86_SIMD()
 
 /// Histograms n contiguous raw elements of the setup's dtype (its bits, any alignment) and counts them
 /// against the boundaries, with the instruction set `isa_code` (nanscope::isa's value).
 inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, const hist_setup& s, hist_local& h) {
   const auto* p = static_cast<const unsigned char*>(vp);
-  if (!s.bins) {
-    s.count_ge(p, s.type, n, isa_code, h.ge);
-    return;
-  }
   std::size_t done = 0;
 #if NANSCOPE_HAS_X86_SIMD()
   if (isa_code == 3) {  // isa::avx512
@@ -2966,15 +3141,8 @@ inline void hist_chunk(const void* vp, std::size_t n, std::uint8_t isa_code, con
     else if (s.type == dtype::bf16) done = hist_bins_avx512<2, 7>(p, n, s, h);
   }
 #endif
-  const unsigned char* q = p + done * size_of(s.type);
-  const std::size_t m = n - done;
-  switch (size_of(s.type)) {
-    case 1: hist_bins_typed<std::uint8_t>(q, m, s, h); break;
-    case 2: hist_bins_typed<std::uint16_t>(q, m, s, h); break;
-    case 4: hist_bins_typed<std::uint32_t>(q, m, s, h); break;
-    default: hist_bins_typed<std::uint64_t>(q, m, s, h); break;
-  }
-  s.count_ge(p, s.type, n, isa_code, h.ge);
+  if (done == 0) h.set_window(s, 0);  // every dirty boundary through the scalar path
+  hist_scalar(p + done * size_of(s.type), n - done, s, h, true);
 }
 
 }  // namespace detail
@@ -4763,22 +4931,24 @@ inline int hist_mantissa_bits(dtype t) {
 
 static_assert(mb_count <= hist_max_bounds, "every margins boundary has a counter");
 
-/// The margins kernels as the pass's boundary counter.
-inline void hist_count_ge(const void* p, dtype t, std::size_t n, std::uint8_t isa_code, std::uint64_t* ge) {
-  margin_counts mc;
-  margins_run(p, t, n, static_cast<isa>(isa_code), margin_bounds_for(t), mc);
-  for (int k = 0; k < mb_count; ++k) ge[k] += mc.ge[k];
-}
-
-/// Histogram setup for a floating source dtype.
+/// Histogram setup for a floating source dtype: the margins' boundaries, each with its field and whether it
+/// is the field's first pattern (histogram_kernel.hpp). nonzero, inf and NaN come from the health counts.
 inline hist_setup make_hist_setup(dtype t) {
   hist_setup s;
   s.type = t;
   s.shift = static_cast<unsigned>(hist_mantissa_bits(t));
-  s.abs_mask = margin_bounds_for(t).abs_mask;
+  const margin_bounds& mb = margin_bounds_for(t);
+  s.abs_mask = mb.abs_mask;
   s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
   s.nbounds = mb_count;
-  s.count_ge = &hist_count_ge;
+  s.first_bound = mb_target0;
+  const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
+  for (int k = 0; k < mb_count; ++k) {
+    s.b[k] = mb.b[k];
+    s.field[k] = static_cast<unsigned>(mb.b[k] >> s.shift);
+    s.dirty[k] = k >= s.first_bound && (mb.b[k] & low) != 0;
+    if (s.dirty[k]) s.dirty_field[s.field[k]] = 1;
+  }
   return s;
 }
 
@@ -4796,16 +4966,21 @@ inline const hist_setup& hist_setup_for(dtype t, bool bins = true) {
   return table[static_cast<std::size_t>(t) + (bins ? 0u : 6u)];
 }
 
-/// Turns the pass's raw bins and boundary counts into the histogram.
-inline void finish_histogram(const hist_setup& s, const hist_acc& acc, std::uint64_t n, exponent_histogram& h) {
+/// Turns the pass's raw bins and boundary counts, and the zero / inf / NaN counts of its health result, into
+/// the histogram.
+inline void finish_histogram(const hist_setup& s, const hist_acc& acc, const health_result& hr, std::uint64_t n,
+                             exponent_histogram& h) {
   std::uint64_t bins[hist_max_bins];
   for (unsigned e = 0; e < s.nbins; ++e) bins[e] = acc.bins[e].load(std::memory_order_relaxed);
   for (int k = 0; k < mb_count; ++k)
     h.margin_ge[static_cast<std::size_t>(k)] = acc.ge[k].load(std::memory_order_relaxed);
   h.count = n;
-  h.zero = n - h.margin_ge[mb_nonzero];
-  h.nan = h.margin_ge[mb_nan];
-  h.inf = h.margin_ge[mb_inf] - h.margin_ge[mb_nan];
+  h.zero = hr.zero;
+  h.nan = hr.nan;
+  h.inf = hr.neg_inf + hr.pos_inf;
+  h.margin_ge[mb_nonzero] = n - h.zero;
+  h.margin_ge[mb_inf] = h.inf + h.nan;  // e4m3fn: no inf, its NaN pattern is both boundaries
+  h.margin_ge[mb_nan] = h.nan;
   if (!s.bins) return;  // check_margins: no exponent bins
   h.subnormal = bins[0] - h.zero;
   const int bias = h.exponent_bias();
@@ -4835,7 +5010,7 @@ inline histogram_result check_histogram_impl(const tensor_view& v, const check_o
   histogram_result r;
   r.health = check_impl(v, opt, acc.get());
   r.histogram.type = v.type;
-  finish_histogram(s, *acc, v.numel(), r.histogram);
+  finish_histogram(s, *acc, r.health, v.numel(), r.histogram);
   return r;
 }
 }  // namespace detail

@@ -278,6 +278,56 @@ TEST_CASE("histogram: f64 values at and next to every threshold, random patterns
   for (std::size_t n : {1u, 2u, 7u, 9u, 8193u})
     check_all(dtype::f64, resize_to(adv, n), "f64 n=" + std::to_string(n), n < 1000);
 }
+/// Chunks (8192 elements) whose data sits in different binades, so that the vector kernel's 16-binade window
+/// moves between chunks and each dirty boundary's field (margins boundary inside a binade) is populated in
+/// some chunks and empty in others, inside the window in some and outside in others; every chunk also has
+/// zeros, subnormals, inf, NaN and the boundary patterns and their neighbours sprinkled in.
+std::vector<std::uint64_t> moving_binades(dtype t, std::size_t chunks, unsigned seed) {
+  const unsigned es = static_cast<unsigned>(elem_size(t));
+  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const unsigned top = t == dtype::f32 || t == dtype::bf16 ? 255u : 31u;  // all-ones field
+  const std::uint64_t sign = std::uint64_t{1} << (8 * es - 1);
+  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> out;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    // the chunk's top binade: cycles through the whole range, so every boundary's field is hit
+    const unsigned hi = 1u + static_cast<unsigned>((c * 7 + seed) % (top - 1));
+    for (std::size_t i = 0; i < 8192; ++i) {
+      std::uint64_t a;
+      const unsigned pick = static_cast<unsigned>(rng() % 1000);
+      if (pick == 0) a = 0;
+      else if (pick == 1) a = 1 + rng() % ((std::uint64_t{1} << mant) - 1);  // subnormal
+      else if (pick == 2) a = static_cast<std::uint64_t>(top) << mant;       // inf
+      else if (pick == 3) a = (static_cast<std::uint64_t>(top) << mant) | (1 + rng() % 3);  // NaN
+      else if (pick < 40) {
+        const std::uint64_t b = mb.b[rng() % nanscope::detail::mb_count];
+        a = b + (rng() % 5) - 2;  // at and next to a boundary
+        if (a > mb.abs_mask) a = b;
+      } else {
+        const unsigned drop = static_cast<unsigned>(rng() % 18);  // mostly within 16 binades below hi
+        const unsigned f = hi > drop ? hi - drop : 1u;
+        a = (static_cast<std::uint64_t>(f) << mant) | (rng() & ((std::uint64_t{1} << mant) - 1));
+      }
+      out.push_back((rng() & 1) != 0 ? a | sign : a);
+    }
+  }
+  out.resize(out.size() - 8192 + 4100);  // a partial last chunk
+  return out;
+}
+
+TEST_CASE("histogram: the vector window moves between chunks; boundary binades populated in some chunks only") {
+  for (dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    const std::size_t chunks = t == dtype::f16 ? 40 : scaled(260, 80);
+    const std::vector<std::uint64_t> raws = moving_binades(t, chunks, 11);
+    const ref_hist ref = hist_reference(t, raws);
+    for (isa i : {isa::scalar, isa::avx512, isa::automatic})
+      for (unsigned threads : {1u, 3u})
+        check_one(t, raws, i, threads, threads == 3 ? 2 : 0, check_mode::stats, ref,
+                  std::string("moving binades ") + std::string(nanscope::name(t)));
+  }
+}
+
 TEST_CASE("histogram: strided and transposed views histogram their logical elements") {
   const std::vector<std::uint64_t> raws = f32_adversarial(5000);
   std::vector<float> dense(raws.size());
