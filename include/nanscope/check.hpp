@@ -537,10 +537,16 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       }
       if (plan.lv == level::stats) choose_shift(p, kt, m, kp);
       chunk_out o;
-      hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
-      fold_chunk(seg, o, m, cb, kp, plan.lv);
-      if (plan.hist != nullptr)  // the raw bits, still in L1/L2
-        hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *plan.hist->setup, *hl);
+      const hist_setup* hs = plan.hist != nullptr ? plan.hist->setup : nullptr;
+      if (hs != nullptr && hs->fused != nullptr && !plan.hash && p == raw &&
+          hs->fused(p, kt, m, plan.lv, static_cast<std::uint8_t>(plan.use), kp, o, *hs, *hl)) {
+        fold_chunk(seg, o, m, cb, kp, plan.lv);  // kernel and bins in one pass over the chunk
+      } else {
+        hashed = run_kernel(p, kt, m, plan.lv, plan.use, kp, o, plan.hash && p == raw ? &bs : nullptr);
+        fold_chunk(seg, o, m, cb, kp, plan.lv);
+        if (hs != nullptr)  // the raw bits, still in L1/L2
+          hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *hs, *hl);
+      }
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {

@@ -14,6 +14,7 @@
 
 #include "check.hpp"
 #include "config.hpp"
+#include "detail/hist_fused_x86.hpp"
 #include "dtype.hpp"
 #include "health.hpp"
 #include "margins.hpp"
@@ -112,6 +113,9 @@ inline hist_setup make_hist_setup(dtype t) {
   s.nbins = static_cast<unsigned>((s.abs_mask >> s.shift) + 1);
   s.nbounds = mb_count;
   s.first_bound = mb_target0;
+#if NANSCOPE_HAS_X86_SIMD()
+  s.fused = &hist_fused_chunk;  // AVX-512, f32 / f16 / bf16: the bins ride in the kernel's blocks
+#endif
   const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
   for (int k = 0; k < mb_count; ++k) {
     s.b[k] = mb.b[k];

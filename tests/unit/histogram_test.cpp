@@ -377,3 +377,66 @@ TEST_CASE("histogram: bins are exponents of |x| (a few values by hand)") {
   CHECK(r.histogram.max_exponent() == 127);
   CHECK(r.margins()[dtype::f16].overflow == 1);  // 65520 is the fp16 overflow tie
 }
+
+/// Data that stays inside the fused AVX-512 kernel's 16-binade window, so that most blocks are never scanned
+/// again: fields [top - 13, top + 2] around a sampled top field (the chunk samples at 0, 1/4 ... of the chunk
+/// hold field `top`), with the margins' dirty boundary patterns (and their neighbours) of the window's fields
+/// sprinkled in. `inject` puts one element of pattern `special` at each listed position.
+std::vector<std::uint64_t> in_window(dtype t, unsigned top, std::size_t n, unsigned seed,
+                                     const std::vector<std::size_t>& inject, std::uint64_t special) {
+  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const std::uint64_t sign = std::uint64_t{1} << (8 * elem_size(t) - 1);
+  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
+  const unsigned w0 = top + 2 - 15;
+  std::vector<std::uint64_t> dirty;  // boundary patterns whose field is in the window
+  for (int k = nanscope::detail::mb_target0; k < nanscope::detail::mb_count; ++k) {
+    const unsigned f = static_cast<unsigned>(mb.b[k] >> mant);
+    if (f >= w0 && f < w0 + 16) dirty.push_back(mb.b[k]);
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t a;
+    const std::size_t in_chunk = i % 8192, m = (n - i + in_chunk) < 8192 ? n - i + in_chunk : 8192;
+    const bool sample = in_chunk == 0 || in_chunk == (m - 1) / 4 || in_chunk == (m - 1) / 2 ||
+                        in_chunk == (m - 1) * 3 / 4 || in_chunk == m - 1;
+    if (sample) {
+      a = static_cast<std::uint64_t>(top) << mant;
+    } else if (!dirty.empty() && rng() % 64 == 0) {
+      a = dirty[rng() % dirty.size()] + (rng() % 5) - 2;  // at and next to a boundary: stays in its field
+    } else {
+      const unsigned f = w0 + static_cast<unsigned>(rng() % 16);
+      a = (static_cast<std::uint64_t>(f) << mant) | (rng() & ((std::uint64_t{1} << mant) - 1));
+    }
+    out[i] = (rng() & 1) != 0 ? a | sign : a;
+  }
+  for (std::size_t pos : inject)
+    if (pos < n) out[pos] = special;
+  return out;
+}
+
+TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct boundaries, one element outside") {
+  struct shape { dtype t; unsigned top; };
+  // f32 / bf16 top 118: window [105, 121) holds five dirty boundaries (fp16 and e5m2 flush / min normal, e4m3
+  // flush and min normal): two are compared per vector, three are lazy; f16 top 14: e4m3 flush and min normal
+  const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 127}, {dtype::bf16, 140}};
+  for (const shape& sh : shapes) {
+    const unsigned mant = sh.t == dtype::f32 ? 23u : sh.t == dtype::f16 ? 10u : 7u;
+    const std::uint64_t inf = (sh.t == dtype::f16 ? std::uint64_t{31} : std::uint64_t{255}) << mant;
+    const std::uint64_t below = static_cast<std::uint64_t>(sh.top - 16) << mant;  // one binade under the window
+    const std::uint64_t specials[] = {0, 1, inf, inf + 1, below, static_cast<std::uint64_t>(sh.top + 3) << mant};
+    const std::size_t n = 3 * 8192 + 700;
+    const std::string what = std::string("in-window ") + std::string(nanscope::name(sh.t)) + " top " + std::to_string(sh.top);
+    {
+      const std::vector<std::uint64_t> raws = in_window(sh.t, sh.top, n, 5, {}, 0);
+      const ref_hist ref = hist_reference(sh.t, raws);
+      for (check_mode m : {check_mode::stats, check_mode::full_health})
+        check_one(sh.t, raws, isa::avx512, 1, 0, m, ref, what);
+    }
+    for (std::uint64_t sp : specials) {
+      const std::vector<std::uint64_t> raws = in_window(sh.t, sh.top, n, 6, {0, 255, 256, 4000, 8191, 8192 + 17, 3 * 8192 - 1}, sp);
+      const ref_hist ref = hist_reference(sh.t, raws);
+      check_one(sh.t, raws, isa::avx512, 1, 0, check_mode::stats, ref, what + " with pattern " + std::to_string(sp));
+    }
+  }
+}

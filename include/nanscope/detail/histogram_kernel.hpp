@@ -33,8 +33,16 @@ inline constexpr unsigned hist_max_bins = 2048;  // f64: 11-bit exponent field
 inline constexpr int hist_max_bounds = 16;
 inline constexpr unsigned hist_copies = 4;       // interleaved sub-histograms: no store-to-load chains
 
+struct hist_setup;
+struct hist_local;
+/// Runs the health kernel and the bins of one chunk of raw elements in one pass (hist_fused_x86.hpp); false:
+/// not for this chunk (dtype, level, instruction set), the caller runs the kernel and then hist_chunk.
+using hist_fused_fn = bool (*)(const void* p, dtype t, std::size_t n, level lv, std::uint8_t isa_code,
+                               const kernel_params& kp, chunk_out& o, const hist_setup& s, hist_local& h);
+
 /// What the fused pass needs to histogram one dtype (built by histogram.hpp, shared by every segment).
 struct hist_setup {
+  hist_fused_fn fused = nullptr;
   dtype type = dtype::f32;
   unsigned shift = 0;  // mantissa bits of the source dtype
   unsigned nbins = 0;  // 1 << exponent bits
@@ -69,6 +77,7 @@ struct hist_local {
   std::uint64_t e[hist_max_bounds];
   bool direct[hist_max_bounds];
   unsigned w0 = 0;  // the vector window [w0, w0 + 16); 0: none (every dirty boundary indirect)
+  int cap0 = hist_max_bounds;  // at most this many direct boundaries
 
   void reset(const hist_setup& s) {
     std::memset(c, 0, sizeof(std::uint32_t) * s.nbins * hist_copies);
@@ -77,6 +86,7 @@ struct hist_local {
       direct[k] = false;
     }
     w0 = 0;
+    cap0 = hist_max_bounds;
   }
   std::uint64_t bin(unsigned f) const {
     std::uint64_t t = 0;
@@ -92,19 +102,29 @@ struct hist_local {
     for (unsigned f = s.nbins; f-- > lo;) suf[f] = suf[f + 1] + bin(f);
     for (int k = s.first_bound; k < s.nbounds; ++k) above[k] = suf[s.field[k] + 1];
   }
-  /// Moves to the vector window w (0: none): dirty boundaries in [w, w + 16) count directly from now on.
-  void set_window(const hist_setup& s, unsigned w) {
-    if (w == w0) return;
+  /// Whether dirty boundary k counts directly in window w with at most `cap` direct boundaries (the first
+  /// `cap` dirty boundaries, in index order, whose field lies in [w, w + 16)).
+  static bool wants_direct(const hist_setup& s, unsigned w, int cap, int k) {
+    if (w == 0 || !s.dirty[k] || s.field[k] < w || s.field[k] >= w + 16) return false;
+    int before = 0;
+    for (int j = s.first_bound; j < k; ++j)
+      if (s.dirty[j] && s.field[j] >= w && s.field[j] < w + 16) ++before;
+    return before < cap;
+  }
+  /// Moves to the vector window w (0: none): from now on the dirty boundaries wants_direct picks count
+  /// directly, the others through hist_dirty.
+  void set_window(const hist_setup& s, unsigned w, int cap = hist_max_bounds) {
+    if (w == w0 && cap == cap0) return;
     bool change = false;
     for (int k = s.first_bound; k < s.nbounds; ++k)
-      if (s.dirty[k] && (w != 0 && s.field[k] >= w && s.field[k] < w + 16) != direct[k]) change = true;
+      if (wants_direct(s, w, cap, k) != direct[k]) change = true;
     w0 = w;
+    cap0 = cap;
     if (!change) return;
     std::uint64_t up[hist_max_bounds];
     above_all(s, up);
     for (int k = s.first_bound; k < s.nbounds; ++k) {
-      if (!s.dirty[k]) continue;
-      const bool want = w != 0 && s.field[k] >= w && s.field[k] < w + 16;
+      const bool want = wants_direct(s, w, cap, k);
       if (want == direct[k]) continue;
       if (want) d[k] = up[k] + e[k];
       else e[k] = d[k] - up[k];

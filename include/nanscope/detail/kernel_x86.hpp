@@ -39,6 +39,13 @@ struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
 
+/// The f32-compute kernel's optional histogram hook (hist_fused_x86.hpp): the default does nothing. With a
+/// hook G, the optimistic blocks (counts and stats levels) hand each full vector's raw bits to a local G's
+/// step<A>() and call its end_block() after each 256-element block; the local G is stored back at the end.
+struct kernel_no_hist {
+  static constexpr bool enabled = false;
+};
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -292,9 +299,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i sma
 }
 
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
-template <level L, class Load, class H = kernel_no_hash>
+template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_hist>
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                           chunk_out& o, H* h = nullptr) {
+                                                           chunk_out& o, H* h = nullptr, G* g = nullptr) {
+  static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
   constexpr std::size_t es = sizeof(typename Load::src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
@@ -323,6 +331,8 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
   constexpr std::size_t block = 256;  // f32 partial sums are flushed to double every block (8 values per lane and set)
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  [[maybe_unused]] G gs;
+  if constexpr (G::enabled) gs = *g;
   const __m512i hi = _mm512_add_epi32(lo, span);
   // 16-bit sources: the optimistic block's checks and extrema on the raw patterns, 32 lanes per vector. For a
   // lane pattern r (sign-magnitude), as signed 16-bit integers positives sort above negatives and the most
@@ -345,6 +355,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
       for (std::size_t j = 0; j < block; j += 32) {
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
         const __m512i r = _mm512_loadu_si512(p + (i + j) * es);
+        if constexpr (G::enabled) gs.template step<0>(r);
         neg16 = _mm512_add_epi16(neg16, _mm512_srli_epi16(r, 15));
         if constexpr (L == level::counts) {
           const __m512i a = _mm512_and_si512(r, m16);
@@ -381,6 +392,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         umin16 = un0;
         exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
+      if constexpr (G::enabled) gs.end_block(p + i * es);
     } else if constexpr (L >= level::counts) {
       // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
       // of |x| bits check that at the end. If any lane was not tame, the block's contributions are undone
@@ -398,6 +410,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         if constexpr (H::enabled) {  // hashes elements [0, n / 256 * 256)
           hs.step(x0);
           hs.step(x1);
+        }
+        if constexpr (G::enabled) {
+          gs.template step<0>(_mm512_castps_si512(x0));
+          gs.template step<1>(_mm512_castps_si512(x1));
         }
         const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(x0), absm);
         const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(x1), absm);
@@ -418,6 +434,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         s.vmax[1] = max1;
         exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
+      if constexpr (G::enabled) gs.end_block(p + i * es);
     } else {
       for (std::size_t j = 0; j < block; j += 32) {
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
@@ -436,6 +453,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
     flush512_f32<L>(s);
   }
   if constexpr (H::enabled) *h = hs;
+  if constexpr (G::enabled) *g = gs;
   for (; i + 16 <= n; i += 16) group512_f32<L, 0>(s, Load::load(p + i * es), i, kp, lo, span, absm, k32, k64);
   if (i < n) {
     const __mmask16 valid = static_cast<__mmask16>((1u << (n - i)) - 1u);
