@@ -181,7 +181,7 @@ struct hist_hook512 {
     }
     for (auto& b : c.byt) b = _mm512_setzero_si512();
     for (int j = 0; j < max_direct; ++j) {
-      const std::uint64_t b = j < nd ? s.b[c.dk[j]] : 0;  // unused when j >= nd
+      const std::uint64_t b = j < nd ? s.b[c.dk[j]] : ~std::uint64_t{0};  // unused: all ones, never reached
       bv[j] = ES == 4 ? _mm512_set1_epi32(static_cast<int>(b)) : _mm512_set1_epi16(static_cast<short>(b));
       dv[j] = _mm512_setzero_si512();
     }
@@ -198,12 +198,11 @@ struct hist_hook512 {
       const __m512i t = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(r, 21), _mm512_set1_epi32(0x3FC)), w4);
       nib[2 * A] = _mm512_add_epi32(nib[2 * A], _mm512_sllv_epi32(one, t));
       nib[2 * A + 1] = _mm512_add_epi32(nib[2 * A + 1], _mm512_sllv_epi32(one, _mm512_sub_epi32(t, _mm512_set1_epi32(32))));
-      if (nd > 0) {
-        const __m512i a = _mm512_and_si512(r, _mm512_set1_epi32(0x7FFFFFFF));
-        const __m512i m1 = _mm512_set1_epi32(-1);
-        dv[0] = _mm512_mask_sub_epi32(dv[0], _mm512_cmpge_epu32_mask(a, bv[0]), dv[0], m1);
-        if (nd > 1) dv[1] = _mm512_mask_sub_epi32(dv[1], _mm512_cmpge_epu32_mask(a, bv[1]), dv[1], m1);
-      }
+      // direct boundaries, branch-free: an unused one is all ones, which no |x| pattern reaches
+      const __m512i a = _mm512_and_si512(r, _mm512_set1_epi32(0x7FFFFFFF));
+      const __m512i m1 = _mm512_set1_epi32(-1);
+      dv[0] = _mm512_mask_sub_epi32(dv[0], _mm512_cmpge_epu32_mask(a, bv[0]), dv[0], m1);
+      dv[1] = _mm512_mask_sub_epi32(dv[1], _mm512_cmpge_epu32_mask(a, bv[1]), dv[1], m1);
     } else {
       const __m512i one = _mm512_set1_epi16(1), sixteen = _mm512_set1_epi16(16);
       const __m512i t0 = _mm512_sub_epi16(
@@ -213,12 +212,10 @@ struct hist_hook512 {
       nib[1] = _mm512_add_epi16(nib[1], _mm512_sllv_epi16(one, t1));
       nib[2] = _mm512_add_epi16(nib[2], _mm512_sllv_epi16(one, t2));
       nib[3] = _mm512_add_epi16(nib[3], _mm512_sllv_epi16(one, t3));
-      if (nd > 0) {
-        const __m512i a = _mm512_and_si512(r, _mm512_set1_epi16(0x7FFF));
-        const __m512i m1 = _mm512_set1_epi16(-1);
-        dv[0] = _mm512_mask_sub_epi16(dv[0], _mm512_cmpge_epu16_mask(a, bv[0]), dv[0], m1);
-        if (nd > 1) dv[1] = _mm512_mask_sub_epi16(dv[1], _mm512_cmpge_epu16_mask(a, bv[1]), dv[1], m1);
-      }
+      const __m512i a = _mm512_and_si512(r, _mm512_set1_epi16(0x7FFF));
+      const __m512i m1 = _mm512_set1_epi16(-1);
+      dv[0] = _mm512_mask_sub_epi16(dv[0], _mm512_cmpge_epu16_mask(a, bv[0]), dv[0], m1);
+      dv[1] = _mm512_mask_sub_epi16(dv[1], _mm512_cmpge_epu16_mask(a, bv[1]), dv[1], m1);
     }
   }
 
