@@ -353,6 +353,14 @@ def group_ratios():
     noidx = write("noindex.json", run_doc(rng, runs[0], interleaved=False, with_index=False))
     rc, out, err = run(sys.executable, RATIOS, noidx)
     expect("cannot tell" in err and noidx in err, f"ratios.py: no family_index: 'cannot tell' warning ({err!r})")
+    # an upper-bound target ("<=", as forward_checked <= 1.05x forward_plain would be) is judged on the largest run
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.dirname(RATIOS))
+    import ratios  # noqa: E402  (bench/ratios.py)
+    expect_eq(ratios.worst_meets([1.01, 1.06, 1.04], ("<=", 1.05)), (1.06, False), "worst_meets, <=, a run above")
+    expect_eq(ratios.worst_meets([1.01, 1.04, 1.03], ("<=", 1.05)), (1.04, True), "worst_meets, <=, all below")
+    expect_eq(ratios.worst_meets([0.80, 0.74, 0.79], 0.75), (0.74, False), "worst_meets, >=, a run below")
+    expect_eq(ratios.target_text(("<=", 1.05)), "<= 1.05", "target_text of an upper bound")
     two = gbench_doc([(f"health/f32/{N}/real_time", 1, runs[0][("health", "f32")]),
                       (f"health_hash/f32/{N}/real_time", 1, runs[0][("read_anchor", "f32")])], [0, 1])
     rc, out, err = run(sys.executable, RATIOS, write("two.json", two))
