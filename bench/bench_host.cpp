@@ -13,7 +13,9 @@
 //   torch_multiop    what a user writes with ATen over at::from_blob of the buffer (built with LibTorch)
 //
 // Every row reports bytes/s (the tensor's bytes per pass, whatever the row reads internally) and items/s.
-// bench/ratios.py turns the JSON output into the target ratios; docs/benchmarks.md has the numbers.
+// bench/ratios.py turns the JSON output of one or more runs into the target ratios (median and range across runs,
+// PASS/FAIL on the worst run); bench/run_ratios.sh runs this benchmark 3 times with random interleaving and calls
+// it; docs/benchmarks.md has the numbers.
 //
 // Build with the project's default flags (-O2/-O3, no -march=native): nanscope and the anchor pick their
 // instruction set at run time, and the comparison rows get what a baseline x86-64 build gives a user.

@@ -38,8 +38,13 @@
 //   batched/1000x65536   >= 10x per_tensor/1000x65536        (i.e. at most a tenth of its time)
 //   forward_checked      <= 1.05x forward_plain              (time per iteration)
 //
-// Run:
-//   build/<preset>/bench/nanscope_bench_cuda --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// Run (three separate processes, each with the repetitions of all rows shuffled; report every ratio as the
+// median and range across the runs, the target held to the worst run, as bench/ratios.py does for the host rows):
+//   for r in 1 2 3; do
+//     build/<preset>/bench/nanscope_bench_cuda --benchmark_enable_random_interleaving=true
+//         --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//         --benchmark_out=cuda$r.json --benchmark_out_format=json
+//   done
 // Without a CUDA device the program prints "nanscope_bench_cuda: skipped: ..." and exits with 0. Each row runs
 // for Google Benchmark's default minimum time (0.5 s of GPU time here; --benchmark_min_time changes it). No
 // per-row MinTime() on purpose: it would add "/min_time:..." to every row name.

@@ -1,23 +1,44 @@
 #!/usr/bin/env python3
-"""Target ratios of nanscope's host benchmarks, from Google Benchmark JSON output.
+"""Target ratios of nanscope's host benchmarks, from Google Benchmark JSON output: one file per run.
 
-    ./nanscope_bench_host --benchmark_repetitions=5 --benchmark_min_time=0.2 \
-        --benchmark_out=bench.json --benchmark_out_format=json
-    python3 bench/ratios.py bench.json                 # ratio table with PASS/FAIL, at 67108864 elements
-    python3 bench/ratios.py bench.json --table         # also the per-row medians
-    python3 bench/ratios.py bench.json --markdown      # the same as Markdown tables (docs/benchmarks.md)
+    bash bench/run_ratios.sh                           # 3 interleaved runs of build/release/bench/nanscope_bench_host,
+                                                       # then this script on the three JSON files
+    # or by hand: one process per run, each with random interleaving
+    for r in 1 2 3; do
+        build/release/bench/nanscope_bench_host --benchmark_enable_random_interleaving=true \
+            --benchmark_repetitions=5 --benchmark_min_time=0.2 \
+            --benchmark_out=run$r.json --benchmark_out_format=json
+    done
+    python3 bench/ratios.py run1.json run2.json run3.json              # ratio table with PASS/FAIL, 67108864 elements
+    python3 bench/ratios.py run1.json run2.json run3.json --table      # also the per-row medians
+    python3 bench/ratios.py run1.json run2.json run3.json --markdown   # as Markdown tables (docs/benchmarks.md)
 
-Every statistic is the median across repetitions (of the per-repetition entries when present, else of
-Google Benchmark's own "median" aggregate). A ratio is the ratio of the two rows' median items/s, i.e.
-"how many times faster the first row is"; for rows of the same dtype it equals the bytes/s ratio.
+Each JSON file is one run (one benchmark process). Within a run every statistic is the median across
+repetitions (of the per-repetition entries when present, else of Google Benchmark's own "median" aggregate),
+and a ratio is the ratio of the two rows' median items/s, i.e. "how many times faster the first row is"; for
+rows of the same dtype it equals the bytes/s ratio. Across runs the tables give the median of the runs' ratios,
+their range (min-max) and the number of runs. PASS/FAIL is judged on the WORST run: the smallest run's ratio
+for a ">=" target (an upper-bound "<=" target would use the largest). With one file the range is that run's
+single value. The row table (--table) pools the repetitions of all runs.
 Two more columns help on a shared machine, where other processes only ever make a row slower: "best reps"
 is the ratio of each row's fastest repetition, and "CPU time" the ratio of median CPU times where both rows
-are single-threaded (CPU time excludes preemption; memory contention from other processes still counts).
-PASS/FAIL always uses the ratio of medians of wall-clock items/s. Standard library only.
+are single-threaded (CPU time excludes preemption; memory contention from other processes still counts);
+both are medians across runs. PASS/FAIL always uses wall-clock items/s.
+
+Interleaving check (a warning on stderr, never a failure): Google Benchmark does not record
+--benchmark_enable_random_interleaving in its JSON, and it writes each row's repetitions and aggregates together
+once the row's last repetition has run, interleaved or not. Without interleaving the rows therefore come out in
+registration order, i.e. (family_index, per_family_instance_index) ascending; with it, in the order their last
+repetitions happened to finish. A file whose rows are in ascending order is reported as "not interleaved" (a
+shuffled run of k rows gives that order by chance with probability 1/k!, which the warning states when k < 5);
+a file whose repetitions of one row are not contiguous counts as interleaved; a file without family_index
+(Google Benchmark before 1.6) gets a "cannot tell" warning. With fewer than 3 runs a note on stderr says so.
+Standard library only.
 """
 
 import argparse
 import json
+import math
 import statistics
 import sys
 
@@ -105,42 +126,107 @@ class Row:
         return (max(self.items) - min(self.items)) / m if m else None
 
 
+def read_doc(path):
+    if path == "-":
+        return json.load(sys.stdin)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def add_entries(rows, doc):
+    """Adds the entries of one Google Benchmark JSON document to rows ({(family, dtype, n): Row})."""
+    for b in doc.get("benchmarks", []):
+        if b.get("error_occurred"):
+            continue
+        key = row_key(b.get("run_name", b.get("name", "")))
+        if key is None:
+            continue
+        row = rows.setdefault(key, Row())
+        scale = TIME_TO_NS.get(b.get("time_unit", "ns"), 1.0)
+        if row.threads is None and "nthreads" in b:
+            row.threads = b["nthreads"]  # threads the row ran on (a counter of bench_host.cpp)
+        if b.get("run_type", "iteration") == "aggregate":
+            if b.get("aggregate_name") == "median" and not row.agg:
+                row.agg = {
+                    "real_ns": b.get("real_time", 0.0) * scale,
+                    "cpu_ns": b.get("cpu_time", 0.0) * scale,
+                    "items": b.get("items_per_second"),
+                    "bytes": b.get("bytes_per_second"),
+                }
+            continue
+        row.real_ns.append(b.get("real_time", 0.0) * scale)
+        row.cpu_ns.append(b.get("cpu_time", 0.0) * scale)
+        if b.get("items_per_second") is not None:
+            row.items.append(b["items_per_second"])
+        if b.get("bytes_per_second") is not None:
+            row.bytes.append(b["bytes_per_second"])
+
+
 def load(paths):
-    rows = {}
-    context = {}
+    """One run per path: [(path, rows, context, doc)]."""
+    runs = []
     for path in paths:
-        if path == "-":
-            doc = json.load(sys.stdin)
-        else:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        context.update(doc.get("context", {}))
-        for b in doc.get("benchmarks", []):
-            if b.get("error_occurred"):
-                continue
-            key = row_key(b.get("run_name", b.get("name", "")))
-            if key is None:
-                continue
+        doc = read_doc(path)
+        rows = {}
+        add_entries(rows, doc)
+        runs.append((path, rows, doc.get("context", {}), doc))
+    return runs
+
+
+def pooled(runs):
+    """Every run's repetitions in one set of rows (the row table)."""
+    rows = {}
+    for _, run_rows, _, _ in runs:
+        for key, r in run_rows.items():
             row = rows.setdefault(key, Row())
-            scale = TIME_TO_NS.get(b.get("time_unit", "ns"), 1.0)
-            if row.threads is None and "nthreads" in b:
-                row.threads = b["nthreads"]  # threads the row ran on (a counter of bench_host.cpp)
-            if b.get("run_type", "iteration") == "aggregate":
-                if b.get("aggregate_name") == "median":
-                    row.agg = {
-                        "real_ns": b.get("real_time", 0.0) * scale,
-                        "cpu_ns": b.get("cpu_time", 0.0) * scale,
-                        "items": b.get("items_per_second"),
-                        "bytes": b.get("bytes_per_second"),
-                    }
-                continue
-            row.real_ns.append(b.get("real_time", 0.0) * scale)
-            row.cpu_ns.append(b.get("cpu_time", 0.0) * scale)
-            if b.get("items_per_second") is not None:
-                row.items.append(b["items_per_second"])
-            if b.get("bytes_per_second") is not None:
-                row.bytes.append(b["bytes_per_second"])
-    return rows, context
+            row.real_ns += r.real_ns
+            row.cpu_ns += r.cpu_ns
+            row.items += r.items
+            row.bytes += r.bytes
+            if row.threads is None:
+                row.threads = r.threads
+            if not row.agg:
+                row.agg = dict(r.agg)
+    return rows
+
+
+def interleaving(doc):
+    """('interleaved' | 'sequential' | 'unknown', detail) for one Google Benchmark JSON document.
+
+    Google Benchmark records no interleaving flag, and writes all of a row's entries at once when the row's last
+    repetition is done. Without --benchmark_enable_random_interleaving the rows come out in registration order,
+    (family_index, per_family_instance_index) ascending; with it, in the random order their last repetitions
+    finished. Entries of one row that are not contiguous (a writer reporting each repetition at once) also
+    mean interleaving."""
+    order = []      # distinct rows in order of first appearance
+    position = {}   # row -> its index in order
+    index_of = {}   # row -> (family_index, per_family_instance_index)
+    split = False
+    previous = None
+    for b in doc.get("benchmarks", []):
+        name = b.get("run_name", b.get("name", ""))
+        if name not in position:
+            position[name] = len(order)
+            order.append(name)
+            if "family_index" in b:
+                index_of[name] = (b["family_index"], b.get("per_family_instance_index", 0))
+        elif previous != name:
+            split = True  # back to a row after another one
+        previous = name
+    if split:
+        return "interleaved", "the repetitions of a row are not contiguous"
+    k = len(order)
+    if k < 2:
+        return "unknown", f"{k} row(s): nothing to interleave"
+    if len(index_of) < k:
+        return "unknown", "no family_index in the entries (Google Benchmark before 1.6): cannot tell"
+    keys = [index_of[name] for name in order]
+    if all(keys[i] < keys[i + 1] for i in range(k - 1)):
+        detail = f"its {k} rows are in registration order"
+        if k < 5:
+            detail += f" (a shuffled run of {k} rows gives that order by chance 1 time in {math.factorial(k)})"
+        return "sequential", detail
+    return "interleaved", f"its {k} rows are out of registration order"
 
 
 def ratio(rows, num, den, n, cpu=False, best=False):
@@ -215,77 +301,137 @@ def row_table(rows, sizes):
     return ["row", "median time", "GB/s", "Gitems/s", "threads", "reps", "spread", "note"], table
 
 
-def ratio_table(rows, n, specs, with_status):
+def target_text(target):
+    """'>= 0.9' for a minimum (a number), '<= 1.05' for an upper bound (('<=', 1.05))."""
+    if target is None:
+        return "-"
+    if isinstance(target, tuple):
+        return f"{target[0]} {target[1]:g}"
+    return f">= {target:g}"
+
+
+def worst_meets(values, target):
+    """(worst run's ratio, whether it meets target): the smallest ratio against a minimum, the largest against
+    an upper bound."""
+    if isinstance(target, tuple):
+        op, bound = target
+        if op != "<=":
+            raise ValueError(f"unknown target operator {op!r}")
+        worst = max(values)
+        return worst, worst <= bound
+    worst = min(values)
+    return worst, worst >= target
+
+
+def fmt_range(values, markdown):
+    if not values:
+        return "-"
+    dash = "\u2013" if markdown else "-"
+    return f"{min(values):.3f}{dash}{max(values):.3f}"
+
+
+def ratio_table(runs, n, specs, with_status, markdown=False):
+    """One line per ratio: the median of the runs' ratios, their range, the number of runs that have both rows,
+    then target and status (judged on the worst run; MISSING when any run lacks one of the rows), and the
+    medians across runs of the best-reps and CPU-time ratios."""
     table = []
     failed = []
     for label, num, den, target in specs:
-        r = ratio(rows, num, den, n)
+        values = [v for v in (ratio(r, num, den, n) for _, r, _, _ in runs) if v is not None]
         if target is None:
             status = "info"
-        elif r is None:
-            status = "MISSING"
+        elif len(values) < len(runs):
+            status = "MISSING"  # a run without both rows: its worst run is unknown
         else:
-            status = "PASS" if r >= target else "FAIL"
+            _, ok = worst_meets(values, target)
+            status = "PASS" if ok else "FAIL"
         if status in ("FAIL", "MISSING"):
             failed.append(label)
-        rc = ratio(rows, num, den, n, cpu=True)
-        rb = ratio(rows, num, den, n, best=True)
-        cols = [label, f"{r:.3f}" if r is not None else "-"]
+        rc = [v for v in (ratio(r, num, den, n, cpu=True) for _, r, _, _ in runs) if v is not None]
+        rb = [v for v in (ratio(r, num, den, n, best=True) for _, r, _, _ in runs) if v is not None]
+        runs_text = str(len(values)) if len(values) == len(runs) else f"{len(values)}/{len(runs)}"
+        cols = [label, f"{statistics.median(values):.3f}" if values else "-", fmt_range(values, markdown),
+                runs_text]
         if with_status:
-            cols += [f">= {target:g}" if target is not None else "-", status]
-        cols.append(f"{rb:.3f}" if rb is not None else "-")
-        cols.append(f"{rc:.3f}" if rc is not None else "-")
+            cols += [target_text(target), status]
+        cols.append(f"{statistics.median(rb):.3f}" if rb else "-")
+        cols.append(f"{statistics.median(rc):.3f}" if rc else "-")
         table.append(cols)
-    headers = (["ratio", "median"] + (["target", "status"] if with_status else []) +
+    headers = (["ratio", "median", "range", "runs"] + (["target", "status"] if with_status else []) +
                ["best reps", "CPU time"])
     return headers, table, failed
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", nargs="+", help="Google Benchmark JSON file(s) ('-' for stdin)")
+    ap.add_argument("json", nargs="+", help="Google Benchmark JSON file(s), one per run ('-' for stdin)")
     ap.add_argument("--elements", type=int, action="append",
                     help="element count the ratios are taken at (repeatable; default 67108864)")
-    ap.add_argument("--table", action="store_true", help="also print the per-row medians")
+    ap.add_argument("--table", action="store_true", help="also print the per-row medians (all runs pooled)")
     ap.add_argument("--all-sizes", action="store_true", help="row table for every size, not only --elements")
     ap.add_argument("--info", action="store_true", help="also print informational ratios (other dtypes)")
     ap.add_argument("--markdown", action="store_true", help="Markdown tables")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target fails or a row is missing")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 when a target fails (in its worst run) or a row is missing")
     args = ap.parse_args(argv)
 
-    rows, context = load(args.json)
+    runs = load(args.json)
+    for path, run_rows, _, doc in runs:
+        state, detail = interleaving(doc)
+        if state == "sequential":
+            print(f"ratios.py: warning: {path}: not run with --benchmark_enable_random_interleaving=true? {detail}",
+                  file=sys.stderr)
+        elif state == "unknown" and len(run_rows) > 1:
+            print(f"ratios.py: warning: {path}: cannot tell whether it was interleaved: {detail}", file=sys.stderr)
+    rows = pooled(runs)
     if not rows:
         print("no benchmark rows named family/dtype/elements in the input", file=sys.stderr)
         return 2
+    if len(runs) < 3:
+        print(f"ratios.py: note: {len(runs)} run(s); report ratios over at least 3 separate interleaved runs "
+              "(bench/run_ratios.sh)", file=sys.stderr)
     sizes = args.elements or [67108864]
 
     keys = ("host_name", "date", "num_cpus", "mhz_per_cpu", "library_build_type", "nanscope_detected_isa",
             "nanscope_isa", "nanscope_default_threads", "nanscope_parallel_threshold", "read_anchor_isa", "eigen", "torch")
+    context = runs[0][2]
     ctx = [f"{k}={context[k]}" for k in keys if k in context]
     if ctx:
         print(("_" if args.markdown else "") + "context: " + ", ".join(ctx) + ("_" if args.markdown else ""))
+        print()
+    if len(runs) > 1:
+        lines = []
+        for i, (path, _, c, _) in enumerate(runs, 1):
+            extra = "".join(f", {k}={c[k]}" for k in ("date", "load_avg") if k in c)
+            lines.append(f"run {i}: {path}{extra}")
+        if args.markdown:
+            print("_" + "; ".join(lines) + "_")
+        else:
+            print("\n".join(lines))
         print()
 
     if args.table:
         headers, table = row_table(rows, None if args.all_sizes else set(sizes))
         if args.markdown:
-            print("Medians across repetitions. GB/s = 1e9 bytes of the tensor per second; spread = "
+            print("Medians across repetitions" + (f" (the {len(runs)} runs pooled)" if len(runs) > 1 else "") +
+                  ". GB/s = 1e9 bytes of the tensor per second; spread = "
                   "(max - min) / median of items/s across repetitions.\n")
         print_table(headers, table, args.markdown)
         print()
 
     any_failed = False
     for n in sizes:
-        title = f"Ratios at {n} elements (median items/s of the first row / the second)"
+        title = (f"Ratios at {n} elements over {len(runs)} run(s): per run, median items/s of the first row / the "
+                 "second; median and range (min-max) across runs; PASS/FAIL on the worst run")
         print(f"**{title}**\n" if args.markdown else title)
-        headers, table, failed = ratio_table(rows, n, TARGETS, True)
+        headers, table, failed = ratio_table(runs, n, TARGETS, True, args.markdown)
         print_table(headers, table, args.markdown)
         if failed:
             any_failed = True
             print(("\n" if args.markdown else "") + "not met: " + "; ".join(failed))
         if args.info:
             print()
-            headers, table, _ = ratio_table(rows, n, INFO, False)
+            headers, table, _ = ratio_table(runs, n, INFO, False, args.markdown)
             print_table(headers, table, args.markdown)
         print()
     return 1 if (args.strict and any_failed) else 0
