@@ -27,19 +27,23 @@ namespace detail {
 #endif
 
 // How the bins ride in avx512_f32_kernel (its hook G): every full vector of raw bits the kernel loads goes to
-// step(), which adds a one in the nibble of its exponent field's window bin: the shift count 4 * (field - w0)
-// puts 1 << count into one of four nibble registers (16 window bins; a count past the register's width, or
-// a field below w0, which wraps, shifts the one out: nothing is added). A nibble takes at most 8 ones per
-// 256-element block, so at every block's end (end_block) the nibbles are split into even and odd bytes and
-// added to byte counters (at most 16 a block, 15 blocks per flush), which go to the segment's bins.
-//   f32:         32-bit lanes, 8 nibbles each: registers (set A, window half) for A = the kernel's
-//                accumulator set (each gets 8 of a block's 16 vectors).
-//   f16 / bf16:  16-bit lanes on the raw patterns, 4 nibbles each: registers = window quarters.
-// Fields outside the window (zeros, subnormals, inf, NaN, data spread wider than 16 binades) add nothing: the
-// block's nibble total then falls short of 256 and the block is scanned again from L1, counting those
-// elements one by one. The margins' dirty boundaries in the window (histogram_kernel.hpp) are compared on
-// every vector, the first two (direct); any more are "lazy": a block whose nibbles show an element in such a
-// field is scanned for it. So the counts are exactly the scalar loop's, for any data.
+// step(), which adds a one in a nibble of one of four registers; the chunk's window is 16 consecutive
+// exponent fields [w0, w0 + 16), and each window field has its own nibble ("slot"). A nibble takes at most 8
+// ones per 256-element block, so at every block's end (end_block) the nibbles are split into even and odd
+// bytes and added to byte counters (at most 16 a block, 15 blocks per flush), which go to the segment's bins.
+//   f32:         32-bit lanes, 8 nibbles each. The slot is field mod 16: 1 rotated left by 4 * field (mod 32)
+//                lands in nibble field mod 8 of register "all", and also of register "odd" when bit 3 of the
+//                field is set; one pair per kernel accumulator set A (8 of a block's 16 vectors each). Every
+//                element adds one somewhere; the kernel's block min and max of |x| tell whether all of them
+//                were in the window.
+//   f16 / bf16:  16-bit lanes on the raw patterns, 4 nibbles each: registers = window quarters, slot =
+//                field - w0; 1 << 4 * slot shifts out of a register (nothing added) when the field is outside
+//                the quarter, so the block's nibble total falls short when some field was outside the window.
+// A block with a field outside the window (zeros, subnormals, inf, NaN, data spread wider than 16 binades) is
+// scanned again from L1, and those elements are counted one by one (f32: and taken back from the slot they
+// aliased). The margins' dirty boundaries in the window (histogram_kernel.hpp) are compared on every vector,
+// the first two (direct); any more are "lazy": a block whose nibbles show an element in such a field is
+// scanned for it. So the counts are exactly the scalar loop's, for any data.
 /// The hook's state that is touched once a block or less (memory), apart from the per-vector registers.
 struct hist_cold512 {
   const hist_setup* s = nullptr;
@@ -49,14 +53,22 @@ struct hist_cold512 {
   int nd = 0;                   // direct boundaries: dk[0..nd)
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in byt since the last flush
-  __m512i byt[8];               // byt[2q] even nibbles of register q's bins, byt[2q + 1] the odd ones, as bytes
-  std::uint64_t qacc[16];       // window bins flushed from byt
+  __m512i byt[8];               // byt[2q] even nibbles of register q's slots, byt[2q + 1] the odd ones, as bytes
+  std::uint64_t qacc[16];       // slots flushed from byt
+  std::int64_t corr[16];        // f32: elements outside the window taken back from the slot they aliased
 };
 
-/// Window bin of nibble `nibble` in nibble register q.
+/// Slot (nibble counter) of window field w0 + j.
+template <unsigned ES>
+inline unsigned hist_slot(unsigned w0, unsigned j) {
+  if constexpr (ES == 4) return (w0 + j) & 15u;
+  else return j;
+}
+
+/// Slot of nibble `nibble` in (split) nibble register q.
 template <unsigned ES>
 inline unsigned hist_bin_of(unsigned q, unsigned nibble) {
-  if constexpr (ES == 4) return (q & 1u) * 8u + nibble;  // q = set * 2 + half
+  if constexpr (ES == 4) return (q & 1u) * 8u + nibble;  // q = set * 2 + half: half 0 slots 0-7, half 1 8-15
   else return q * 4u + nibble;
 }
 
@@ -80,7 +92,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_flush_bytes512(hist_cold512& c) {
 /// Scans a block again from L1: counts its zeros in bulk, and one by one the elements the nibbles did not bin
 /// (fields outside the window) and those in a lazy boundary's field.
 template <unsigned ES, unsigned Shift>
-NANSCOPE_IMPL_TARGET_AVX512 inline void hist_scan512(const hist_cold512& cs, const unsigned char* p) {
+NANSCOPE_IMPL_TARGET_AVX512 inline void hist_scan512(hist_cold512& cs, const unsigned char* p) {
   using U = std::conditional_t<ES == 4, std::uint32_t, std::uint16_t>;
   const hist_setup& s = *cs.s;
   hist_local& h = *cs.h;
@@ -93,7 +105,9 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_scan512(const hist_cold512& cs, con
       const __m512i a = _mm512_and_si512(r, _mm512_set1_epi32(0x7FFFFFFF));
       const __m512i j = _mm512_sub_epi32(_mm512_srli_epi32(a, Shift), _mm512_set1_epi32(static_cast<int>(w0)));
       const __mmask16 nz = _mm512_test_epi32_mask(a, a);
-      c[0] += static_cast<std::uint32_t>(16 - __builtin_popcount(nz));
+      const int zeros = 16 - __builtin_popcount(nz);
+      c[0] += static_cast<std::uint32_t>(zeros);
+      cs.corr[0] -= zeros;  // field 0 went to slot 0
       const __mmask16 out = _mm512_cmpge_epu32_mask(j, _mm512_set1_epi32(16));
       const __mmask16 lzm = _mm512_test_epi32_mask(_mm512_sllv_epi32(_mm512_set1_epi32(1), j),
                                                    _mm512_set1_epi32(static_cast<int>(cs.lazy_bits)));
@@ -115,7 +129,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_scan512(const hist_cold512& cs, con
       std::memcpy(&x, p + v + l * ES, ES);
       const U a = static_cast<U>(x & static_cast<U>(s.abs_mask));
       const unsigned f = static_cast<unsigned>(a >> Shift);
-      if (f < w0 || f >= w0 + 16) ++c[f * hist_copies];
+      if (f < w0 || f >= w0 + 16) {
+        ++c[f * hist_copies];
+        if constexpr (ES == 4) --cs.corr[f & 15u];
+      }
       hist_dirty(s, h, a, f);
     }
   }
@@ -132,8 +149,9 @@ struct hist_hook512 {
   hist_cold512* cold = nullptr;
   int nd = 0;
   bool any_lazy = false;
-  __m512i w4;   // 4 * w0 in every lane
-  __m512i nib[4];
+  __m512i w4;   // 16-bit: 4 * w0 in every lane; f32: w0 << 23, the window's lowest |x| bits
+  __m512i wtop;  // f32: the window's highest |x| bits, ((w0 + 16) << 23) - 1
+  __m512i nib[4];  // f32: (all, odd) of set 0, then of set 1; 16-bit: window quarters
   __m512i lz[4];  // per nibble register: 0xF in the nibbles of lazy bins
   __m512i bv[max_direct], dv[max_direct];  // direct boundaries (|x| bits) and their per-lane counts
 
@@ -173,8 +191,11 @@ struct hist_hook512 {
     for (unsigned q = 0; q < 4; ++q) {
       alignas(64) U m[64 / ES];
       U v = 0;
-      for (unsigned nb = 0; nb < ES * 2; ++nb)
-        if ((c.lazy_bits >> hist_bin_of<ES>(q, nb) & 1u) != 0) v = static_cast<U>(v | (U{0xF} << (4 * nb)));
+      for (unsigned nb = 0; nb < ES * 2; ++nb) {
+        const unsigned sl = hist_bin_of<ES>(q, nb);
+        const unsigned j = ES == 4 ? (sl - w) & 15u : sl;  // window field w + j has slot sl
+        if ((c.lazy_bits >> j & 1u) != 0) v = static_cast<U>(v | (U{0xF} << (4 * nb)));
+      }
       for (auto& e : m) e = v;
       lz[q] = _mm512_load_si512(m);
       nib[q] = _mm512_setzero_si512();
@@ -186,18 +207,21 @@ struct hist_hook512 {
       dv[j] = _mm512_setzero_si512();
     }
     for (auto& a : c.qacc) a = 0;
+    for (auto& a : c.corr) a = 0;
     c.blocks = 0;
-    w4 = ES == 4 ? _mm512_set1_epi32(static_cast<int>(4 * w)) : _mm512_set1_epi16(static_cast<short>(4 * w));
+    w4 = ES == 4 ? _mm512_set1_epi32(static_cast<int>(w << 23)) : _mm512_set1_epi16(static_cast<short>(4 * w));
+    wtop = _mm512_set1_epi32(static_cast<int>(((w + 16) << 23) - 1));
   }
 
   /// One full vector of raw bits; A: the kernel's accumulator set (f32).
   template <int A>
   NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) void step(__m512i r) {
     if constexpr (ES == 4) {
-      const __m512i one = _mm512_set1_epi32(1);
-      const __m512i t = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(r, 21), _mm512_set1_epi32(0x3FC)), w4);
-      nib[2 * A] = _mm512_add_epi32(nib[2 * A], _mm512_sllv_epi32(one, t));
-      nib[2 * A + 1] = _mm512_add_epi32(nib[2 * A + 1], _mm512_sllv_epi32(one, _mm512_sub_epi32(t, _mm512_set1_epi32(32))));
+      // t = 4 * field; the rotate uses t mod 32 = 4 * (field mod 8); bit 5 of t is bit 3 of the field
+      const __m512i t = _mm512_and_si512(_mm512_srli_epi32(r, 21), _mm512_set1_epi32(0x3FC));
+      const __m512i v = _mm512_rolv_epi32(_mm512_set1_epi32(1), t);
+      nib[2 * A] = _mm512_add_epi32(nib[2 * A], v);
+      nib[2 * A + 1] = _mm512_mask_add_epi32(nib[2 * A + 1], _mm512_test_epi32_mask(t, _mm512_set1_epi32(32)), nib[2 * A + 1], v);
       // direct boundaries, branch-free: an unused one is all ones, which no |x| pattern reaches
       const __m512i a = _mm512_and_si512(r, _mm512_set1_epi32(0x7FFFFFFF));
       const __m512i m1 = _mm512_set1_epi32(-1);
@@ -221,22 +245,28 @@ struct hist_hook512 {
 
   /// After the 256 elements at p went through step(): nibbles to bytes; the block is scanned again when
   /// some element lay outside the window or in a lazy bin.
-  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) void end_block(const unsigned char* p) {
+  /// bmin, bmax: the kernel's unsigned min and max of the block's |x| bits (f32).
+  NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) void end_block(const unsigned char* p, __m512i bmin,
+                                                                             __m512i bmax) {
     const __m512i m = _mm512_set1_epi8(0x0F);
     hist_cold512& c = *cold;
     __m512i tot = _mm512_setzero_si512();
     bool lazy = false;
+    bool outside;
     if constexpr (ES == 4) {
+      outside = (_mm512_cmplt_epu32_mask(bmin, w4) | _mm512_cmpgt_epu32_mask(bmax, wtop)) != 0;
+      const __m512i split[4] = {_mm512_sub_epi32(nib[0], nib[1]), nib[1], _mm512_sub_epi32(nib[2], nib[3]), nib[3]};
       for (int half = 0; half < 2; ++half) {
-        const __m512i a = nib[half], b = nib[2 + half];  // sets 0 and 1
+        const __m512i a = split[half], b = split[2 + half];  // sets 0 and 1
         const __m512i e = _mm512_add_epi8(_mm512_and_si512(a, m), _mm512_and_si512(b, m));
         const __m512i o = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi32(a, 4), m), _mm512_and_si512(_mm512_srli_epi32(b, 4), m));
         if (any_lazy) lazy |= _mm512_test_epi32_mask(_mm512_or_si512(a, b), lz[half]) != 0;
         c.byt[2 * half] = _mm512_add_epi8(c.byt[2 * half], e);
         c.byt[2 * half + 1] = _mm512_add_epi8(c.byt[2 * half + 1], o);
-        tot = _mm512_add_epi8(tot, _mm512_add_epi8(e, o));
       }
     } else {
+      (void)bmin;
+      (void)bmax;
       for (int q = 0; q < 4; ++q) {
         const __m512i e = _mm512_and_si512(nib[q], m);
         const __m512i o = _mm512_and_si512(_mm512_srli_epi16(nib[q], 4), m);
@@ -247,10 +277,11 @@ struct hist_hook512 {
       }
     }
     for (auto& x : nib) x = _mm512_setzero_si512();
-    // each 64-bit lane saw 32 elements of the block (f32: 2 lanes x 16 vectors; 16-bit: 4 lanes x 8 vectors)
-    const __mmask8 short_lanes =
-        _mm512_cmpneq_epu64_mask(_mm512_sad_epu8(tot, _mm512_setzero_si512()), _mm512_set1_epi64(32));
-    if (__builtin_expect(short_lanes != 0 || lazy, 0)) hist_scan512<ES, Shift>(c, p);
+    if constexpr (ES == 2) {
+      // each 64-bit lane saw 32 elements of the block (4 lanes x 8 vectors)
+      outside = _mm512_cmpneq_epu64_mask(_mm512_sad_epu8(tot, _mm512_setzero_si512()), _mm512_set1_epi64(32)) != 0;
+    }
+    if (__builtin_expect(outside || lazy, 0)) hist_scan512<ES, Shift>(c, p);
     if (++c.blocks == 15) hist_flush_bytes512<ES>(c);
   }
 
@@ -258,7 +289,10 @@ struct hist_hook512 {
   NANSCOPE_IMPL_TARGET_AVX512 void finish() {
     hist_cold512& c = *cold;
     if (c.blocks != 0) hist_flush_bytes512<ES>(c);
-    for (unsigned j = 0; j < 16; ++j) c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(c.qacc[j]);
+    for (unsigned j = 0; j < 16; ++j) {
+      const unsigned sl = hist_slot<ES>(c.w0, j);
+      c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(static_cast<std::int64_t>(c.qacc[sl]) + c.corr[sl]);
+    }
     for (int j = 0; j < nd; ++j) {
       const __m512i w = ES == 4 ? dv[j]
                                 : _mm512_add_epi32(_mm512_and_si512(dv[j], _mm512_set1_epi32(0xFFFF)),

@@ -392,7 +392,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         umin16 = un0;
         exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
-      if constexpr (G::enabled) gs.end_block(p + i * es);
+      if constexpr (G::enabled) gs.end_block(p + i * es, bmin, bmax);  // (not used by the 16-bit hook)
     } else if constexpr (L >= level::counts) {
       // Optimistic block: every lane is assumed tame, with no test per vector; the block's unsigned min and max
       // of |x| bits check that at the end. If any lane was not tame, the block's contributions are undone
@@ -434,7 +434,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::s
         s.vmax[1] = max1;
         exact_block512_f32<L, Load>(s, p, i, block, kp, lo, span, absm, k32, k64);
       }
-      if constexpr (G::enabled) gs.end_block(p + i * es);
+      if constexpr (G::enabled) gs.end_block(p + i * es, bmin, bmax);
     } else {
       for (std::size_t j = 0; j < block; j += 32) {
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
