@@ -2934,6 +2934,28 @@ inline void hist_dirty(const hist_setup& s, hist_local& h, std::uint64_t a, unsi
     if (s.dirty[k] && !h.direct[k] && s.field[k] == f && a >= s.b[k]) ++h.e[k];
 }
 
+/// The vector window [w0, w0 + 16) for a chunk of n elements of type U at p: the current one while five samples
+/// of the chunk stay inside it (and it was set with at most `cap` direct boundaries), else one that ends a
+/// little above the largest sampled field (data rarely spans more than 16 binades below its top), at most
+/// max_w0.
+template <class U, unsigned Shift>
+inline unsigned hist_pick_window(const hist_setup& s, const hist_local& h, const unsigned char* p, std::size_t n,
+                                 unsigned max_w0, int cap) {
+  unsigned top = 0;
+  bool inside = h.w0 != 0 && h.cap0 == cap;
+  for (std::size_t k = 0; k < 5; ++k) {
+    U x;
+    std::memcpy(&x, p + (n - 1) * k / 4 * sizeof(U), sizeof(U));
+    const unsigned f = static_cast<unsigned>((x & static_cast<U>(s.abs_mask)) >> Shift);
+    if (f + 1 < s.nbins && f > top) top = f;  // not inf / NaN
+    if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
+  }
+  if (inside) return h.w0;
+  unsigned w = top + 2 > 15 ? top + 2 - 15 : 1;
+  if (w > max_w0) w = max_w0;
+  return w < 1 ? 1 : w;
+}
+
 /// Scalar bins and boundary counts of n raw elements (any alignment); `direct` also counts the direct
 /// boundaries (elements the vector kernel did not compare).
 template <class U>
@@ -3032,23 +3054,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
   if (groups == 0) return 0;
   // Window [w0, w0 + 16): ends a little above the largest field among five samples (data rarely spans
   // more than 16 binades below its top). Kept while the samples stay inside it.
-  unsigned top = 0;
-  bool inside = h.w0 != 0;
-  for (std::size_t k = 0; k < 5; ++k) {
-    const std::size_t i = (n - 1) * k / 4;
-    U x = 0;
-    std::memcpy(&x, p + i * ES, ES);
-    const unsigned f = static_cast<unsigned>((x & s.abs_mask) >> Shift);
-    if (f + 1 < s.nbins && f > top) top = f;  // not inf/NaN
-    if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
-  }
-  if (!inside) {
-    const unsigned max_w0 = s.nbins - 16;
-    unsigned w0 = top + 2 > 15 ? top + 2 - 15 : 1;
-    if (w0 > max_w0) w0 = max_w0;
-    if (w0 < 1) w0 = 1;
-    h.set_window(s, w0);
-  }
+  h.set_window(s, hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 16, hist_max_bounds), hist_max_bounds);
   const unsigned w0 = h.w0;
   // The direct boundaries (dirty, field in the window), compared on |x| bits.
   int nd = 0;
@@ -5052,22 +5058,7 @@ struct hist_hook512 {
     cold = &c;
     c.s = &s;
     c.h = &h;
-    unsigned top = 0;
-    bool inside = h.w0 != 0 && h.cap0 == max_direct;
-    for (std::size_t k = 0; k < 5; ++k) {
-      U x;
-      std::memcpy(&x, p + (n - 1) * k / 4 * ES, ES);
-      const unsigned f = static_cast<unsigned>((x & static_cast<U>(s.abs_mask)) >> Shift);
-      if (f + 1 < s.nbins && f > top) top = f;  // not inf / NaN
-      if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
-    }
-    unsigned w = h.w0;
-    if (!inside) {
-      const unsigned max_w0 = s.nbins - 17;  // the all-ones field (inf / NaN) stays outside
-      w = top + 2 > 15 ? top + 2 - 15 : 1;
-      if (w > max_w0) w = max_w0;
-      if (w < 1) w = 1;
-    }
+    const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);  // inf / NaN field outside
     h.set_window(s, w, max_direct);
     c.w0 = w;
     c.nd = 0;

@@ -161,22 +161,7 @@ struct hist_hook512 {
     cold = &c;
     c.s = &s;
     c.h = &h;
-    unsigned top = 0;
-    bool inside = h.w0 != 0 && h.cap0 == max_direct;
-    for (std::size_t k = 0; k < 5; ++k) {
-      U x;
-      std::memcpy(&x, p + (n - 1) * k / 4 * ES, ES);
-      const unsigned f = static_cast<unsigned>((x & static_cast<U>(s.abs_mask)) >> Shift);
-      if (f + 1 < s.nbins && f > top) top = f;  // not inf / NaN
-      if (f != 0 && (f < h.w0 || f >= h.w0 + 16)) inside = false;
-    }
-    unsigned w = h.w0;
-    if (!inside) {
-      const unsigned max_w0 = s.nbins - 17;  // the all-ones field (inf / NaN) stays outside
-      w = top + 2 > 15 ? top + 2 - 15 : 1;
-      if (w > max_w0) w = max_w0;
-      if (w < 1) w = 1;
-    }
+    const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);  // inf / NaN field outside
     h.set_window(s, w, max_direct);
     c.w0 = w;
     c.nd = 0;
