@@ -43,6 +43,15 @@
 #define NANSCOPE_HOST_DEVICE
 #endif
 
+// `NANSCOPE_IMPL_UNROLL(n) for (...)`: unrolls a fixed-count loop over vector registers (GCC and Clang honour
+// `#pragma GCC unroll`). nvcc's front end rejects that pragma (error 1675 under -Werror), so it is empty there.
+#if defined(__CUDACC__)
+#define NANSCOPE_IMPL_UNROLL(n)
+#else
+#define NANSCOPE_IMPL_PRAGMA(x) _Pragma(#x)
+#define NANSCOPE_IMPL_UNROLL(n) NANSCOPE_IMPL_PRAGMA(GCC unroll n)
+#endif
+
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
 #define NANSCOPE_IMPL_X86_SIMD 1
 #else

@@ -334,13 +334,6 @@ inline void margins_scalar(const unsigned char* p, std::size_t n, const margin_b
 // ---------------------------------------------------------------------------------------------------------
 #define NANSCOPE_IMPL_M512 NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) static inline
 #define NANSCOPE_IMPL_M256 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) static inline
-// nvcc's front end does not know `#pragma GCC unroll` (warning 1675): the hint is dropped there.
-#if defined(__CUDACC__)
-#define NANSCOPE_IMPL_UNROLL(n)
-#else
-#define NANSCOPE_IMPL_PRAGMA(x) _Pragma(#x)
-#define NANSCOPE_IMPL_UNROLL(n) NANSCOPE_IMPL_PRAGMA(GCC unroll n)
-#endif
 
 template <class Mask>
 struct m512_common {
@@ -532,8 +525,6 @@ NANSCOPE_IMPL_MARGINS_SIMD_KERNEL(margins_avx2, NANSCOPE_IMPL_TARGET_AVX2)
 #undef NANSCOPE_IMPL_MARGINS_SIMD_KERNEL
 #undef NANSCOPE_IMPL_M512
 #undef NANSCOPE_IMPL_M256
-#undef NANSCOPE_IMPL_UNROLL
-#undef NANSCOPE_IMPL_PRAGMA
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

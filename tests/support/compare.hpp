@@ -17,6 +17,11 @@
 
 namespace nstest {
 
+/// check() in one mode.
+inline nanscope::health_result run_mode(const nanscope::tensor_view& v, nanscope::check_mode m) {
+  return nanscope::check(v, nanscope::check_options{}.with_mode(m));
+}
+
 inline const nanscope::check_mode all_modes[] = {nanscope::check_mode::no_tensor,    nanscope::check_mode::shape,
                                                  nanscope::check_mode::curt_health,  nanscope::check_mode::concise_health,
                                                  nanscope::check_mode::full_health,  nanscope::check_mode::stats};

@@ -529,6 +529,14 @@ void shuffle(std::vector<T>& v, rng& g) {
   }
 }
 
+/// Raw elements (bit patterns) in a typed buffer.
+template <class U>
+std::vector<U> narrow(const std::vector<std::uint64_t>& raws) {
+  std::vector<U> out(raws.size());
+  for (std::size_t i = 0; i < raws.size(); ++i) out[i] = static_cast<U>(raws[i]);
+  return out;
+}
+
 }  // namespace nstest
 
 #endif  // NANSCOPE_TESTS_SUPPORT_REFERENCE_HPP

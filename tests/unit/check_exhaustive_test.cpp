@@ -25,8 +25,8 @@ const dtype small_types[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f
 const check_mode reading_modes[] = {check_mode::curt_health, check_mode::concise_health, check_mode::full_health,
                                     check_mode::stats};
 
-/// A buffer of raw elements of a 1- or 2-byte dtype.
-struct buffer {
+/// A pattern_buffer of raw elements of a 1- or 2-byte dtype.
+struct pattern_buffer {
   dtype t;
   std::vector<std::uint16_t> h;  // 16-bit formats
   std::vector<std::uint8_t> b;   // 8-bit formats
@@ -47,8 +47,8 @@ struct buffer {
 std::uint64_t patterns(dtype t) { return t == dtype::f16 || t == dtype::bf16 ? 65536u : 256u; }
 
 /// `copies` copies of every pattern; each copy shuffled with its own seed when `shuffled`.
-buffer all_patterns(dtype t, int copies, bool shuffled, std::uint64_t seed) {
-  buffer buf{t, {}, {}};
+pattern_buffer all_patterns(dtype t, int copies, bool shuffled, std::uint64_t seed) {
+  pattern_buffer buf{t, {}, {}};
   rng g(seed);
   for (int c = 0; c < copies; ++c) {
     std::vector<std::uint64_t> ps(patterns(t));
@@ -59,14 +59,14 @@ buffer all_patterns(dtype t, int copies, bool shuffled, std::uint64_t seed) {
   return buf;
 }
 
-ref_health reference_of(const buffer& buf, std::size_t off, std::size_t len) {
+ref_health reference_of(const pattern_buffer& buf, std::size_t off, std::size_t len) {
   std::vector<std::uint64_t> raw(len);
   for (std::size_t i = 0; i < len; ++i) raw[i] = buf.raw(off + i);
   return reference(buf.t, raw);
 }
 
 /// Checks buf[off, off+len) in the given modes on every ISA with one thread.
-void check_window(const buffer& buf, std::size_t off, std::size_t len, const check_mode* modes, std::size_t nmodes) {
+void check_window(const pattern_buffer& buf, std::size_t off, std::size_t len, const check_mode* modes, std::size_t nmodes) {
   const ref_health ref = reference_of(buf, off, len);
   const nanscope::tensor_view v = nanscope::tensor_view::flat(buf.at(off), buf.t, static_cast<std::int64_t>(len));
   for (isa i : all_isas) {
@@ -83,7 +83,7 @@ void check_window(const buffer& buf, std::size_t off, std::size_t len, const che
 TEST_CASE("exhaustive: every bit pattern in order, every mode, every ISA") {
   for (dtype t : small_types) {
     INFO("dtype ", std::string(nanscope::name(t)));
-    const buffer buf = all_patterns(t, 1, false, 0);
+    const pattern_buffer buf = all_patterns(t, 1, false, 0);
     check_window(buf, 0, buf.size(), all_modes, sizeof(all_modes) / sizeof(all_modes[0]));
   }
 }
@@ -92,7 +92,7 @@ TEST_CASE("exhaustive: every bit pattern shuffled, every mode, every ISA") {
   for (dtype t : small_types) {
     INFO("dtype ", std::string(nanscope::name(t)));
     const int copies = t == dtype::f16 || t == dtype::bf16 ? 1 : 37;  // fp8: 9472 elements, past one chunk
-    const buffer buf = all_patterns(t, copies, true, 0xE1 + static_cast<std::uint64_t>(t));
+    const pattern_buffer buf = all_patterns(t, copies, true, 0xE1 + static_cast<std::uint64_t>(t));
     check_window(buf, 0, buf.size(), all_modes, sizeof(all_modes) / sizeof(all_modes[0]));
   }
 }
@@ -102,7 +102,7 @@ TEST_CASE("exhaustive: tiled past one segment, 1/2/4 threads agree with the refe
     INFO("dtype ", std::string(nanscope::name(t)));
     // > 131072 elements so that the work splits into segments; odd tail on purpose
     const int copies = t == dtype::f16 || t == dtype::bf16 ? 3 : 1031;
-    buffer buf = all_patterns(t, copies, true, 0x7E57 + static_cast<std::uint64_t>(t));
+    pattern_buffer buf = all_patterns(t, copies, true, 0x7E57 + static_cast<std::uint64_t>(t));
     const std::size_t len = buf.size() - 13;
     const ref_health ref = reference_of(buf, 0, len);
     const nanscope::tensor_view v = nanscope::tensor_view::flat(buf.at(0), t, static_cast<std::int64_t>(len));
@@ -133,7 +133,7 @@ TEST_CASE("exhaustive: windows of many lengths and offsets (SIMD tails, groups, 
   for (dtype t : small_types) {
     INFO("dtype ", std::string(nanscope::name(t)));
     const int copies = t == dtype::f16 || t == dtype::bf16 ? 1 : 70;
-    const buffer buf = all_patterns(t, copies, true, 0xABC + static_cast<std::uint64_t>(t));
+    const pattern_buffer buf = all_patterns(t, copies, true, 0xABC + static_cast<std::uint64_t>(t));
     for (std::size_t off : offsets)
       for (std::size_t len : lengths) check_window(buf, off, len, modes, 4);
   }
@@ -148,7 +148,7 @@ TEST_CASE("exhaustive: the first non-finite value at every position near SIMD an
   for (std::size_t k : {63u, 64u, 65u, 255u, 256u, 257u, 8191u, 8192u, 8193u, 20000u}) ks.push_back(k);
   for (dtype t : small_types) {
     INFO("dtype ", std::string(nanscope::name(t)));
-    buffer buf = all_patterns(t, 1, false, 0);
+    pattern_buffer buf = all_patterns(t, 1, false, 0);
     const std::uint64_t first_nonfinite_pattern = t == dtype::f16 ? 0x7C00 : t == dtype::bf16 ? 0x7F80 : t == dtype::f8_e4m3fn ? 0x7F : 0x7C;
     for (std::size_t k : ks) {
       if (k > first_nonfinite_pattern) continue;

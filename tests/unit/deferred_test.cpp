@@ -4,6 +4,7 @@
 // files. The "later" results here are host checks run at get() time, so the test runs without a GPU.
 #include "support/recorder_support.hpp"
 
+#include "support/files.hpp"
 #include <nanscope/deferred.hpp>
 #include <nanscope/recorder.hpp>
 #include <nanscope/report.hpp>
@@ -40,12 +41,6 @@ struct later {
   }
 };
 
-std::string make_temp_dir() {
-  char tmpl[] = "/tmp/nanscope_deferred_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -193,7 +188,7 @@ TEST_CASE("deferred replay: reports, frames, warnings and steps equal the direct
 
 TEST_CASE("deferred replay feeds the layer-tree writer the same events") {
   const model_data m(-1);
-  const std::string d1 = make_temp_dir(), d2 = make_temp_dir();
+  const std::string d1 = nstest::make_temp_dir("deferred"), d2 = nstest::make_temp_dir("deferred");
   nsrec::capture o1, o2;
   recorder a(nsrec::quiet_options(o1, on_detect::print_and_continue));
   recorder b(nsrec::quiet_options(o2, on_detect::print_and_continue));

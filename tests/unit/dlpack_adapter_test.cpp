@@ -11,6 +11,7 @@
 #include "support/compare.hpp"
 #include "support/reference.hpp"
 
+#include "support/errors.hpp"
 #include <nanscope/adapters/dlpack.hpp>
 #include <nanscope/check.hpp>
 
@@ -201,14 +202,7 @@ void check_three_ways(const dl_case& c, const nanscope::health_result& via_adapt
                         nstest::moment_tol(c.expected.type, nanscope::isa::automatic));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nanscope::error& e) {
-    return e.what();
-  }
-  return "(no nanscope::error)";
-}
+using nstest::error_of;
 
 }  // namespace
 

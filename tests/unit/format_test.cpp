@@ -19,9 +19,6 @@ using nanscope::check_mode;
 using nanscope::dtype;
 using namespace nstest;
 
-nanscope::health_result run(const nanscope::tensor_view& v, check_mode m) {
-  return nanscope::check(v, nanscope::check_options{}.with_mode(m));
-}
 
 /// The FORMATS.md example tensor: f32 [2, 6] with 9 finite values (min -3541, max -3.369e-05, mean
 /// -393.776, std 1180.2), one +inf (flat index 4) and NaNs at flat indices 7 and 10 (payloads differ).
@@ -68,27 +65,27 @@ TEST_CASE("format: a checked 2x6 tensor with the FORMATS.md statistics") {
   const nanscope::tensor_view v = nanscope::view_of(d.data(), {2, 6});
 
   // nanscope semantics (FORMATS.md section 6): max is over non-NaN values, so the +inf shows as the max.
-  CHECK(nanscope::summary(run(v, check_mode::stats)) ==
+  CHECK(nanscope::summary(run_mode(v, check_mode::stats)) ==
         "f32[2,6] n=12 x\u2208[-3.541e+03, inf] \u03bc=-393.8 \u03c3=1.180e+03 +inf=1 nan=2");
-  CHECK(nanscope::summary(run(v, check_mode::full_health)) == "f32[2,6] n=12 |x|\u2264inf +inf=1 nan=2");
-  CHECK(nanscope::summary(run(v, check_mode::concise_health)) == "f32[2,6] n=12 +inf=1 nan=2");
-  CHECK(nanscope::summary(run(v, check_mode::curt_health)) == "f32[2,6] n=12 nonfinite@4");
-  CHECK(nanscope::summary(run(v, check_mode::shape)) == "f32[2,6] n=12");
-  CHECK(nanscope::summary(run(v, check_mode::no_tensor)) == "f32[2,6] n=12");
+  CHECK(nanscope::summary(run_mode(v, check_mode::full_health)) == "f32[2,6] n=12 |x|\u2264inf +inf=1 nan=2");
+  CHECK(nanscope::summary(run_mode(v, check_mode::concise_health)) == "f32[2,6] n=12 +inf=1 nan=2");
+  CHECK(nanscope::summary(run_mode(v, check_mode::curt_health)) == "f32[2,6] n=12 nonfinite@4");
+  CHECK(nanscope::summary(run_mode(v, check_mode::shape)) == "f32[2,6] n=12");
+  CHECK(nanscope::summary(run_mode(v, check_mode::no_tensor)) == "f32[2,6] n=12");
 
   // with the +inf replaced by a third NaN, the range is the lovely-tensors one
   std::vector<float> d2 = d;
   d2[4] = qnan_f();
   const nanscope::tensor_view v2 = nanscope::view_of(d2.data(), {2, 6});
-  CHECK(nanscope::summary(run(v2, check_mode::stats)) ==
+  CHECK(nanscope::summary(run_mode(v2, check_mode::stats)) ==
         "f32[2,6] n=12 x\u2208[-3.541e+03, -3.369e-05] \u03bc=-393.8 \u03c3=1.180e+03 nan=3");
-  CHECK(nanscope::summary(run(v2, check_mode::full_health)) == "f32[2,6] n=12 |x|\u22643.541e+03 nan=3");
-  CHECK(nanscope::summary(run(v2, check_mode::curt_health)) == "f32[2,6] n=12 nonfinite@4");
+  CHECK(nanscope::summary(run_mode(v2, check_mode::full_health)) == "f32[2,6] n=12 |x|\u22643.541e+03 nan=3");
+  CHECK(nanscope::summary(run_mode(v2, check_mode::curt_health)) == "f32[2,6] n=12 nonfinite@4");
 }
 
 TEST_CASE("format: {:v} lists every field") {
   const std::vector<float> d = lovely_data();
-  const nanscope::health_result r = run(nanscope::view_of(d.data(), {2, 6}), check_mode::stats);
+  const nanscope::health_result r = run_mode(nanscope::view_of(d.data(), {2, 6}), check_mode::stats);
   const std::string want =
       "f32[2,6] n=12 x\u2208[-3.541e+03, inf] \u03bc=-393.8 \u03c3=1.180e+03 +inf=1 nan=2"
       " | mode=STATS neg=9 zero=0 pos=0 -inf=0 +inf=1 nan=2 subnormal=0 first_nonfinite=4"
@@ -98,7 +95,7 @@ TEST_CASE("format: {:v} lists every field") {
   CHECK(fmt::format("[{}]", r) == "[" + nanscope::summary(r) + "]");
 
   // a curt_health result: counts are not computed, statistics are nan
-  const nanscope::health_result c = run(nanscope::view_of(d.data(), {2, 6}), check_mode::curt_health);
+  const nanscope::health_result c = run_mode(nanscope::view_of(d.data(), {2, 6}), check_mode::curt_health);
   CHECK(fmt::format("{:v}", c) ==
         "f32[2,6] n=12 nonfinite@4 | mode=CURT_HEALTH neg=0 zero=0 pos=0 -inf=0 +inf=0 nan=0 subnormal=0 "
         "first_nonfinite=4 min=nan max=nan abs_max=nan abs_min=nan abs_min_nonzero=nan mean=nan std=nan");
@@ -110,8 +107,8 @@ TEST_CASE("format: small tensors with hand-derived text") {
     const float d[] = {1.0f, 2.0f, 3.0f, 4.0f};
     // mean 2.5, unbiased std sqrt(5/3) = 1.29099...
     CHECK(nanscope::summary(nanscope::check(d)) == "f32[4] n=4 x\u2208[1, 4] \u03bc=2.5 \u03c3=1.291");
-    CHECK(nanscope::summary(run(nanscope::to_view(d), check_mode::full_health)) == "f32[4] n=4 |x|\u22644");
-    CHECK(nanscope::summary(run(nanscope::to_view(d), check_mode::curt_health)) == "f32[4] n=4");
+    CHECK(nanscope::summary(run_mode(nanscope::to_view(d), check_mode::full_health)) == "f32[4] n=4 |x|\u22644");
+    CHECK(nanscope::summary(run_mode(nanscope::to_view(d), check_mode::curt_health)) == "f32[4] n=4");
   }
   SUBCASE("f64 [2,2] with -inf and zeros") {
     const double d[2][2] = {{0.0, -0.0}, {neg_inf(), 1000.0}};
@@ -129,7 +126,7 @@ TEST_CASE("format: small tensors with hand-derived text") {
   SUBCASE("all NaN: no range, no moments") {
     const float d[] = {qnan_f(), qnan_f(), qnan_f()};
     CHECK(nanscope::summary(nanscope::check(d)) == "f32[3] n=3 nan=3");
-    CHECK(nanscope::summary(run(nanscope::to_view(d), check_mode::full_health)) == "f32[3] n=3 nan=3");
+    CHECK(nanscope::summary(run_mode(nanscope::to_view(d), check_mode::full_health)) == "f32[3] n=3 nan=3");
   }
   SUBCASE("all +inf: range [inf, inf], no moments") {
     const float d[] = {pos_inf_f(), pos_inf_f()};
@@ -149,9 +146,9 @@ TEST_CASE("format: small tensors with hand-derived text") {
                                                     nanscope::float8_e4m3fn::from_bits(0x7F)};
     CHECK(nanscope::summary(nanscope::check(e)) == "e4m3fn[2] n=2 x\u2208[448, 448] \u03bc=448 nan=1");
     const std::vector<nanscope::bfloat16> b = {nanscope::bfloat16::from_bits(0xFF80)};
-    CHECK(nanscope::summary(run(nanscope::to_view(b), check_mode::concise_health)) == "bf16[1] n=1 -inf=1");
+    CHECK(nanscope::summary(run_mode(nanscope::to_view(b), check_mode::concise_health)) == "bf16[1] n=1 -inf=1");
     const std::vector<nanscope::float8_e5m2> f8 = {nanscope::float8_e5m2::from_bits(0x7B)};
-    CHECK(nanscope::summary(run(nanscope::to_view(f8), check_mode::full_health)) == "e5m2[1] n=1 |x|\u22645.734e+04");
+    CHECK(nanscope::summary(run_mode(nanscope::to_view(f8), check_mode::full_health)) == "e5m2[1] n=1 |x|\u22645.734e+04");
   }
 }
 

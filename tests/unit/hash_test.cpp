@@ -2,6 +2,8 @@
 // reference that follows the documented definition literally (docs/tree.md, "Content hash"): every dtype,
 // every ISA, 1/2/4 threads, strided and permuted views, every mode; every single-bit flip and every swap of two
 // unequal elements changes the hash.
+#include "support/compare.hpp"
+
 #include <nanscope/check.hpp>
 
 #include <doctest/doctest.h>
@@ -22,8 +24,8 @@ using ns::isa;
 __extension__ typedef unsigned __int128 u128;
 
 // --- the reference: the definition, one element at a time ---------------------------------------------------
-constexpr std::uint64_t P = (std::uint64_t{1} << 61) - 1;
-std::uint64_t ref_mul(std::uint64_t a, std::uint64_t b) { return static_cast<std::uint64_t>((u128{a} * b) % P); }
+constexpr std::uint64_t M61 = (std::uint64_t{1} << 61) - 1;
+std::uint64_t ref_mul(std::uint64_t a, std::uint64_t b) { return static_cast<std::uint64_t>((u128{a} * b) % M61); }
 std::uint64_t ref_pow(std::uint64_t e) {
   std::uint64_t r = 1;
   for (std::uint64_t b = 37; e != 0; e >>= 1, b = ref_mul(b, b))
@@ -57,8 +59,8 @@ std::string reference_hex(const raw_tensor& x) {
       const std::uint64_t limb = x.es == 8 ? (q == 0 ? v & 0xFFFFFFFFu : v >> 32) : v;
       const std::uint64_t c = k / 8192, i = k % 8192;
       if (c != wc) w = ref_pow(wc = c);
-      a = (a + ref_mul(ref_mul(limb, i + 1), w)) % P;
-      s = (s + ref_mul(limb, w)) % P;
+      a = (a + ref_mul(ref_mul(limb, i + 1), w)) % M61;
+      s = (s + ref_mul(limb, w)) % M61;
     }
     char buf[40];
     std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a),
@@ -82,10 +84,10 @@ std::string hex_of(const ns::tensor_view& v, ns::check_options o = {}) {
   return ns::to_hex(r.hash);
 }
 
-const dtype all_types[] = {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::f8_e4m3fn,
+const dtype hash_types[] = {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::f8_e4m3fn,
                            dtype::f8_e5m2, dtype::i8, dtype::i16, dtype::i32, dtype::i64,
                            dtype::u8, dtype::u16, dtype::u32, dtype::u64, dtype::boolean};
-const isa all_isas[] = {isa::scalar, isa::avx2, isa::avx512};
+using nstest::all_isas;
 
 }  // namespace
 
@@ -101,7 +103,7 @@ TEST_CASE("hash: off by default, 32 or 64 hex digits when on, empty tensors hash
 
 TEST_CASE("hash: equals the reference for every dtype, ISA, thread count and many lengths") {
   const std::size_t lengths[] = {1, 2, 7, 15, 16, 17, 31, 33, 100, 8191, 8192, 8193, 2 * 131072 + 8192 * 3 + 5};
-  for (dtype t : all_types)
+  for (dtype t : hash_types)
     for (std::size_t n : lengths) {
       const raw_tensor x = random_tensor(t, n, n * 31 + static_cast<unsigned>(t));
       const std::string want = reference_hex(x);
@@ -135,7 +137,7 @@ TEST_CASE("hash: the hash rides along without changing the health result") {
 }
 
 TEST_CASE("hash: every single-bit flip of every element changes it, for every dtype") {
-  for (dtype t : all_types)
+  for (dtype t : hash_types)
     for (std::size_t n : {std::size_t{1}, std::size_t{37}}) {
       raw_tensor x = random_tensor(t, n, 7 + n);
       const std::string base = hex_of(x.view());
@@ -168,7 +170,7 @@ TEST_CASE("hash: single-bit flips in later blocks and segments change it") {
 }
 
 TEST_CASE("hash: every swap of two unequal elements changes it, for every dtype") {
-  for (dtype t : all_types) {
+  for (dtype t : hash_types) {
     raw_tensor x = random_tensor(t, 40, 11);
     if (t == dtype::boolean)
       for (std::size_t k = 0; k < x.size(); ++k) x.set(k, k % 3 == 0 ? 1 : 0);

@@ -38,7 +38,7 @@ using nanscope::recorder;
 using nanscope::scope;
 using vec = std::vector<double>;
 
-const std::string P(17, ' ');
+const std::string PAD17(17, ' ');
 
 // ---------------------------------------------------------------------------------------------------------
 // A scenario: a tree of module calls per batch
@@ -101,7 +101,7 @@ struct hf_model {
     return s;
   }
   void banner() {
-    frame.push_back("\n\n" + P + " *** Starting batch number=" + std::to_string(batch) + " ***");
+    frame.push_back("\n\n" + PAD17 + " *** Starting batch number=" + std::to_string(batch) + " ***");
     frame.push_back("abs min  abs max  metadata");
   }
   void analyse(const vec& x, const std::string& ctx) {
@@ -133,7 +133,7 @@ struct hf_model {
       ++batch;
       root_done = true;
     }
-    frame.push_back(P + " " + path + " " + m.cls);          // 4
+    frame.push_back(PAD17 + " " + path + " " + m.cls);          // 4
     for (const auto& p : m.params) analyse(p.second, p.first);
     for (std::size_t i = 0; i < m.inputs.size(); ++i) analyse(m.inputs[i], "input[" + std::to_string(i) + "]");
     for (std::size_t i = 0; i < m.outputs.size(); ++i)
@@ -404,9 +404,9 @@ TEST_CASE("hf style golden: NaN in the input, seen by the first leaf, report end
                                "Detected inf/nan during batch_number=0\n"
                                "Last 1 forward frames:\n"
                                "abs min  abs max  metadata\n"
-                               "\n\n" + P + " *** Starting batch number=0 ***\n"
+                               "\n\n" + PAD17 + " *** Starting batch number=0 ***\n"
                                "abs min  abs max  metadata\n" +
-                               P + " dense Linear\n"
+                               PAD17 + " dense Linear\n"
                                "5.00e-01 2.00e+00 weight\n"
                                "     nan      nan input[0]\n"
                                "     nan      nan output\n"
@@ -440,11 +440,11 @@ TEST_CASE("hf style golden: root-own overflow says batch_number=1; abort_after 0
                                "Detected inf/nan during batch_number=1\n"
                                "Last 2 forward frames:\n"
                                "abs min  abs max  metadata\n"
-                               "\n\n" + P + " *** Starting batch number=0 ***\n"
+                               "\n\n" + PAD17 + " *** Starting batch number=0 ***\n"
                                "abs min  abs max  metadata\n" +
-                               P + " l L\n"
+                               PAD17 + " l L\n"
                                "2.00e+00 2.00e+00 output\n" +
-                               P + "  Model\n"
+                               PAD17 + "  Model\n"
                                "     inf      inf output\n"
                                "\n\n\n";
   CHECK(c.str() == expected);

@@ -28,10 +28,10 @@
 
 // ThreadSanitizer does not support threads started in a child forked from a multi-threaded process.
 #if defined(__SANITIZE_THREAD__)
-#define NANSCOPE_LIFETIME_TSAN 1
+#define NANSCOPE_TEST_LIFETIME_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define NANSCOPE_LIFETIME_TSAN 1
+#define NANSCOPE_TEST_LIFETIME_TSAN 1
 #endif
 #endif
 
@@ -60,7 +60,7 @@ void one_pass(nanscope::recorder& rec, const std::vector<float>& x) {
   a.output(x);
 }
 /// Counts events (for the listener tests).
-struct counting_listener final : nanscope::scope_listener {
+struct scope_counting_listener final : nanscope::scope_listener {
   std::atomic<int> opened{0}, recorded{0}, closed{0};
   void scope_opened(const nanscope::frame&, bool) noexcept override { ++opened; }
   void tensor_recorded(const nanscope::frame&, const nanscope::tensor_record&) noexcept override { ++recorded; }
@@ -103,7 +103,7 @@ TEST_CASE("lifetime: two tree writers on one recorder, destroyed in creation ord
 TEST_CASE("lifetime: listeners attach and detach independently; set_listener keeps its old meaning") {
   nsrec::capture cap;
   nanscope::recorder rec(nsrec::quiet_options(cap));
-  counting_listener a, b;
+  scope_counting_listener a, b;
   rec.add_listener(&a);
   rec.add_listener(&b);
   rec.add_listener(&a);  // twice: no effect
@@ -193,7 +193,7 @@ TEST_CASE("lifetime: heap scopes destroyed out of order are unlinked, reported, 
   ::rmdir(dir.c_str());
 }
 
-#if NANSCOPE_TEST_HAVE_FORK && !defined(NANSCOPE_LIFETIME_TSAN)
+#if NANSCOPE_TEST_HAVE_FORK && !defined(NANSCOPE_TEST_LIFETIME_TSAN)
 TEST_CASE("lifetime: a scope ended on another thread than its own aborts with a clear message") {
   char path[] = "/tmp/nanscope_lifetime_msg_XXXXXX";
   const int fd = ::mkstemp(path);

@@ -214,13 +214,6 @@ void expect_margins(const nanscope::margins_result& r, const ref_margins& ref, c
   }
 }
 
-/// Raw elements in a typed buffer.
-template <class U>
-std::vector<U> narrow(const std::vector<std::uint64_t>& raws) {
-  std::vector<U> out(raws.size());
-  for (std::size_t i = 0; i < raws.size(); ++i) out[i] = static_cast<U>(raws[i]);
-  return out;
-}
 
 /// margins() of raw elements of dtype src on one ISA, contiguous.
 nanscope::margins_result run_raw(dtype src, const std::vector<std::uint64_t>& raws, isa i) {

@@ -1,6 +1,7 @@
 // Multi-rank evidence without MPI: rank detection from launcher variables, the per-rank evidence file (read back
 // with a real JSON parser), sequence numbers, and nanscope-merge's core (tools/merge/merge.hpp) on evidence
 // written by four in-process "ranks" and on hand-made rank files (missing ranks, conflicting sequence numbers).
+#include "support/files.hpp"
 #include <nanscope/collective.hpp>
 #include <nanscope/rank.hpp>
 #include <nanscope/rank_evidence.hpp>
@@ -74,18 +75,10 @@ std::string temp_dir(const char* tag) {
   return t;
 }
 
-std::vector<std::string> list_dir(const std::string& d) {
-  std::vector<std::string> out;
-  if (DIR* p = ::opendir(d.c_str())) {
-    while (dirent* e = ::readdir(p))
-      if (e->d_name[0] != '.' || (e->d_name[1] != '\0' && e->d_name[1] != '.')) out.emplace_back(e->d_name);
-    ::closedir(p);
-  }
-  return out;
-}
+using nstest::list_dir;
 
 // A silent recorder that keeps going after a detection.
-nanscope::recorder_options quiet() {
+nanscope::recorder_options silent_options() {
   nanscope::recorder_options o;
   o.policy = nanscope::on_detect::print_and_continue;
   o.sink = [](std::string_view) {};
@@ -195,7 +188,7 @@ TEST_CASE("collective kinds round-trip through their names") {
 }
 
 TEST_CASE("rank_evidence: sequence numbers per communicator and per (peer, tag, direction)") {
-  nanscope::recorder rec(quiet());
+  nanscope::recorder rec(silent_options());
   nanscope::rank_evidence_options eo;
   eo.dir = temp_dir("seq");
   eo.rank = 0;
@@ -220,7 +213,7 @@ TEST_CASE("rank_evidence: forwards scope events to the listener it replaced, and
     void tensor_recorded(const nanscope::frame&, const nanscope::tensor_record&) noexcept override { ++tensors; }
     void scope_closed(const nanscope::frame&, bool) noexcept override { ++closed; }
   } inner;
-  nanscope::recorder rec(quiet());
+  nanscope::recorder rec(silent_options());
   rec.set_listener(&inner);
   {
     nanscope::rank_evidence_options eo;
@@ -248,7 +241,7 @@ nlohmann::json read_json(const std::string& path) {
 }  // namespace
 
 TEST_CASE("rank_evidence: the file written at detection holds the detecting frame and the transfers before it") {
-  nanscope::recorder rec(quiet());
+  nanscope::recorder rec(silent_options());
   nanscope::rank_evidence_options eo;
   eo.dir = temp_dir("detect");
   eo.rank = 1;
@@ -315,7 +308,7 @@ TEST_CASE("rank_evidence: a ring of max_events counts what it dropped; write_at_
   const std::string dir = temp_dir("ring");
   std::string path;
   {
-    nanscope::recorder rec(quiet());
+    nanscope::recorder rec(silent_options());
     nanscope::rank_evidence_options eo;
     eo.dir = dir;
     eo.rank = 0;
@@ -341,7 +334,7 @@ TEST_CASE("rank_evidence: a ring of max_events counts what it dropped; write_at_
 }
 
 TEST_CASE("rank_evidence: a failed write is an error (write throws; automatic writes report and go on)") {
-  nanscope::recorder rec(quiet());
+  nanscope::recorder rec(silent_options());
   nanscope::rank_evidence_options eo;
   eo.dir = "/proc/nanscope_no_such_dir/x";
   eo.rank = 0;
@@ -366,7 +359,7 @@ std::string run_fake_world(const char* tag, int bad_rank, const std::string& bad
   std::vector<std::unique_ptr<nanscope::recorder>> recs;
   std::vector<std::unique_ptr<nanscope::rank_evidence>> evs;
   for (int r = 0; r < n; ++r) {
-    nanscope::recorder_options ro = quiet();
+    nanscope::recorder_options ro = silent_options();
     ro.auto_step = false;  // the steps are set by hand below
     recs.push_back(std::make_unique<nanscope::recorder>(ro));
     nanscope::rank_evidence_options eo;

@@ -4,6 +4,7 @@
 // the exact header layout; malformed files; Fortran order; numpy itself reading what we write and writing
 // what we read (when /usr/bin/python3 has numpy); and atomicity: a writer killed with SIGKILL midway leaves
 // the previous file (or no file), never a truncated one, and its temporary file is never the target.
+#include "support/files.hpp"
 #include "support/reference.hpp"
 #include "support/views.hpp"
 
@@ -39,14 +40,14 @@ namespace {
 using nanscope::dtype;
 using namespace nstest;
 
-const dtype all_dtypes[] = {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2,
+const dtype npy_dtypes[] = {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2,
                             dtype::i8,  dtype::i16, dtype::i32, dtype::i64,  dtype::u8,        dtype::u16,
                             dtype::u32, dtype::u64, dtype::boolean};
 
 // ---------------------------------------------------------------------------------------------------------
 // Files and directories.
 // ---------------------------------------------------------------------------------------------------------
-std::vector<unsigned char> slurp(const std::string& path) {
+std::vector<unsigned char> slurp_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<unsigned char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -57,27 +58,17 @@ void spit(const std::string& path, const std::vector<unsigned char>& bytes) {
 void spit(const std::string& path, const std::string& text) {
   spit(path, std::vector<unsigned char>(text.begin(), text.end()));
 }
-bool exists(const std::string& path) {
+bool can_open(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return in.good();
 }
 
 #if NANSCOPE_TEST_POSIX
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      const std::string nm = e->d_name;
-      if (nm != "." && nm != "..") names.push_back(nm);
-    }
-    ::closedir(d);
-  }
-  return names;
-}
+using nstest::list_dir;
 /// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
-struct temp_dir {
+struct scratch_dir {
   std::string path;
-  temp_dir() {
+  scratch_dir() {
     const char* t = std::getenv("TMPDIR");
     std::string tmpl = std::string(t != nullptr && t[0] != '\0' ? t : "/tmp") + "/nanscope_npy_XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
@@ -85,7 +76,7 @@ struct temp_dir {
     REQUIRE(::mkdtemp(buf.data()) != nullptr);
     path = buf.data();
   }
-  ~temp_dir() {
+  ~scratch_dir() {
     for (const std::string& nm : list_dir(path)) {
       const std::string p = path + "/" + nm;
       ::chmod(p.c_str(), 0700);
@@ -166,12 +157,6 @@ std::vector<std::uint64_t> random_raws(dtype t, std::size_t n, rng& g) {
   return r;
 }
 
-template <class U>
-std::vector<U> narrow(const std::vector<std::uint64_t>& raws) {
-  std::vector<U> out(raws.size());
-  for (std::size_t i = 0; i < raws.size(); ++i) out[i] = static_cast<U>(raws[i]);
-  return out;
-}
 
 std::vector<layout> round_trip_layouts() {
   return {make_layout("rank 0", {}, {}),
@@ -193,7 +178,7 @@ std::vector<layout> round_trip_layouts() {
 
 #if NANSCOPE_TEST_POSIX
 template <class U>
-void round_trip_one(const temp_dir& d, dtype t, const layout& l, rng& g) {
+void round_trip_one(const scratch_dir& d, dtype t, const layout& l, rng& g) {
   const std::vector<std::uint64_t> logical = random_raws(t, static_cast<std::size_t>(l.numel()), g);
   const std::vector<U> poison = narrow<U>({0xFFFFFFFFFFFFFFFFull, 0x7FF8000000000000ull, 0x7FC07FC07FC07FC0ull});
   const strided_tensor<U> st = scatter(narrow<U>(logical), t, l, poison);
@@ -202,7 +187,7 @@ void round_trip_one(const temp_dir& d, dtype t, const layout& l, rng& g) {
   const std::string what = std::string(nanscope::name(t)) + " " + l.label;
   INFO(what);
   nanscope::write_npy(path, st.view);
-  const std::vector<unsigned char> file = slurp(path);
+  const std::vector<unsigned char> file = slurp_bytes(path);
   REQUIRE(file.size() >= 10);
   const std::size_t header_len = file[8] | static_cast<std::size_t>(file[9]) << 8;
   CHECK((10 + header_len) % 64 == 0);
@@ -228,7 +213,7 @@ void round_trip_one(const temp_dir& d, dtype t, const layout& l, rng& g) {
 #if NANSCOPE_TEST_POSIX
 
 TEST_CASE("npy: the preamble is numpy's: magic, version 1.0, dict, spaces, newline, data at a multiple of 64") {
-  temp_dir d;
+  scratch_dir d;
   struct hcase {
     dtype t;
     std::vector<std::int64_t> shape;
@@ -255,7 +240,7 @@ TEST_CASE("npy: the preamble is numpy's: magic, version 1.0, dict, spaces, newli
     v.set_contiguous_strides();
     const std::string path = d.file("h.npy");
     nanscope::write_npy(path, v);
-    const std::vector<unsigned char> f = slurp(path);
+    const std::vector<unsigned char> f = slurp_bytes(path);
     const std::string dict_text = c.dict;
     INFO(dict_text);
     REQUIRE(f.size() >= 64);
@@ -276,9 +261,9 @@ TEST_CASE("npy: the preamble is numpy's: magic, version 1.0, dict, spaces, newli
 }
 
 TEST_CASE("npy: round trip of every dtype, ranks 0..4, contiguous, strided, permuted and broadcast views") {
-  temp_dir d;
+  scratch_dir d;
   rng g(2024);
-  for (dtype t : all_dtypes) {
+  for (dtype t : npy_dtypes) {
     for (const layout& l : round_trip_layouts()) {
       switch (ref_size_of(t)) {
         case 1: round_trip_one<std::uint8_t>(d, t, l, g); break;
@@ -345,7 +330,7 @@ std::vector<unsigned char> f32_bytes(std::initializer_list<float> xs) {
 }  // namespace
 
 TEST_CASE("npy: malformed files throw nanscope::error naming the file and the problem") {
-  temp_dir d;
+  scratch_dir d;
   const std::string path = d.file("bad.npy");
   const std::vector<unsigned char> six = f32_bytes({1, 2, 3, 4, 5, 6});
   const std::string good = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
@@ -428,7 +413,7 @@ TEST_CASE("npy: malformed files throw nanscope::error naming the file and the pr
 }
 
 TEST_CASE("npy: Fortran-ordered files are transposed into row-major order; version 2.0; Python 2 longs") {
-  temp_dir d;
+  scratch_dir d;
   const std::string path = d.file("f.npy");
   // shape (2, 3, 4), element (i, j, k) = 100 i + 10 j + k, stored column-major (i fastest)
   std::vector<unsigned char> data;
@@ -465,7 +450,7 @@ TEST_CASE("npy: Fortran-ordered files are transposed into row-major order; versi
 }
 
 TEST_CASE("npy: write errors") {
-  temp_dir d;
+  scratch_dir d;
   const float x[2] = {1.0f, 2.0f};
   nanscope::tensor_view dev = nanscope::view_of(x, 2);
   dev.space = nanscope::memory_space::cuda_device;
@@ -474,8 +459,8 @@ TEST_CASE("npy: write errors") {
   nanscope::tensor_view neg = nanscope::view_of(x, 2);
   neg.shape[0] = -2;
   CHECK_THROWS_AS(nanscope::write_npy(d.file("n.npy"), neg), nanscope::error);
-  CHECK(!exists(d.file("g.npy")));
-  CHECK(!exists(d.file("n.npy")));
+  CHECK(!can_open(d.file("g.npy")));
+  CHECK(!can_open(d.file("n.npy")));
   // a directory that does not exist: the error names the path and the system's reason
   CHECK_THROWS_WITH_AS(nanscope::write_npy(d.file("no/such/dir/x.npy"), nanscope::view_of(x, 2)),
                        doctest::Contains("no/such/dir/x.npy': cannot create the temporary file"), nanscope::error);
@@ -506,7 +491,7 @@ TEST_CASE("npy: write errors") {
 }
 
 TEST_CASE("atomic_file: discard, commit, and the temporary name") {
-  temp_dir d;
+  scratch_dir d;
   const std::string target = d.file("t.bin");
   {
     nanscope::detail::atomic_file f(target);
@@ -514,12 +499,12 @@ TEST_CASE("atomic_file: discard, commit, and the temporary name") {
     CHECK(tmp != target);
     CHECK(tmp.find(d.path + "/.t.bin.tmp." + std::to_string(::getpid()) + ".") == 0);
     f.write("abc", 3);
-    CHECK(exists(tmp));
-    CHECK(!exists(target));
+    CHECK(can_open(tmp));
+    CHECK(!can_open(target));
   }  // not committed: removed
   CHECK(list_dir(d.path).empty());
   nanscope::detail::write_file_atomically(target, "hello", 5);
-  CHECK(slurp(target) == std::vector<unsigned char>{'h', 'e', 'l', 'l', 'o'});
+  CHECK(slurp_bytes(target) == std::vector<unsigned char>{'h', 'e', 'l', 'l', 'o'});
   {
     nanscope::detail::atomic_file f(target);
     f.write("bye", 3);
@@ -527,7 +512,7 @@ TEST_CASE("atomic_file: discard, commit, and the temporary name") {
     CHECK(f.temp_path().empty());
     CHECK_THROWS_AS(f.write("x", 1), nanscope::error);
   }
-  CHECK(slurp(target) == std::vector<unsigned char>{'b', 'y', 'e'});
+  CHECK(slurp_bytes(target) == std::vector<unsigned char>{'b', 'y', 'e'});
   CHECK(list_dir(d.path) == std::vector<std::string>{"t.bin"});
   // a relative path (no directory part) works too
   char cwd[4096];
@@ -535,7 +520,7 @@ TEST_CASE("atomic_file: discard, commit, and the temporary name") {
   REQUIRE(::chdir(d.path.c_str()) == 0);
   nanscope::detail::write_file_atomically("rel.bin", "r", 1);
   REQUIRE(::chdir(cwd) == 0);
-  CHECK(slurp(d.file("rel.bin")) == std::vector<unsigned char>{'r'});
+  CHECK(slurp_bytes(d.file("rel.bin")) == std::vector<unsigned char>{'r'});
 }
 
 namespace {
@@ -598,19 +583,19 @@ std::vector<float> ramp(std::size_t n, float scale) {
 }  // namespace
 
 TEST_CASE("atomic writes: a writer killed with SIGKILL midway leaves the old file (or none), never a partial one") {
-  temp_dir d;
+  scratch_dir d;
   const std::string target = d.file("x.npy");
 
   SUBCASE("old file present") {
     const std::vector<float> old = ramp(1000, 0.5f);
     nanscope::write_npy(target, old);
-    const std::vector<unsigned char> old_bytes = slurp(target);
+    const std::vector<unsigned char> old_bytes = slurp_bytes(target);
     child_guard child(start_stuck_writer(target, 3 << 20));
     const pid_t pid = child.pid;
     std::vector<std::string> names = list_dir(d.path);
     REQUIRE(names.size() == 2);  // the target and the child's temporary file
     kill_and_reap(child);
-    CHECK(slurp(target) == old_bytes);
+    CHECK(slurp_bytes(target) == old_bytes);
     const nanscope::npy_array a = nanscope::read_npy(target);
     CHECK(a.numel() == old.size());
     // the killed child's temporary file remains under its own name, and is not an .npy file
@@ -618,20 +603,20 @@ TEST_CASE("atomic writes: a writer killed with SIGKILL midway leaves the old fil
     REQUIRE(names.size() == 2);
     const std::string tmp = names[0] == "x.npy" ? names[1] : names[0];
     CHECK(tmp.find(".x.npy.tmp." + std::to_string(pid) + ".") == 0);
-    CHECK(slurp(d.file(tmp)).size() == (3u << 20));
+    CHECK(slurp_bytes(d.file(tmp)).size() == (3u << 20));
     CHECK_THROWS_WITH_AS(nanscope::read_npy(d.file(tmp)), doctest::Contains("bad magic"), nanscope::error);
   }
   SUBCASE("no old file") {
     child_guard child(start_stuck_writer(target, 1 << 20));
     kill_and_reap(child);
-    CHECK(!exists(target));
+    CHECK(!can_open(target));
     CHECK(list_dir(d.path).size() == 1);  // only the orphaned temporary file
   }
   SUBCASE("write_npy in a loop, killed at arbitrary moments") {
     const std::vector<float> old = ramp(1000, 0.5f);
     const std::vector<float> big = ramp(std::size_t{1} << 22, 2.0f);  // 16 MiB
     nanscope::write_npy(target, old);
-    const std::vector<unsigned char> old_bytes = slurp(target);
+    const std::vector<unsigned char> old_bytes = slurp_bytes(target);
     const int rounds = quick ? 2 : 4;
     for (int round = 0; round < rounds; ++round) {
       const pid_t pid = ::fork();
@@ -656,7 +641,7 @@ TEST_CASE("atomic writes: a writer killed with SIGKILL midway leaves the old fil
       ::usleep(static_cast<useconds_t>(round * 7000));
       kill_and_reap(child);
       // the target is complete: either the old file or the child's complete new one
-      const std::vector<unsigned char> now = slurp(target);
+      const std::vector<unsigned char> now = slurp_bytes(target);
       const nanscope::npy_array a = nanscope::read_npy(target);  // throws if it were truncated
       if (now == old_bytes) {
         CHECK(a.numel() == old.size());
@@ -799,13 +784,13 @@ TEST_CASE("npy: numpy reads what write_npy writes, read_npy reads what numpy wri
     MESSAGE("skipped: /usr/bin/python3 with numpy is not available (Debian: apt-get install python3-numpy)");
     return;
   }
-  temp_dir d;
+  scratch_dir d;
   rng g(77);
   // our files, with expectations in text
   int written = 0;
   const layout shapes[] = {make_layout("0", {}, {}), make_layout("1", {6}, {1}), make_layout("2t", {3, 4}, {1, 3}),
                            make_layout("3", {2, 3, 4}, {12, 4, 1}), make_layout("4s", {2, 2, 3, 2}, {24, 12, 4, 2})};
-  for (dtype t : all_dtypes) {
+  for (dtype t : npy_dtypes) {
     for (const layout& l : shapes) {
       const std::vector<std::uint64_t> logical = random_raws(t, static_cast<std::size_t>(l.numel()), g);
       const std::string base = d.file("ns_" + std::string(nanscope::name(t)) + "_" + l.label);
@@ -841,7 +826,7 @@ TEST_CASE("npy: numpy reads what write_npy writes, read_npy reads what numpy wri
   spit(d.file("check.py"), std::string(numpy_check_script));
   const std::string cmd = "/usr/bin/python3 '" + d.file("check.py") + "' '" + d.path + "' > '" + d.file("py.log") + "' 2>&1";
   const int rc = std::system(cmd.c_str());
-  const std::vector<unsigned char> log = slurp(d.file("py.log"));
+  const std::vector<unsigned char> log = slurp_bytes(d.file("py.log"));
   const std::string log_text(log.begin(), log.end());
   INFO("python output:\n", log_text);
   REQUIRE(rc == 0);
@@ -853,8 +838,8 @@ TEST_CASE("npy: numpy reads what write_npy writes, read_npy reads what numpy wri
     char name[32];
     std::snprintf(name, sizeof name, "py_%03d", k);
     const std::string base = d.file(name);
-    if (!exists(base + ".npy")) break;
-    const std::vector<unsigned char> t = slurp(base + ".txt");
+    if (!can_open(base + ".npy")) break;
+    const std::vector<unsigned char> t = slurp_bytes(base + ".txt");
     std::istringstream in(std::string(t.begin(), t.end()));
     std::string descr, shape_line, line;
     std::getline(in, descr);

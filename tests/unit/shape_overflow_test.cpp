@@ -2,6 +2,7 @@
 // (issue 13 item 7). An impossible shape is nanscope's clear error naming the tensor; an empty shape (some
 // extent 0) is valid however large its other extents are. Every case here overflowed int64 arithmetic (signed
 // overflow: undefined behaviour, which the asan-ubsan preset turns into a failure) before the fix.
+#include "support/errors.hpp"
 #include <nanscope/check.hpp>
 #include <nanscope/margins.hpp>
 #include <nanscope/npy.hpp>
@@ -29,14 +30,7 @@ const std::string p62s = "4611686018427387904";
 __extension__ typedef __int128 i128;  // exact products for the reference (GCC and Clang)
 __extension__ typedef unsigned __int128 u128;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ns::error& e) {
-    return e.what();
-  }
-  return "(no nanscope::error)";
-}
+using nstest::error_of;
 
 /// A .npy file (format 1.0) with the given header dict and no data (built as a string: GCC 12's -Warray-bounds
 /// misfires on vector::insert at -O2).

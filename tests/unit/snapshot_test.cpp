@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <nanscope/nanscope.hpp>
 
+#include "support/files.hpp"
 #include "support/recorder_support.hpp"
 
 #if NANSCOPE_TEST_HAVE_JSON
@@ -23,26 +24,13 @@
 #include <unistd.h>
 
 namespace {
-std::string make_temp_dir() {
-  char tmpl[] = "/tmp/nanscope_snapshot_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
-std::vector<std::string> list_dir(const std::string& dir) {
+using nstest::read_text;
+/// The directory's names without hidden ones (a writer's temporaries start with '.').
+std::vector<std::string> visible_files(const std::string& dir) {
   std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d))
-      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
-    ::closedir(d);
-  }
+  for (std::string& name : nstest::list_dir(dir))
+    if (name[0] != '.') out.push_back(std::move(name));
   return out;
-}
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 template <class T>
 std::vector<T> as_vector(const nanscope::npy_array& a) {
@@ -59,7 +47,7 @@ bool same_float_bits(float a, float b) {
 }  // namespace
 
 TEST_CASE("snapshot: the producing frame's inputs and the offending output are written as .npy with an index") {
-  const std::string dir = make_temp_dir();
+  const std::string dir = nstest::make_temp_dir("snapshot");
   nanscope::recorder_options o;
   o.policy = nanscope::on_detect::print_and_continue;
   o.sink = [](std::string_view) {};
@@ -78,7 +66,7 @@ TEST_CASE("snapshot: the producing frame's inputs and the offending output are w
   }
   REQUIRE(rec.detections() == 1);
 
-  const std::vector<std::string> files = list_dir(dir);
+  const std::vector<std::string> files = visible_files(dir);
   std::string index_file;
   std::vector<std::string> npys;
   for (const auto& f : files) {
@@ -135,12 +123,12 @@ TEST_CASE("snapshot: the producing frame's inputs and the offending output are w
 #else
   CHECK(index.find("\"produced_here\": true") != std::string::npos);
 #endif
-  for (const auto& f : list_dir(dir)) ::unlink((dir + "/" + f).c_str());
+  for (const auto& f : visible_files(dir)) ::unlink((dir + "/" + f).c_str());
   ::rmdir(dir.c_str());
 }
 
 TEST_CASE("snapshot: a value that arrived non-finite saves only the offending tensor, and says why") {
-  const std::string dir = make_temp_dir();
+  const std::string dir = nstest::make_temp_dir("snapshot");
   nanscope::recorder_options o;
   o.policy = nanscope::on_detect::print_and_continue;
   o.sink = [](std::string_view) {};
@@ -151,7 +139,7 @@ TEST_CASE("snapshot: a value that arrived non-finite saves only the offending te
     nanscope::scope s(rec, "mlp", "MLP");
     s.input(bad);  // arrives already NaN
   }
-  const std::vector<std::string> files = list_dir(dir);
+  const std::vector<std::string> files = visible_files(dir);
   int npy = 0;
   std::string index;
   for (const auto& f : files) {
@@ -166,7 +154,7 @@ TEST_CASE("snapshot: a value that arrived non-finite saves only the offending te
 #else
   CHECK(index.find("\"produced_here\": false") != std::string::npos);
 #endif
-  for (const auto& f : list_dir(dir)) ::unlink((dir + "/" + f).c_str());
+  for (const auto& f : visible_files(dir)) ::unlink((dir + "/" + f).c_str());
   ::rmdir(dir.c_str());
 }
 
@@ -198,7 +186,7 @@ TEST_CASE("snapshot: JSON strings stay valid for hostile module names") {
 
 namespace {
 void remove_tree(const std::string& dir) {
-  for (const auto& f : list_dir(dir)) {
+  for (const auto& f : visible_files(dir)) {
     const std::string p = dir + "/" + f;
     if (::unlink(p.c_str()) != 0) remove_tree(p);
   }
@@ -226,7 +214,7 @@ nanscope::recorder_options snapshot_options(const std::string& dir) {
 }  // namespace
 
 TEST_CASE("snapshot: a snapshot_dir whose parents do not exist is created with them") {
-  const std::string base = make_temp_dir();
+  const std::string base = nstest::make_temp_dir("snapshot");
   const std::string dir = base + "/a/b/c";  // the old code created only the last component: the write failed
   std::string seen;
   nanscope::recorder_options o = snapshot_options(dir);
@@ -234,13 +222,13 @@ TEST_CASE("snapshot: a snapshot_dir whose parents do not exist is created with t
   nanscope::recorder rec(o);
   detect_once(rec, 1.0f);
   CHECK(seen.find("snapshot failed") == std::string::npos);
-  CHECK(with_suffix(list_dir(dir), "_index.json").size() == 1);
-  CHECK(with_suffix(list_dir(dir), ".npy").size() == 1);
+  CHECK(with_suffix(visible_files(dir), "_index.json").size() == 1);
+  CHECK(with_suffix(visible_files(dir), ".npy").size() == 1);
   remove_tree(base);
 }
 
 TEST_CASE("snapshot: two recorders and two processes share one directory without overwriting each other") {
-  const std::string dir = make_temp_dir();
+  const std::string dir = nstest::make_temp_dir("snapshot");
   nanscope::recorder r1(snapshot_options(dir)), r2(snapshot_options(dir));
   CHECK(r1.id() != r2.id());
   detect_once(r1, 1.0f);  // same step, same detection count: the old names were equal
@@ -263,7 +251,7 @@ TEST_CASE("snapshot: two recorders and two processes share one directory without
 #else
   const int expected = 2;
 #endif
-  const std::vector<std::string> names = list_dir(dir);
+  const std::vector<std::string> names = visible_files(dir);
   const std::vector<std::string> indexes = with_suffix(names, "_index.json");
   REQUIRE(indexes.size() == static_cast<std::size_t>(expected));
   CHECK(with_suffix(names, ".npy").size() == static_cast<std::size_t>(expected));
@@ -292,7 +280,7 @@ TEST_CASE("snapshot: two recorders and two processes share one directory without
 
 TEST_CASE("snapshot: an existing file of the same name is never overwritten") {
   for (const bool npy_taken : {true, false}) {  // the .npy and the index taken, or only the index
-    const std::string dir = make_temp_dir();
+    const std::string dir = nstest::make_temp_dir("snapshot");
     nanscope::recorder rec(snapshot_options(dir));
     // the names the first detection would take (an earlier process with the same pid left them, say)
     const std::string stem = nanscope::detail::snapshot_prefix(rec.id(), 0, 1);
@@ -313,7 +301,7 @@ TEST_CASE("snapshot: an existing file of the same name is never overwritten") {
     CHECK(j["files"][0]["file"] == stem + "-1_0_m_output.npy");
 #endif
     // with only the index taken, the .npy written under the first name is removed again (the set moved on)
-    CHECK(list_dir(dir).size() == (npy_taken ? 4u : 3u));
+    CHECK(visible_files(dir).size() == (npy_taken ? 4u : 3u));
     remove_tree(dir);
   }
 }

@@ -15,6 +15,7 @@
 
 // LibTorch first: a LibTorch built with glog (Debian's) defines glog's CHECK, CHECK_EQ, ... macros, which are
 // dropped here before doctest defines its own.
+#include "support/errors.hpp"
 #include <nanscope/adapters/torch.hpp>
 
 #include <ATen/ATen.h>
@@ -205,14 +206,7 @@ void expect_matches(const nanscope::health_result& h, const torch_reference& r, 
   CHECK(nstest::close_to(h.std, r.std_dev, tol, r.std_dev));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nanscope::error& e) {
-    return e.what();
-  }
-  return "(no nanscope::error)";
-}
+using nstest::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

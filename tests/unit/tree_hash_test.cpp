@@ -1,6 +1,8 @@
 // The tree writer's "hash" key (tree_options::with_hash): present only with the option, on float and integer
 // tensors, equal to nanscope::to_hex(check(...).hash) of the recorded view (a transposed one included), in
 // both styles and whatever mode the recorder ran; files parsed with nlohmann-json.
+#include "support/json_files.hpp"
+
 #include <nanscope/nanscope.hpp>
 
 #include <doctest/doctest.h>
@@ -19,28 +21,15 @@ using nanscope::dtype;
 using nanscope::scope;
 using nanscope::tensor_view;
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/nanscope_tree_hash_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
-json load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE_MESSAGE(f.good(), path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return json::parse(ss.str());
-}
 std::string expected_hex(const tensor_view& v) {
   return nanscope::to_hex((nanscope::check)(v, nanscope::check_options{}.with_mode(nanscope::check_mode::no_tensor).with_hash()).hash);
 }
 
-struct model {
+struct hash_net {
   std::vector<float> a;
   std::vector<std::int64_t> ids{101, 7592, 2088, 102};
   std::vector<double> d{1.5, -2.0, 1e3};
-  model() : a(40000) {
+  hash_net() : a(40000) {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 97) * 0.25f - 3.0f;
   }
   tensor_view transposed() const {  // a [200, 200] matrix read as its transpose
@@ -67,13 +56,13 @@ struct model {
 }  // namespace
 
 TEST_CASE("tree: \"hash\" only with with_hash(), equal to the check's hash, in both styles and recorder modes") {
-  const model m;
+  const hash_net m;
   for (auto style : {nanscope::tree_style::torch_repr, nanscope::tree_style::numeric})
     for (auto mode : {nanscope::check_mode::stats, nanscope::check_mode::concise_health}) {
       nanscope::recorder_options ro;
       ro.mode = mode;
       nanscope::recorder rec(ro);
-      const std::string with = temp_dir(), without = temp_dir();
+      const std::string with = nstest::make_temp_dir("tree_hash"), without = nstest::make_temp_dir("tree_hash");
       {
         nanscope::tree_writer w(rec, nanscope::tree_options{}.in(with).with_rank(0).with_style(style).with_hash());
         m.run(rec);
@@ -82,7 +71,7 @@ TEST_CASE("tree: \"hash\" only with with_hash(), equal to the check's hash, in b
         nanscope::tree_writer w(rec, nanscope::tree_options{}.in(without).with_rank(0).with_style(style));
         m.run(rec);
       }
-      const json t = load(with + "/HashNet_debug_tree_SUMMARY.json");
+      const json t = nstest::load_json(with + "/HashNet_debug_tree_SUMMARY.json");
       CHECK(t["inputs"]["args"][0]["hash"] == expected_hex(tensor_view::contiguous(m.ids.data(), dtype::i64, {1, 4})));
       const json& lin = t["children"][0];
       CHECK(lin["inputs"]["args"][0]["hash"] ==
@@ -94,7 +83,7 @@ TEST_CASE("tree: \"hash\" only with with_hash(), equal to the check's hash, in b
       const std::string dh = t["children"][1]["outputs"]["hash"];
       CHECK(dh.size() == 64);
       CHECK(dh == expected_hex(tensor_view::contiguous(m.d.data(), dtype::f64, {3})));
-      const json full = load(with + "/HashNet_debug_tree_FULL_TENSORS.json");
+      const json full = nstest::load_json(with + "/HashNet_debug_tree_FULL_TENSORS.json");
       CHECK(full["children"][0]["outputs"]["hash"] == th);
 
       std::ifstream f(without + "/HashNet_debug_tree_FULL_TENSORS.json");

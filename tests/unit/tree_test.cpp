@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <nanscope/nanscope.hpp>
 
+#include "support/json_files.hpp"
 #include "support/reference.hpp"
 
 #if NANSCOPE_TEST_HAVE_JSON
@@ -38,35 +39,9 @@ using nanscope::scope;
 using nanscope::tensor_view;
 using json = nlohmann::json;
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/nanscope_tree_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-bool exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  return out;
-}
-json load(const std::string& path) {
-  REQUIRE_MESSAGE(exists(path), path);
-  return json::parse(read_text(path));  // strict: throws on invalid JSON or invalid UTF-8
-}
+using nstest::exists;
+using nstest::list_dir;
+using nstest::read_text;
 
 /// Quiet recorder options: detections are reported into a string and the pass goes on.
 nanscope::recorder_options quiet() {
@@ -77,18 +52,18 @@ nanscope::recorder_options quiet() {
 }
 
 /// Restores an environment variable at the end of a test.
-struct env_guard {
+struct env_var_guard {
   std::string name;
   bool had;
   std::string old;
-  explicit env_guard(const char* n) : name(n) {
+  explicit env_var_guard(const char* n) : name(n) {
     const char* v = std::getenv(n);
     had = v != nullptr;
     if (had) old = v;
   }
   void set(const char* v) const { ::setenv(name.c_str(), v, 1); }
   void unset() const { ::unsetenv(name.c_str()); }
-  ~env_guard() {
+  ~env_var_guard() {
     if (had) ::setenv(name.c_str(), old.c_str(), 1);
     else ::unsetenv(name.c_str());
   }
@@ -292,7 +267,7 @@ TEST_CASE("tree: numeric style statistics, health counts and values equal a naiv
   for (int i = 0; i < 50; ++i) f16.push_back(nanscope::half::from_float(g(rng) * 1000).bits);
   f16[7] = 0xFC00;  // -inf
 
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   {
     nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_style(nanscope::tree_style::numeric).with_rank(0));
@@ -314,8 +289,8 @@ TEST_CASE("tree: numeric style statistics, health counts and values equal a naiv
     REQUIRE(w.trees_written() == 1);
     CHECK(w.last_error().empty());
   }
-  const json full = load(dir + "/Probe_debug_tree_FULL_TENSORS.json");
-  const json summary = load(dir + "/Probe_debug_tree_SUMMARY.json");
+  const json full = nstest::load_json(dir + "/Probe_debug_tree_FULL_TENSORS.json");
+  const json summary = nstest::load_json(dir + "/Probe_debug_tree_SUMMARY.json");
   const json& kids = full["children"];
   REQUIRE(kids.size() == f32s.size() + 2);
   for (std::size_t k = 0; k < f32s.size(); ++k) {
@@ -359,7 +334,7 @@ TEST_CASE("tree: golden files of a small tree in both styles") {
   for (auto style : {nanscope::tree_style::torch_repr, nanscope::tree_style::numeric}) {
     const std::string sname = style == nanscope::tree_style::torch_repr ? "torch_repr" : "numeric";
     CAPTURE(sname);
-    const std::string dir = temp_dir();
+    const std::string dir = nstest::make_temp_dir("tree");
     nanscope::recorder rec(quiet());
     std::string run_id;
     {
@@ -391,19 +366,19 @@ TEST_CASE("tree: golden files of a small tree in both styles") {
         FAIL_CHECK(path << " differs at byte " << i << ": got «" << got.substr(i < 80 ? 0 : i - 80, 160)
                         << "», golden «" << want.substr(i < 80 ? 0 : i - 80, 160) << "»");
       }
-      (void)load(dir + "/" + f);
+      (void)nstest::load_json(dir + "/" + f);
     }
   }
 }
 
 TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitised addresses, extras)") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   {
     nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_rank(0));
     small_model{}.run(rec);
   }
-  const json t = load(dir + "/TinyNet_debug_tree_SUMMARY.json");
+  const json t = nstest::load_json(dir + "/TinyNet_debug_tree_SUMMARY.json");
   CHECK(t["module_path"] == "TinyNet");
   CHECK(t["inputs"]["args"][0]["shape"] == "torch.Size([1, 4])");
   CHECK(t["inputs"]["args"][0]["dtype"] == "torch.int64");
@@ -429,7 +404,7 @@ TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitis
   CHECK(t["nanscope"]["rank"] == 0);
 
   // extras off: only HuggingFace's keys remain
-  const std::string dir2 = temp_dir();
+  const std::string dir2 = nstest::make_temp_dir("tree");
   {
     nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir2).with_rank(0).with_extras(false).with_pruning(false));
     small_model{}.run(rec);
@@ -441,7 +416,7 @@ TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitis
 }
 
 TEST_CASE("tree: rank selection from options and from the environment") {
-  env_guard r("RANK"), lr("LOCAL_RANK"), om("OMPI_COMM_WORLD_RANK"), pm("PMI_RANK");
+  env_var_guard r("RANK"), lr("LOCAL_RANK"), om("OMPI_COMM_WORLD_RANK"), pm("PMI_RANK");
   r.unset();
   lr.unset();
   om.unset();
@@ -454,28 +429,28 @@ TEST_CASE("tree: rank selection from options and from the environment") {
     return std::make_pair(w.rank(), list_dir(dir));
   };
   SUBCASE("no variable: rank 0 writes") {
-    const std::string dir = temp_dir();
+    const std::string dir = nstest::make_temp_dir("tree");
     const auto res = run(nanscope::tree_options{}.in(dir));
     CHECK(res.first == 0);
     CHECK(res.second.size() == 2);
   }
   SUBCASE("explicit rank 1, rank0_only: nothing is written, not even the directory") {
-    const std::string dir = temp_dir() + "/never";
+    const std::string dir = nstest::make_temp_dir("tree") + "/never";
     const auto res = run(nanscope::tree_options{}.in(dir).with_rank(1));
     CHECK(res.first == 1);
     CHECK_FALSE(exists(dir));
   }
   SUBCASE("every_rank: one file set per rank, named after it") {
-    const std::string dir = temp_dir();
+    const std::string dir = nstest::make_temp_dir("tree");
     const auto res = run(nanscope::tree_options{}.in(dir).with_rank(3).with_ranks(nanscope::tree_ranks::every_rank));
     CHECK(res.second.size() == 2);
-    const json t = load(dir + "/TinyNet_rank3_debug_tree_SUMMARY.json");
+    const json t = nstest::load_json(dir + "/TinyNet_rank3_debug_tree_SUMMARY.json");
     CHECK(t["nanscope"]["rank"] == 3);
     CHECK(exists(dir + "/TinyNet_rank3_debug_tree_FULL_TENSORS.json"));
   }
   SUBCASE("each variable, in order of precedence") {
     struct row {
-      const env_guard* var;
+      const env_var_guard* var;
       const char* value;
       int expected;
     };
@@ -486,21 +461,21 @@ TEST_CASE("tree: rank selection from options and from the environment") {
       om.unset();
       pm.unset();
       c.var->set(c.value);
-      const std::string dir = temp_dir();
+      const std::string dir = nstest::make_temp_dir("tree");
       const auto res = run(nanscope::tree_options{}.in(dir));
       CHECK(res.first == c.expected);
       CHECK(res.second.size() == (c.expected == 0 ? 2u : 0u));
     }
     r.set("4");
     pm.set("0");  // RANK wins over PMI_RANK
-    CHECK(run(nanscope::tree_options{}.in(temp_dir())).first == 4);
-    CHECK(run(nanscope::tree_options{}.in(temp_dir()).with_rank(0)).first == 0);  // explicit wins
+    CHECK(run(nanscope::tree_options{}.in(nstest::make_temp_dir("tree"))).first == 4);
+    CHECK(run(nanscope::tree_options{}.in(nstest::make_temp_dir("tree")).with_rank(0)).first == 0);  // explicit wins
   }
   SUBCASE("malformed values are errors that name the variable") {
     for (const char* bad : {"abc", "-1", "1x", " 1", "99999999999", "0x10"}) {
       CAPTURE(bad);
       lr.set(bad);
-      const std::string dir = temp_dir();
+      const std::string dir = nstest::make_temp_dir("tree");
       bool threw = false;
       try {
         nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir));
@@ -518,7 +493,7 @@ TEST_CASE("tree: rank selection from options and from the environment") {
 }
 
 TEST_CASE("tree: a detection exception unwinding the scopes still writes a complete, valid tree marked incomplete") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder_options o;  // the default policy throws
   o.sink = [](std::string_view) {};
   nanscope::recorder rec(o);
@@ -543,7 +518,7 @@ TEST_CASE("tree: a detection exception unwinding the scopes still writes a compl
   }
   REQUIRE(caught);
   CHECK(w.trees_written() == 1);
-  const json t = load(dir + "/Net_debug_tree_FULL_TENSORS.json");
+  const json t = nstest::load_json(dir + "/Net_debug_tree_FULL_TENSORS.json");
   CHECK(t["nanscope"]["complete"] == false);
   REQUIRE(t["children"].size() == 2);
   CHECK(t["children"][1]["children"][0]["module_path"] == "Net.b.c");
@@ -552,7 +527,7 @@ TEST_CASE("tree: a detection exception unwinding the scopes still writes a compl
 }
 
 TEST_CASE("tree: scopes opened by another thread during a pass are not in the tree") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   const std::vector<float> x{1, 2};
   {
@@ -574,7 +549,7 @@ TEST_CASE("tree: scopes opened by another thread during a pass are not in the tr
     }
     CHECK(w.trees_written() == 1);
   }
-  const json t = load(dir + "/Main_debug_tree_SUMMARY.json");
+  const json t = nstest::load_json(dir + "/Main_debug_tree_SUMMARY.json");
   REQUIRE(t["children"].size() == 2);
   CHECK(t["children"][0]["module_path"] == "Main.a");
   CHECK(t["children"][1]["module_path"] == "Main.b");
@@ -582,7 +557,7 @@ TEST_CASE("tree: scopes opened by another thread during a pass are not in the tr
 }
 
 TEST_CASE("tree: step selection writes only the chosen passes") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   nanscope::tree_options o = nanscope::tree_options{}.in(dir).with_rank(0);
   o.steps = {1};
@@ -591,11 +566,11 @@ TEST_CASE("tree: step selection writes only the chosen passes") {
   for (int i = 0; i < 3; ++i) small_model{}.run(rec);
   CHECK(w.trees_written() == 1);
   CHECK(list_dir(dir) == std::vector<std::string>{"TinyNet_debug_tree_SUMMARY.json"});
-  CHECK(load(dir + "/TinyNet_debug_tree_SUMMARY.json")["nanscope"]["step"] == 1);
+  CHECK(nstest::load_json(dir + "/TinyNet_debug_tree_SUMMARY.json")["nanscope"]["step"] == 1);
 }
 
 TEST_CASE("tree: the FULL_TENSORS file is streamed while the pass runs and the target appears only at the end") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   std::vector<float> x(900);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.37f - 100.0f;
@@ -617,7 +592,7 @@ TEST_CASE("tree: the FULL_TENSORS file is streamed while the pass runs and the t
   // 400 leaves of 900 values: about 5 MB; at least 1 MB must already be on disk before the pass ended
   CHECK(largest_temp >= (1u << 20));
   CHECK(w.full_bytes() > 4u * (1u << 20));
-  const json t = load(dir + "/Wide_debug_tree_FULL_TENSORS.json");
+  const json t = nstest::load_json(dir + "/Wide_debug_tree_FULL_TENSORS.json");
   CHECK(t["children"].size() == 400);
   for (const auto& f : list_dir(dir)) CHECK_MESSAGE(f.find(".tmp.") == std::string::npos, f);
 }
@@ -625,13 +600,13 @@ TEST_CASE("tree: the FULL_TENSORS file is streamed while the pass runs and the t
 TEST_CASE("tree: directory and write errors") {
   nanscope::recorder rec(quiet());
   SUBCASE("missing parents are created") {
-    const std::string dir = temp_dir() + "/a/b/c";
+    const std::string dir = nstest::make_temp_dir("tree") + "/a/b/c";
     nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_rank(0));
     small_model{}.run(rec);
     CHECK(exists(dir + "/TinyNet_debug_tree_SUMMARY.json"));
   }
   SUBCASE("a regular file as the directory: an error naming it") {
-    const std::string file = temp_dir() + "/plain";
+    const std::string file = nstest::make_temp_dir("tree") + "/plain";
     std::ofstream(file) << "x";
     bool threw = false;
     try {
@@ -644,7 +619,7 @@ TEST_CASE("tree: directory and write errors") {
     CHECK(threw);
   }
   SUBCASE("the directory vanishes: the pass goes on, the error is reported, nothing is written") {
-    const std::string dir = temp_dir() + "/gone";
+    const std::string dir = nstest::make_temp_dir("tree") + "/gone";
     std::vector<std::string> errors;
     nanscope::tree_options o = nanscope::tree_options{}.in(dir).with_rank(0);
     o.on_error = [&](std::string_view m) { errors.emplace_back(m); };
@@ -664,7 +639,7 @@ TEST_CASE("tree: directory and write errors") {
 }
 
 TEST_CASE("tree: any byte in a module name gives strict JSON (nlohmann rejects invalid UTF-8)") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree");
   nanscope::recorder rec(quiet());
   const std::vector<float> x{1};
   std::string all;

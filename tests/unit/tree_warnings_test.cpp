@@ -8,6 +8,8 @@
 //    warnings they differ from it by the new keys only;
 //  - hostile site names (quotes, backslashes, control characters, invalid UTF-8) give strict ASCII JSON.
 #include <doctest/doctest.h>
+#include "support/files.hpp"
+
 #include <nanscope/history.hpp>
 #include <nanscope/nanscope.hpp>
 
@@ -28,19 +30,6 @@ using json = nlohmann::json;
 using nanscope::early_warning;
 using nanscope::scope;
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/nanscope_tree_warn_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE_MESSAGE(f.good(), path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
     s.replace(at, from.size(), to);
@@ -135,7 +124,7 @@ bool any_warning_key(const std::string& text) { return text.find("warnings\"") !
 }  // namespace
 
 TEST_CASE("tree warnings: each pass's files carry the warnings history raised in that pass, field by field") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree_warn");
   std::string sink;
   nanscope::recorder rec(quiet(&sink));
   nanscope::history hist;  // default rules, fp16 target
@@ -150,8 +139,8 @@ TEST_CASE("tree warnings: each pass's files carry the warnings history raised in
     const std::vector<early_warning> all = hist.warnings();
     const std::vector<early_warning> now(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
     for (const auto& w : now) REQUIRE(w.step == s);
-    const std::string summary_text = read_text(tree.summary_path());
-    const std::string full_text = read_text(tree.full_path());
+    const std::string summary_text = nstest::read_existing(tree.summary_path());
+    const std::string full_text = nstest::read_existing(tree.full_path());
     const json summary = json::parse(summary_text), full = json::parse(full_text);
     CHECK(summary.at("nanscope").at("step").get<std::uint64_t>() == s);
     if (now.empty()) {
@@ -228,7 +217,7 @@ TEST_CASE("tree warnings: without warnings the files are byte-identical to a run
       if (grow && extras) continue;
       CAPTURE(extras);
       CAPTURE(grow);
-      const std::string with_dir = temp_dir(), without_dir = temp_dir();
+      const std::string with_dir = nstest::make_temp_dir("tree_warn"), without_dir = nstest::make_temp_dir("tree_warn");
       net model;
       model.grow = grow;
       nanscope::history hist;
@@ -238,16 +227,16 @@ TEST_CASE("tree warnings: without warnings the files are byte-identical to a run
         hist.attach(rec);
         nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(with_dir).with_rank(0).with_extras(extras));
         for (std::uint64_t s = 0; s < 25; ++s) model.run(rec, s);
-        a_summary = replace_all(read_text(tree.summary_path()), tree.run_id(), "RUN");
-        a_full = replace_all(read_text(tree.full_path()), tree.run_id(), "RUN");
+        a_summary = replace_all(nstest::read_existing(tree.summary_path()), tree.run_id(), "RUN");
+        a_full = replace_all(nstest::read_existing(tree.full_path()), tree.run_id(), "RUN");
         hist.detach();
       }
       {
         nanscope::recorder rec(quiet(nullptr));
         nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(without_dir).with_rank(0).with_extras(extras));
         for (std::uint64_t s = 0; s < 25; ++s) model.run(rec, s);
-        b_summary = replace_all(read_text(tree.summary_path()), tree.run_id(), "RUN");
-        b_full = replace_all(read_text(tree.full_path()), tree.run_id(), "RUN");
+        b_summary = replace_all(nstest::read_existing(tree.summary_path()), tree.run_id(), "RUN");
+        b_full = replace_all(nstest::read_existing(tree.full_path()), tree.run_id(), "RUN");
       }
       CHECK(hist.site_count() == 5);  // the history was fed
       CHECK(hist.warnings().empty() == !grow);
@@ -259,7 +248,7 @@ TEST_CASE("tree warnings: without warnings the files are byte-identical to a run
 }
 
 TEST_CASE("tree warnings: with warnings the files differ from a run without a history by the new keys only") {
-  const std::string with_dir = temp_dir(), without_dir = temp_dir();
+  const std::string with_dir = nstest::make_temp_dir("tree_warn"), without_dir = nstest::make_temp_dir("tree_warn");
   const net model;
   nanscope::history hist;
   std::vector<std::string> with_files, without_files;
@@ -268,14 +257,14 @@ TEST_CASE("tree warnings: with warnings the files differ from a run without a hi
     hist.attach(rec);
     nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(with_dir).with_rank(0).with_style(nanscope::tree_style::numeric));
     for (std::uint64_t s = 0; s <= 20; ++s) model.run(rec, s);  // step 20: the jump of layers.2
-    with_files = {read_text(tree.summary_path()), read_text(tree.full_path())};
+    with_files = {nstest::read_existing(tree.summary_path()), nstest::read_existing(tree.full_path())};
     hist.detach();
   }
   {
     nanscope::recorder rec(quiet(nullptr));
     nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(without_dir).with_rank(0).with_style(nanscope::tree_style::numeric));
     for (std::uint64_t s = 0; s <= 20; ++s) model.run(rec, s);
-    without_files = {read_text(tree.summary_path()), read_text(tree.full_path())};
+    without_files = {nstest::read_existing(tree.summary_path()), nstest::read_existing(tree.full_path())};
   }
   for (std::size_t i = 0; i < 2; ++i) {
     CHECK(any_warning_key(with_files[i]));
@@ -294,7 +283,7 @@ TEST_CASE("tree warnings: with warnings the files differ from a run without a hi
 }
 
 TEST_CASE("tree warnings: hostile site names stay strict ASCII JSON") {
-  const std::string dir = temp_dir();
+  const std::string dir = nstest::make_temp_dir("tree_warn");
   nanscope::recorder rec(quiet(nullptr));
   nanscope::history hist;
   hist.attach(rec);
@@ -314,7 +303,7 @@ TEST_CASE("tree warnings: hostile site names stay strict ASCII JSON") {
     for (const auto& w : ws) found = found || w.site == site;
     REQUIRE(found);
     for (const std::string& path : {tree.summary_path(), tree.full_path()}) {
-      const std::string text = read_text(path);
+      const std::string text = nstest::read_existing(path);
       std::size_t outside = 0;  // ensure_ascii: printable ASCII and newlines only
       for (unsigned char c : text) outside += (c >= 0x20 && c < 0x7f) || c == '\n' ? 0 : 1;
       CHECK(outside == 0);

@@ -209,9 +209,6 @@ inline void hist_scalar(const unsigned char* p, std::size_t n, const hist_setup&
 }
 
 #if NANSCOPE_HAS_X86_SIMD()
-// Fixed-count loops over vector registers: unrolled, so that the accumulators live in registers.
-#define NANSCOPE_IMPL_HIST_PRAGMA(x) _Pragma(#x)
-#define NANSCOPE_IMPL_HIST_UNROLL(n) NANSCOPE_IMPL_HIST_PRAGMA(GCC unroll n)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -314,7 +311,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
   for (std::size_t g0 = 0; g0 < groups; g0 += 15) {  // nibble counters: at most 15 groups per flush
     const std::size_t g1 = groups - g0 < 15 ? groups : g0 + 15;
     __m512i acc[8];
-    NANSCOPE_IMPL_HIST_UNROLL(8) for (auto& a : acc) a = zero;
+    NANSCOPE_IMPL_UNROLL(8) for (auto& a : acc) a = zero;
     for (std::size_t g = g0; g < g1; ++g) {
       const unsigned char* q = p + g * 64 * ES;
       const __m512i f = hist_fields64<ES, Shift>(q);
@@ -322,13 +319,13 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
       const __mmask64 in = _mm512_cmplt_epu8_mask(r, sixteen);
       const __mmask64 z = _mm512_cmpeq_epi8_mask(f, zero);
       acc0 = _mm512_mask_add_epi8(acc0, z, acc0, ones);
-      NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) acc[m] = _mm512_add_epi8(acc[m], _mm512_maskz_shuffle_epi8(in, lut[m], r));
+      NANSCOPE_IMPL_UNROLL(8) for (int m = 0; m < 8; ++m) acc[m] = _mm512_add_epi8(acc[m], _mm512_maskz_shuffle_epi8(in, lut[m], r));
       if (nd != 0) {  // |x| bits of the group once, then one compare per vector and direct boundary
         __m512i av[4];
-        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v)
+        NANSCOPE_IMPL_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v)
           av[v] = _mm512_and_si512(_mm512_loadu_si512(q + 64 * v), absm);
         // the first two in registers (typical data has one or two dirty fields in the window), others in memory
-        NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+        NANSCOPE_IMPL_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
           if constexpr (ES == 4) {
             d0 = _mm512_mask_sub_epi32(d0, _mm512_cmpge_epu32_mask(av[v], b0), d0, minus1);
             if (nd > 1) d1 = _mm512_mask_sub_epi32(d1, _mm512_cmpge_epu32_mask(av[v], b1), d1, minus1);
@@ -338,7 +335,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
           }
         }
         for (int j = 2; j < nd; ++j) {
-          NANSCOPE_IMPL_HIST_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
+          NANSCOPE_IMPL_UNROLL(4) for (unsigned v = 0; v < (ES == 4 ? 4u : 2u); ++v) {
             if constexpr (ES == 4)
               dacc[j] = _mm512_mask_sub_epi32(dacc[j], _mm512_cmpge_epu32_mask(av[v], bvec[j]), dacc[j], minus1);
             else
@@ -369,7 +366,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
         since0 = 0;
       }
     }
-    NANSCOPE_IMPL_HIST_UNROLL(8) for (int m = 0; m < 8; ++m) hist_nibble_flush(acc[m], slo[m], shi[m]);
+    NANSCOPE_IMPL_UNROLL(8) for (int m = 0; m < 8; ++m) hist_nibble_flush(acc[m], slo[m], shi[m]);
   }
   c[0] += static_cast<std::uint32_t>(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc0, zero)));
   for (int m = 0; m < 8; ++m) {
@@ -389,8 +386,6 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::size_t hist_bins_avx512(const unsigned c
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-#undef NANSCOPE_IMPL_HIST_UNROLL
-#undef NANSCOPE_IMPL_HIST_PRAGMA
 #endif  // NANSCOPE_HAS_X86_SIMD()
 
 /// Histograms n contiguous raw elements of the setup's dtype (its bits, any alignment) and counts them
