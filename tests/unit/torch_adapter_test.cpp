@@ -15,8 +15,9 @@
 
 // LibTorch first: a LibTorch built with glog (Debian's) defines glog's CHECK, CHECK_EQ, ... macros, which are
 // dropped here before doctest defines its own.
-#include "support/errors.hpp"
 #include <nanscope/adapters/torch.hpp>
+
+#include "support/errors.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/ops/from_blob.h>
