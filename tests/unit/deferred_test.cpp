@@ -42,12 +42,6 @@ struct later {
 };
 
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// The data of a small model: two blocks, an fp16-hot activation (warning), an integer input, a NaN made by
 /// layer `nan_layer` (none when < 0).
@@ -210,7 +204,7 @@ TEST_CASE("deferred replay feeds the layer-tree writer the same events") {
     return t;
   };
   for (const char* f : {"/TinyModel_debug_tree_SUMMARY.json", "/TinyModel_debug_tree_FULL_TENSORS.json"}) {
-    const std::string x = masked(slurp(d1 + f), run_a), y = masked(slurp(d2 + f), run_b);
+    const std::string x = masked(nstest::read_text(d1 + f), run_a), y = masked(nstest::read_text(d2 + f), run_b);
     CHECK(!x.empty());
     CHECK(x == y);
   }

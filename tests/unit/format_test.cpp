@@ -1,6 +1,7 @@
 // nanscope tests — format_test.cpp: nanscope::summary(), fmt::format("{}", r) and "{:v}" against hand-written
 // expected strings: the lovely-tensors style line of FORMATS.md section 5, every mode, number formatting at
 // the edges of its ranges, integer/bool/empty/rank-0 tensors.
+#include "support/compare.hpp"
 #include "support/reference.hpp"
 
 #include <nanscope/check.hpp>

@@ -5,6 +5,8 @@
 // process); detaching a listener waits for a call in progress on another thread. Run under ASan/UBSan and TSan
 // by the sanitizer presets: the old code used freed memory in the first two cases.
 #include <doctest/doctest.h>
+#include "support/files.hpp"
+
 #include <nanscope/tree.hpp>
 
 #include "support/recorder_support.hpp"
@@ -36,18 +38,8 @@
 #endif
 
 namespace {
-std::string lifetime_temp_dir() {
-  char tmpl[] = "/tmp/nanscope_lifetime_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return d;
-}
-std::string slurp_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string lifetime_temp_dir() { return nstest::make_temp_dir("lifetime"); }
+using nstest::read_text;
 std::vector<float> ramp(std::size_t n) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.5f - 1.0f;
@@ -91,7 +83,7 @@ TEST_CASE("lifetime: two tree writers on one recorder, destroyed in creation ord
   one_pass(rec, x);  // no listener is called (ASan would report a use after free)
   for (const std::string& d : {d1, d2}) {
 #if NANSCOPE_TEST_HAVE_JSON
-    const auto j = nlohmann::json::parse(slurp_text(d + "/Net_debug_tree_SUMMARY.json"));
+    const auto j = nlohmann::json::parse(read_text(d + "/Net_debug_tree_SUMMARY.json"));
     CHECK(j["module_path"] == "Net");
 #endif
     std::remove((d + "/Net_debug_tree_SUMMARY.json").c_str());
@@ -160,7 +152,7 @@ TEST_CASE("lifetime: heap scopes destroyed out of order are unlinked, reported, 
   }
 #if NANSCOPE_TEST_HAVE_JSON
   // the tree of the out-of-order pass was the first; the second pass (`next`) replaced it: both complete.
-  const auto j = nlohmann::json::parse(slurp_text(dir + "/Net_debug_tree_SUMMARY.json"));
+  const auto j = nlohmann::json::parse(read_text(dir + "/Net_debug_tree_SUMMARY.json"));
   CHECK(j["module_path"] == "Net");
 #endif
   {
@@ -179,7 +171,7 @@ TEST_CASE("lifetime: heap scopes destroyed out of order are unlinked, reported, 
     CHECK(nanscope::detail::thread_top_scope() == nullptr);
     CHECK(w.trees_written() == 1);
 #if NANSCOPE_TEST_HAVE_JSON
-    const auto t = nlohmann::json::parse(slurp_text(dir + "/Net_debug_tree_FULL_TENSORS.json"));
+    const auto t = nlohmann::json::parse(read_text(dir + "/Net_debug_tree_FULL_TENSORS.json"));
     CHECK(t["module_path"] == "Net");
     REQUIRE(t["children"].size() == 1);
     CHECK(t["children"][0]["module_path"] == "Net.block");
@@ -213,7 +205,7 @@ TEST_CASE("lifetime: a scope ended on another thread than its own aborts with a 
   REQUIRE(e.ran);
   CHECK(e.signaled);
   CHECK(e.signal == SIGABRT);
-  const std::string msg = slurp_text(msg_path);
+  const std::string msg = read_text(msg_path);
   CHECK(msg.find("nanscope: scope 'moved' (Moved) ended on a thread that does not have it open") != std::string::npos);
   std::remove(msg_path.c_str());
 }

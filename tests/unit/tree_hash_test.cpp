@@ -86,10 +86,8 @@ TEST_CASE("tree: \"hash\" only with with_hash(), equal to the check's hash, in b
       const json full = nstest::load_json(with + "/HashNet_debug_tree_FULL_TENSORS.json");
       CHECK(full["children"][0]["outputs"]["hash"] == th);
 
-      std::ifstream f(without + "/HashNet_debug_tree_FULL_TENSORS.json");
-      std::stringstream ss;
-      ss << f.rdbuf();
-      CHECK(ss.str().find("\"hash\"") == std::string::npos);
-      CHECK(ss.str().find("\"health\"") != std::string::npos);
+      const std::string text = nstest::read_existing(without + "/HashNet_debug_tree_FULL_TENSORS.json");
+      CHECK(text.find("\"hash\"") == std::string::npos);
+      CHECK(text.find("\"health\"") != std::string::npos);
     }
 }

@@ -11,6 +11,8 @@
 // detail::tree_commit_probe), with and without extras — the old SUMMARY-then-FULL order left SUMMARY of pass N
 // next to FULL_TENSORS of pass N-1 there.
 #include <doctest/doctest.h>
+#include "support/files.hpp"
+
 #include <nanscope/tree.hpp>
 
 #include "support/recorder_support.hpp"
@@ -43,20 +45,9 @@ constexpr int kill_leaves = 300;
 const char* const summary_name = "Killed_debug_tree_SUMMARY.json";
 const char* const full_name = "Killed_debug_tree_FULL_TENSORS.json";
 
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n != "." && n != "..") out.push_back(n);
-    }
-    ::closedir(d);
-  }
-  return out;
-}
 std::vector<std::string> temporaries(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : entries(dir))
+  for (const auto& e : nstest::list_dir(dir))
     if (e.find(".tmp.") != std::string::npos) out.push_back(e);
   return out;
 }
@@ -160,11 +151,8 @@ int check_targets(const std::string& dir, bool extras, int& pairs) {
 
 /// "nanscope_pair" is the root object's last key (the raw text, since nlohmann sorts keys).
 void check_pair_is_last(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string t = ss.str();
+  if (!nstest::exists(path)) return;
+  const std::string t = nstest::read_text(path);
   const std::size_t at = t.rfind("\n  \"nanscope_pair\": {");
   REQUIRE(at != std::string::npos);
   const std::size_t close = t.find("\n  }", at);
@@ -187,15 +175,9 @@ void kill_and_reap(pid_t pid) {
   CHECK(WTERMSIG(status) == SIGKILL);
 }
 
-std::string make_dir(const char* tag) {
-  std::string tmpl = std::string("/tmp/nanscope_tree_kill_") + tag + "_XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  REQUIRE(::mkdtemp(buf.data()) != nullptr);
-  return buf.data();
-}
+std::string make_dir(const char* tag) { return nstest::make_temp_dir(std::string("tree_kill_") + tag); }
 void remove_dir(const std::string& dir) {
-  for (const auto& e : entries(dir)) ::unlink((dir + "/" + e).c_str());
+  for (const auto& e : nstest::list_dir(dir)) ::unlink((dir + "/" + e).c_str());
   ::rmdir(dir.c_str());
 }
 
@@ -228,7 +210,7 @@ TEST_CASE("tree: 40 SIGKILLs at random moments never leave a truncated file, a m
     const pid_t pid = start_writer(dir, true, static_cast<float>(round * 1000));
     sleep_us(delay(rng));
     bool old_target = false, temp = false;
-    for (const auto& e : entries(dir)) {
+    for (const auto& e : nstest::list_dir(dir)) {
       if (e.find(".tmp.") != std::string::npos && temp_pid(e) == pid) temp = true;
       if (e == full_name) old_target = true;
     }
