@@ -14,16 +14,24 @@
     python3 bench/ratios.py run1.json run2.json run3.json --markdown   # as Markdown tables (docs/benchmarks.md)
 
 Each JSON file is one run (one benchmark process). Within a run every statistic is the median across
-repetitions (of the per-repetition entries when present, else of Google Benchmark's own "median" aggregate),
-and a ratio is the ratio of the two rows' median items/s, i.e. "how many times faster the first row is"; for
-rows of the same dtype it equals the bytes/s ratio. Across runs the tables give the median of the runs' ratios,
-their range (min-max) and the number of runs. PASS/FAIL is judged on the WORST run: the smallest run's ratio
-for a ">=" target (an upper-bound "<=" target would use the largest). With one file the range is that run's
-single value. The row table (--table) pools the repetitions of all runs.
+repetitions (of the per-repetition entries when present, else of Google Benchmark's own "median" aggregate).
+Two kinds of ratio:
+  - rows named family/dtype/elements (health/f32/67108864/real_time): the ratio of the two rows' median items/s
+    at the chosen element count, i.e. "how many times faster the first row is"; for rows of the same dtype it
+    equals the bytes/s ratio. Targets are minimums (">="), e.g. health_hist >= 0.85x health.
+  - the time rows forward_plain, forward_checked and forward_disabled (named forward_plain/real_time: no dtype,
+    no element count; the same in every table): the ratio of the two rows' median real TIME, i.e. "how many
+    times longer the first row takes", e.g. forward_checked time / forward_plain time. Targets are upper
+    bounds ("<="), e.g. <= 1.03.
+Across runs the tables give the median of the runs' ratios, their range (min-max) and the number of runs.
+PASS/FAIL is judged on the WORST run: the smallest run's ratio against a ">=" target, the largest against a
+"<=" target; a target whose rows some run lacks is MISSING (listed under "not met", like a failure). With one
+file the range is that run's single value. The row table (--table) pools the repetitions of all runs.
 Two more columns help on a shared machine, where other processes only ever make a row slower: "best reps"
-is the ratio of each row's fastest repetition, and "CPU time" the ratio of median CPU times where both rows
-are single-threaded (CPU time excludes preemption; memory contention from other processes still counts);
-both are medians across runs. PASS/FAIL always uses wall-clock items/s.
+is the ratio of each row's fastest repetition (highest items/s; shortest time for the time rows), and
+"CPU time" the ratio of median CPU times (in the same direction as the ratio) where both rows are
+single-threaded (CPU time excludes preemption; memory contention from other processes still counts); both
+are medians across runs. PASS/FAIL always uses wall-clock items/s or wall-clock time.
 
 Interleaving check (a warning on stderr, never a failure): Google Benchmark does not record
 --benchmark_enable_random_interleaving in its JSON, and it writes each row's repetitions and aggregates together
@@ -44,8 +52,11 @@ import sys
 
 TIME_TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
-# (label, numerator row, denominator row, minimum ratio or None for information only)
-# A row is (family, dtype); the element count is chosen on the command line.
+# (label, numerator row, denominator row, target: a minimum ratio, ("<=", maximum), or None for information only)
+# A row is (family, dtype); the element count is chosen on the command line. A time row (TIME_FAMILIES) is
+# (family, None): it has no dtype and no element count, and a ratio of two time rows is one of median real time.
+TIME_FAMILIES = ("forward_plain", "forward_checked", "forward_disabled")
+
 TARGETS = [
     ("f32 full_health / read_anchor", ("full_health", "f32"), ("read_anchor", "f32"), 0.90),
     ("f32 health / read_anchor", ("health", "f32"), ("read_anchor", "f32"), 0.75),
@@ -57,11 +68,16 @@ TARGETS = [
     ("f32 health vs torch_multiop (speed-up)", ("health", "f32"), ("torch_multiop", "f32"), 50.0),
     ("f16 health items/s / f32 health items/s", ("health", "f16"), ("health", "f32"), 1.2),
     ("bf16 health items/s / f32 health items/s", ("health", "bf16"), ("health", "f32"), 1.2),
+    ("f32 health_hist / health", ("health_hist", "f32"), ("health", "f32"), 0.85),
+    ("f16 health_hist / health", ("health_hist", "f16"), ("health", "f16"), 0.85),
+    ("forward_checked time / forward_plain time", ("forward_checked", None), ("forward_plain", None), ("<=", 1.03)),
+    ("forward_disabled time / forward_plain time", ("forward_disabled", None), ("forward_plain", None), ("<=", 1.02)),
 ]
 
 INFO = [
     ("f32 health_relu / read_anchor", ("health_relu", "f32"), ("read_anchor", "f32"), None),
     ("f32 read_anchor_mt / read_anchor", ("read_anchor_mt", "f32"), ("read_anchor", "f32"), None),
+    ("bf16 health_hist / health", ("health_hist", "bf16"), ("health", "bf16"), None),
 ]
 for _dt in ("f64", "f16", "bf16"):
     INFO += [
@@ -71,14 +87,18 @@ for _dt in ("f64", "f16", "bf16"):
         (f"{_dt} health vs torch_multiop (speed-up)", ("health", _dt), ("torch_multiop", _dt), None),
     ]
 
-FAMILY_ORDER = ["read_anchor", "health", "full_health", "health_relu", "read_anchor_mt", "health_mt",
-                "eigen_multipass", "torch_multiop"]
+FAMILY_ORDER = ["read_anchor", "health", "health_hist", "full_health", "health_relu", "read_anchor_mt", "health_mt",
+                "eigen_multipass", "torch_multiop", *TIME_FAMILIES]
 DTYPE_ORDER = ["f32", "f64", "f16", "bf16"]
 
 
 def row_key(name):
-    """'health/f32/4096/real_time' -> ('health', 'f32', 4096); None for names of another shape."""
+    """'health/f32/4096/real_time' -> ('health', 'f32', 4096); a time row, 'forward_plain/real_time' (or
+    'forward_plain') -> ('forward_plain', None, None); None for names of another shape (forward24_plain/real_time,
+    forward_budget/200/real_time, tree_summary/pruned, ...)."""
     parts = name.split("/")
+    if parts[0] in TIME_FAMILIES and parts[1:] in ([], ["real_time"]):
+        return parts[0], None, None
     if len(parts) < 3:
         return None
     try:
@@ -104,7 +124,7 @@ class Row:
 
     @property
     def reps(self):
-        return len(self.items)
+        return len(self.real_ns)  # every per-repetition entry has a time; items/s only where the row sets items
 
     def real(self):
         return self._med(self.real_ns, "real_ns")
@@ -119,11 +139,13 @@ class Row:
         return self._med(self.bytes, "bytes")
 
     def spread(self):
-        """(max - min) / median of items/s across repetitions: how noisy the row was."""
-        if len(self.items) < 2:
+        """(max - min) / median of items/s across repetitions (of real time for a row without items/s): how
+        noisy the row was."""
+        values = self.items or self.real_ns
+        if len(values) < 2:
             return None
-        m = statistics.median(self.items)
-        return (max(self.items) - min(self.items)) / m if m else None
+        m = statistics.median(values)
+        return (max(values) - min(values)) / m if m else None
 
 
 def read_doc(path):
@@ -229,14 +251,36 @@ def interleaving(doc):
     return "interleaved", f"its {k} rows are out of registration order"
 
 
+def is_time_ratio(num, den):
+    """Whether the ratio of rows num and den ((family, dtype)) is one of time rows (no dtype, no element count)."""
+    return num[1] is None and den[1] is None
+
+
+def spec_key(spec_row, n):
+    """The rows key of (family, dtype) at n elements; a time row's key has no dtype and no element count."""
+    family, dtype = spec_row
+    return (family, None, None) if dtype is None else (family, dtype, n)
+
+
 def ratio(rows, num, den, n, cpu=False, best=False):
-    """Median items/s of row num over row den at n elements. With cpu=True the same from the rows' CPU
-    times (only when both rows ran on one thread: CPU time ignores the time the thread was preempted);
-    with best=True from each row's fastest repetition."""
-    a = rows.get((num[0], num[1], n))
-    b = rows.get((den[0], den[1], n))
+    """Median items/s of row num over row den at n elements; for two time rows (is_time_ratio) median real time
+    of num over den, whatever n. With cpu=True the same from the rows' CPU times (only when both rows ran on one
+    thread: CPU time ignores the time the thread was preempted); with best=True from each row's fastest
+    repetition."""
+    a = rows.get(spec_key(num, n))
+    b = rows.get(spec_key(den, n))
     if a is None or b is None:
         return None
+    if is_time_ratio(num, den):
+        if best:
+            x, y = (min(a.real_ns), min(b.real_ns)) if a.real_ns and b.real_ns else (None, None)
+        elif cpu:
+            if a.threads not in (None, 1) or b.threads not in (None, 1):
+                return None
+            x, y = a.cpu(), b.cpu()
+        else:
+            x, y = a.real(), b.real()
+        return x / y if x and y else None
     if best:
         return max(a.items) / max(b.items) if a.items and b.items and max(b.items) else None
     if cpu:
@@ -273,11 +317,12 @@ def print_table(headers, table, markdown):
 
 
 def row_table(rows, sizes):
+    """One line per row at the element counts sizes (None: all), then the time rows (no element count)."""
     table = []
     keys = sorted(
-        (k for k in rows if sizes is None or k[2] in sizes),
-        key=lambda k: (DTYPE_ORDER.index(k[1]) if k[1] in DTYPE_ORDER else 99, k[2],
-                       FAMILY_ORDER.index(k[0]) if k[0] in FAMILY_ORDER else 99, k[0]),
+        (k for k in rows if sizes is None or k[2] is None or k[2] in sizes),
+        key=lambda k: (k[2] is None, DTYPE_ORDER.index(k[1]) if k[1] in DTYPE_ORDER else 99, k[2] or 0,
+                       FAMILY_ORDER.index(k[0]) if k[0] in FAMILY_ORDER else 99, k[0], k[1] or ""),
     )
     for k in keys:
         r = rows[k]
@@ -288,11 +333,12 @@ def row_table(rows, sizes):
         note = ""
         if r.threads in (None, 1) and real and cpu and real > 1.10 * cpu:
             note = f"wall/cpu {real / cpu:.2f}"
+        time_row = k[1] is None  # its items (if any) are not tensor elements: no GB/s, no Gitems/s
         table.append([
-            "/".join([k[0], k[1], str(k[2])]),
+            k[0] if time_row else "/".join([k[0], k[1], str(k[2])]),
             fmt_time(real),
-            f"{bps / 1e9:.2f}" if bps else "-",
-            f"{ips / 1e9:.3f}" if ips else "-",
+            f"{bps / 1e9:.2f}" if bps and not time_row else "-",
+            f"{ips / 1e9:.3f}" if ips and not time_row else "-",
             str(int(r.threads)) if isinstance(r.threads, (int, float)) else "-",
             str(r.reps),
             f"{100 * spread:.1f}%" if spread is not None else "-",
@@ -332,8 +378,9 @@ def fmt_range(values, markdown):
 
 def ratio_table(runs, n, specs, with_status, markdown=False):
     """One line per ratio: the median of the runs' ratios, their range, the number of runs that have both rows,
-    then target and status (judged on the worst run; MISSING when any run lacks one of the rows), and the
-    medians across runs of the best-reps and CPU-time ratios."""
+    then target and status (judged on the worst run: the smallest ratio against a minimum, the largest against
+    a "<=" bound; MISSING when any run lacks one of the rows), and the medians across runs of the best-reps and
+    CPU-time ratios."""
     table = []
     failed = []
     for label, num, den, target in specs:
@@ -385,7 +432,8 @@ def main(argv=None):
             print(f"ratios.py: warning: {path}: cannot tell whether it was interleaved: {detail}", file=sys.stderr)
     rows = pooled(runs)
     if not rows:
-        print("no benchmark rows named family/dtype/elements in the input", file=sys.stderr)
+        print("no benchmark rows named family/dtype/elements or " + "/".join(TIME_FAMILIES) + " in the input",
+              file=sys.stderr)
         return 2
     if len(runs) < 3:
         print(f"ratios.py: note: {len(runs)} run(s); report ratios over at least 3 separate interleaved runs "
@@ -415,14 +463,15 @@ def main(argv=None):
         if args.markdown:
             print("Medians across repetitions" + (f" (the {len(runs)} runs pooled)" if len(runs) > 1 else "") +
                   ". GB/s = 1e9 bytes of the tensor per second; spread = "
-                  "(max - min) / median of items/s across repetitions.\n")
+                  "(max - min) / median of items/s across repetitions (of real time for a row without items/s).\n")
         print_table(headers, table, args.markdown)
         print()
 
     any_failed = False
     for n in sizes:
         title = (f"Ratios at {n} elements over {len(runs)} run(s): per run, median items/s of the first row / the "
-                 "second; median and range (min-max) across runs; PASS/FAIL on the worst run")
+                 "second (forward_* rows: median real time of the first / the second, at any size); median and "
+                 "range (min-max) across runs; PASS/FAIL on the worst run")
         print(f"**{title}**\n" if args.markdown else title)
         headers, table, failed = ratio_table(runs, n, TARGETS, True, args.markdown)
         print_table(headers, table, args.markdown)

@@ -2,11 +2,14 @@
 # Interleaved benchmark runs of nanscope_bench_host and their ratios: runs the benchmark RUNS times as separate
 # processes, each with Google Benchmark's random interleaving of the repetitions of all rows, then gives all the
 # JSON files to bench/ratios.py (or bench/tree_ratios.py), which prints every ratio as the median and range
-# (min-max) across the runs and judges each target on the worst run.
+# (min-max) across the runs and judges each target on the worst run (ratios.py: the smallest run's ratio against a
+# ">=" target such as health_hist >= 0.85x health, the largest against a "<=" target such as forward_checked
+# <= 1.03x forward_plain's time).
 #
 #   cmake --preset release && cmake --build --preset release --target nanscope_bench_host
 #   bash bench/run_ratios.sh                                   # 3 runs, every row; ratio table
 #   bash bench/run_ratios.sh -n 5 -f '/67108864' -- --markdown --table
+#   bash bench/run_ratios.sh -f '^(forward_(plain|checked|disabled)|(health|health_hist)/(f32|f16|bf16)/67108864/)'
 #   bash bench/run_ratios.sh --tree -f '^(forward24|tree_summary)'   # the layer-tree rows (tree_ratios.py)
 #
 # Options (each also as an environment variable):

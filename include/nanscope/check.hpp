@@ -248,10 +248,11 @@ inline std::size_t run_kernel(const void* p, dtype t, std::size_t n, level lv, i
     else go(std::integral_constant<level, level::nonfinite>{});
     return 0;
   }
-  if (use == isa::avx2 && t != dtype::f64) {
+  if (use == isa::avx2) {
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
       switch (t) {
+        case dtype::f64: avx2_f64_kernel<L>(p, n, kp, o); break;
         case dtype::f16: avx2_f32_kernel<L, load256_f16>(p, n, kp, o); break;
         case dtype::bf16: avx2_f32_kernel<L, load256_bf16>(p, n, kp, o); break;
         default: avx2_f32_kernel<L, load256_f32>(p, n, kp, o); break;

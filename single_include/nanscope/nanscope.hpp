@@ -1634,9 +1634,10 @@ struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
 
-/// The f32-compute kernel's optional histogram hook (hist_fused_x86.hpp): the default does nothing. With a
-/// hook G, the optimistic blocks (counts and stats levels) hand each full vector's raw bits to a local G's
-/// step<A>() and call its end_block() after each 256-element block; the local G is stored back at the end.
+/// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
+/// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
+/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() after each block (AVX-512: 256
+/// elements; AVX2: 128); the local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -2315,6 +2316,7 @@ struct load256_bf16 {
 struct state256_f32 {
   __m256 vmin, vmax, vamax, vamin, fs1, fs2;
   __m256i kmin, kmax, kamin, kamax;
+  __m256i vneg;  // negative lanes of the optimistic blocks, per vector lane
   __m256d ds1a, ds1b, ds2a, ds2b, ss1a, ss1b, ss2a, ss2b;
   std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
   std::int64_t first_nf;
@@ -2426,9 +2428,10 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
 }
 
 /// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load, class H = kernel_no_hash>
+template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_hist>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o, H* h = nullptr) {
+                                                       chunk_out& o, H* h = nullptr, G* g = nullptr) {
+  static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
   using src = typename Load::src;
   constexpr std::size_t es = sizeof(src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
@@ -2452,19 +2455,86 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.normal = _mm256_set1_epi32(static_cast<int>(kp.normal32));
   s.k32 = _mm256_set1_ps(kp.k32);
   s.k64 = _mm256_set1_pd(kp.k64);
-  constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
+  s.vneg = _mm256_setzero_si256();
+  constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every block
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  [[maybe_unused]] G gs;
+  if constexpr (G::enabled) gs = *g;
   for (; i + block <= n; i += block) {
-    for (std::size_t j = 0; j < block; j += 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      const __m256 x = Load::load(p + (i + j) * es);
-      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
-      group256_f32<L>(s, x, 0xFFu, i + j);
+    if constexpr (L >= level::counts) {
+      // Optimistic block (as in avx512_f32_kernel): every lane is assumed tame, with no test per vector; the
+      // block's min and max of |x| bits check that at its end (|x| bits are below 2^31, so signed compares
+      // order them). Two accumulator sets of sums (8 values per lane each) break the add/FMA chains; min and
+      // max take one set (their latency is one cycle). A block with a lane that is not tame leaves the
+      // snapshot in s untouched and runs again through the exact per-lane path, from L1.
+      const __m256i absm = s.absm;
+      const __m256 k32 = s.k32;
+      __m256i bmin = _mm256_set1_epi32(0x7FFFFFFF), bmax = _mm256_setzero_si256(), nb = _mm256_setzero_si256();
+      [[maybe_unused]] __m256 mn = s.vmin, mx = s.vmax;
+      [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
+                              f2b = _mm256_setzero_ps();
+      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled, the block spills)
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256 x0 = Load::load(p + (i + j) * es);
+        const __m256 x1 = Load::load(p + (i + j + 8) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 128 * 128)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        const __m256i i0 = _mm256_castps_si256(x0), i1 = _mm256_castps_si256(x1);
+        if constexpr (G::enabled) {
+          gs.template step<0>(i0);
+          gs.template step<1>(i1);
+        }
+        const __m256i a0 = _mm256_and_si256(i0, absm), a1 = _mm256_and_si256(i1, absm);
+        bmin = _mm256_min_epi32(bmin, _mm256_min_epi32(a0, a1));
+        bmax = _mm256_max_epi32(bmax, _mm256_max_epi32(a0, a1));
+        // tame lanes are never zero: the sign bit alone says negative (an arithmetic shift gives -1)
+        nb = _mm256_sub_epi32(_mm256_sub_epi32(nb, _mm256_srai_epi32(i0, 31)), _mm256_srai_epi32(i1, 31));
+        if constexpr (L == level::stats) {
+          mn = _mm256_min_ps(mn, _mm256_min_ps(x0, x1));
+          mx = _mm256_max_ps(mx, _mm256_max_ps(x0, x1));
+          const __m256 d0 = _mm256_sub_ps(x0, k32), d1 = _mm256_sub_ps(x1, k32);
+          f1a = _mm256_add_ps(f1a, d0);
+          f2a = _mm256_fmadd_ps(d0, d0, f2a);
+          f1b = _mm256_add_ps(f1b, d1);
+          f2b = _mm256_fmadd_ps(d1, d1, f2b);
+        }
+      }
+      // bmin >= lo and bmax <= lo + span <=> every lane of the block is tame
+      const __m256i hi = _mm256_add_epi32(s.lo, s.span);
+      const __m256i badv = _mm256_or_si256(_mm256_cmpgt_epi32(s.lo, bmin), _mm256_cmpgt_epi32(bmax, hi));
+      if (__builtin_expect(_mm256_testz_si256(badv, badv) != 0, 1)) {
+        s.vneg = _mm256_add_epi32(s.vneg, nb);
+        if constexpr (L == level::counts) s.kamax = _mm256_max_epi32(s.kamax, bmax);  // tame: not NaN
+        if constexpr (L == level::stats) {
+          s.kamin = _mm256_min_epi32(s.kamin, bmin);  // tame: not zero, not NaN
+          s.vmin = mn;
+          s.vmax = mx;
+          // the two sets are added in f32 first (each holds at most 8 values per lane), then widened
+          const __m256 f1 = _mm256_add_ps(f1a, f1b), f2 = _mm256_add_ps(f2a, f2b);
+          s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
+          s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
+          s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
+          s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+        }
+      } else {
+        for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
+        flush256_f32<L>(s);
+      }
+      if constexpr (G::enabled) gs.end_block(p + i * es, bmin, bmax);
+    } else {
+      for (std::size_t j = 0; j < block; j += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256 x = Load::load(p + (i + j) * es);
+        if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
+        group256_f32<L>(s, x, 0xFFu, i + j);
+      }
     }
-    flush256_f32<L>(s);
   }
   if constexpr (H::enabled) *h = hs;
+  if constexpr (G::enabled) *g = gs;
   for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
@@ -2472,6 +2542,11 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);
+  if constexpr (L >= level::counts) {
+    alignas(32) std::uint32_t nv[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), s.vneg);
+    for (const std::uint32_t v : nv) s.neg += v;
+  }
   o.neg += s.neg;
   o.zero += s.zero;
   o.nan += s.nan;
@@ -2501,6 +2576,106 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
     o.slow_s1 += hsum256(_mm256_add_pd(s.ss1a, s.ss1b));
     o.slow_s2 += hsum256(_mm256_add_pd(s.ss2a, s.ss2b));
   }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// AVX2, f64
+// ------------------------------------------------------------------------------------------------------
+/// One chunk of n f64 elements through the AVX2 kernel: optimistic blocks of 64 elements (as in
+/// avx512_f64_kernel: no test per vector, two sets of sums local to the block) whose lanes are all tame, i.e.
+/// finite, normal and within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 + tame_span64). AVX2 has no
+/// unsigned 64-bit compares, but |x| bits are below 2^63: off = |x| - lo is negative (sign bit) or above the
+/// span (a signed compare) exactly for the lanes that are not tame, and the block ORs both into one vector
+/// whose sign bits say "re-run". A block with such a lane runs through the portable kernel from L1, and so do
+/// the elements past the last block, so every count, extremum and long-double sum is the portable kernel's.
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp, chunk_out& o) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
+  // the portable kernel on elements [i, i + m), with first_nf as an index within the chunk
+  auto exact = [&](std::size_t i, std::size_t m) {
+    const bool had = o.first_nf >= 0;
+    scalar_kernel_impl<L>(dec_f64{}, p + i * 8, m, kp, o);
+    if (!had && o.first_nf >= 0) o.first_nf += static_cast<std::int64_t>(i);
+  };
+  std::size_t i = 0;
+  if constexpr (L >= level::counts) {
+    constexpr std::size_t block = 64;
+    const __m256i absm = _mm256_set1_epi64x(static_cast<long long>(f64_abs_mask));
+    const __m256i lo = _mm256_set1_epi64x(static_cast<long long>(kp.tame_lo64));
+    const __m256i span = _mm256_set1_epi64x(static_cast<long long>(kp.tame_span64));
+    const __m256d k = _mm256_set1_pd(kp.k64);
+    __m256d vmin = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+    __m256d vmax = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
+    __m256d vamin = vmin, vamax = _mm256_setzero_pd();
+    __m256d s1 = _mm256_setzero_pd(), s2 = _mm256_setzero_pd();
+    __m256i vneg = _mm256_setzero_si256();
+    std::uint64_t nacc = 0;
+    for (; i + block <= n; i += block) {
+      __m256i bad = _mm256_setzero_si256(), bneg = _mm256_setzero_si256();
+      __m256d mn = vmin, mx = vmax, amn = vamin, amx = vamax;
+      __m256d a0 = _mm256_setzero_pd(), a1 = a0, q0 = a0, q1 = a0;
+      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256d x0 = _mm256_loadu_pd(reinterpret_cast<const double*>(p + (i + j) * 8));
+        const __m256d x1 = _mm256_loadu_pd(reinterpret_cast<const double*>(p + (i + j + 4) * 8));
+        const __m256i i0 = _mm256_castpd_si256(x0), i1 = _mm256_castpd_si256(x1);
+        const __m256i b0 = _mm256_and_si256(i0, absm), b1 = _mm256_and_si256(i1, absm);
+        const __m256i o0 = _mm256_sub_epi64(b0, lo), o1 = _mm256_sub_epi64(b1, lo);
+        bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_or_si256(o0, _mm256_cmpgt_epi64(o0, span)),
+                                                   _mm256_or_si256(o1, _mm256_cmpgt_epi64(o1, span))));
+        bneg = _mm256_add_epi64(bneg, _mm256_add_epi64(_mm256_srli_epi64(i0, 63), _mm256_srli_epi64(i1, 63)));
+        // tame lanes are normal and not NaN: |x| bits read as doubles order like the values
+        if constexpr (L == level::counts)
+          amx = _mm256_max_pd(amx, _mm256_max_pd(_mm256_castsi256_pd(b0), _mm256_castsi256_pd(b1)));
+        if constexpr (L == level::stats) {
+          mn = _mm256_min_pd(mn, _mm256_min_pd(x0, x1));
+          mx = _mm256_max_pd(mx, _mm256_max_pd(x0, x1));
+          amn = _mm256_min_pd(amn, _mm256_min_pd(_mm256_castsi256_pd(b0), _mm256_castsi256_pd(b1)));
+          const __m256d d0 = _mm256_sub_pd(x0, k), d1 = _mm256_sub_pd(x1, k);
+          a0 = _mm256_add_pd(a0, d0);
+          a1 = _mm256_add_pd(a1, d1);
+          q0 = _mm256_fmadd_pd(d0, d0, q0);
+          q1 = _mm256_fmadd_pd(d1, d1, q1);
+        }
+      }
+      if (__builtin_expect(_mm256_movemask_pd(_mm256_castsi256_pd(bad)) == 0, 1)) {
+        vneg = _mm256_add_epi64(vneg, bneg);
+        vamax = amx;
+        if constexpr (L == level::stats) {
+          vmin = mn;
+          vmax = mx;
+          vamin = amn;
+          s1 = _mm256_add_pd(s1, _mm256_add_pd(a0, a1));
+          s2 = _mm256_add_pd(s2, _mm256_add_pd(q0, q1));
+          nacc += block;
+        }
+      } else {
+        exact(i, block);
+      }
+    }
+    alignas(32) std::uint64_t nv[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), vneg);
+    o.neg += nv[0] + nv[1] + nv[2] + nv[3];
+    alignas(32) double t[4];
+    if constexpr (L == level::counts) {
+      _mm256_store_pd(t, vamax);
+      for (const double v : t) o.take_amax(double_to_bits(v));
+    }
+    if constexpr (L == level::stats) {
+      if (nacc != 0) {  // (the initial +-inf would be taken as values otherwise)
+        _mm256_store_pd(t, vmin);
+        for (const double v : t) o.take_min(key64(double_to_bits(v)));
+        _mm256_store_pd(t, vmax);
+        for (const double v : t) o.take_max(key64(double_to_bits(v)));
+        _mm256_store_pd(t, vamin);
+        for (const double v : t) o.take_amin(double_to_bits(v));
+      }
+      o.n_slow += nacc;  // f64: every double-summed lane is reported in `slow` (shift k64)
+      o.slow_s1 += hsum256(s1);
+      o.slow_s2 += hsum256(s2);
+    }
+  }
+  if (i < n) exact(i, n - i);
 }
 
 }  // namespace detail
@@ -3558,10 +3733,11 @@ inline std::size_t run_kernel(const void* p, dtype t, std::size_t n, level lv, i
     else go(std::integral_constant<level, level::nonfinite>{});
     return 0;
   }
-  if (use == isa::avx2 && t != dtype::f64) {
+  if (use == isa::avx2) {
     auto go = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
       switch (t) {
+        case dtype::f64: avx2_f64_kernel<L>(p, n, kp, o); break;
         case dtype::f16: avx2_f32_kernel<L, load256_f16>(p, n, kp, o); break;
         case dtype::bf16: avx2_f32_kernel<L, load256_bf16>(p, n, kp, o); break;
         default: avx2_f32_kernel<L, load256_f32>(p, n, kp, o); break;
@@ -4901,6 +5077,266 @@ NANSCOPE_NAMESPACE_END
 
 // #include "../config.hpp": inlined above
 // #include "../dtype.hpp": inlined above
+// ---- begin nanscope/detail/hist_fused_avx2.hpp ----
+// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram fused into the AVX2 kernel's optimistic blocks
+// (one-hot nibbles in 64-bit lanes, fed from the widened f32 vectors the kernel already holds). Internal:
+// include <nanscope/histogram.hpp>.
+#ifndef NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
+#define NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
+
+#if !defined(NANSCOPE_HISTOGRAM_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/hist_fused_avx2.hpp is internal: include <nanscope/histogram.hpp>"
+#endif
+
+// #include "../config.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+// #include "histogram_kernel.hpp": inlined above
+// #include "kernel_x86.hpp": inlined above
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// How the bins ride in avx2_f32_kernel (its hook G). The kernel hands over every full vector as f32 bits:
+// f32 as loaded, f16 and bf16 widened (exact, and monotone in |x|). A source field f is the widened field
+// f + Off for the fields the window can hold (f16: Off = 112, normal f16 only; bf16 and f32: 0); the window is
+// the 16 source fields [w0, w0 + 16). For a lane, t = 4 * (widened field - (w0 + Off)), as a 9-bit signed
+// difference times 4, so a field below the window gives t >= 1024; 1 << t in the lane's 64-bit lane is a one in
+// nibble t / 4 when the field is in the window and nothing otherwise (vpsllvq gives 0 for t >= 64). Even and
+// odd f32 lanes of a 64-bit lane go to separate registers, and the kernel's two accumulator sets to separate
+// pairs, so a nibble takes at most 8 ones in a 128-element block. At the block's end the nibbles are split
+// into bytes (at most 32 a block, 7 blocks per flush) and every 7 blocks the bytes into 16-bit counters (at most
+// 224 a flush, cleared at the chunk's end: a chunk is at most a few hundred flushes of 224).
+// A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
+// again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
+// window are compared on every vector (the first two) or, any others, looked for in the blocks whose nibbles
+// show an element in their field. So the counts are exactly the scalar loop's, for any data.
+/// The hook's state touched once a block or less.
+struct hist_cold256 {
+  const hist_setup* s = nullptr;
+  hist_local* h = nullptr;
+  unsigned w0 = 1;
+  std::uint32_t lazy_bits = 0;  // window bins (bit j: field w0 + j) holding a lazy dirty boundary
+  int nd = 0;                   // direct boundaries: dk[0..nd)
+  int dk[2] = {0, 0};
+  unsigned blocks = 0;          // blocks in the byte counters since the last flush
+  __m256i byt[2];               // bytes of even / odd nibbles: byte k of a 64-bit lane = slot 2k (+ 1)
+  __m256i wrd[4];               // 16-bit counters: [2 * half + odd byte], word k of a 64-bit lane
+};
+
+/// Source |x| bits of one element as a 32-bit lane value; U: the source's unsigned storage.
+template <class U>
+inline U hist_raw_at(const unsigned char* p) {
+  U x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+
+/// Scans a block of 128 elements again from L1: counts its zeros in bulk, and one by one the elements
+/// outside the window (all work) and those in a lazy boundary's field (their dirty boundaries only).
+template <class U, unsigned Shift>
+NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsigned char* p) {
+  constexpr std::size_t es = sizeof(U);
+  const hist_setup& s = *cs.s;
+  hist_local& h = *cs.h;
+  const unsigned w0 = cs.w0;
+  const __m256i absm = _mm256_set1_epi32(static_cast<int>(s.abs_mask));
+  const __m256i wv = _mm256_set1_epi32(static_cast<int>(w0));
+  const __m256i sixteen = _mm256_set1_epi32(16);
+  const __m256i lazy = _mm256_set1_epi32(static_cast<int>(cs.lazy_bits));
+  const __m256i one = _mm256_set1_epi32(1);
+  for (std::size_t v = 0; v < 128; v += 8) {
+    __m256i r;
+    if constexpr (es == 4) r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v * es));
+    else r = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + v * es)));
+    const __m256i a = _mm256_and_si256(r, absm);
+    const __m256i j = _mm256_sub_epi32(_mm256_srli_epi32(a, Shift), wv);  // below w0: wraps to a huge value
+    const __m256i out = _mm256_cmpeq_epi32(_mm256_min_epu32(j, sixteen), sixteen);
+    const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+    const __m256i lz = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_sllv_epi32(one, j), lazy), _mm256_setzero_si256());
+    const unsigned zm = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(zero)));
+    h.c[0] += static_cast<std::uint32_t>(__builtin_popcount(zm));
+    unsigned cand = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(out, lz)))) & ~zm;
+    while (cand != 0) {
+      const unsigned l = static_cast<unsigned>(__builtin_ctz(cand));
+      cand &= cand - 1;
+      const U x = static_cast<U>(hist_raw_at<U>(p + (v + l) * es) & static_cast<U>(s.abs_mask));
+      const unsigned f = static_cast<unsigned>(x >> Shift);
+      if (f < w0 || f >= w0 + 16) ++h.c[f * hist_copies];
+      hist_dirty(s, h, x, f);
+    }
+  }
+}
+
+/// avx2_f32_kernel's hook G: the per-vector registers (the kernel keeps a local copy, which never escapes).
+/// U, Shift: the source's storage and mantissa bits; Off: widened field - source field (see above).
+template <class U, unsigned Shift, unsigned Off>
+struct hist_hook256 {
+  static constexpr bool enabled = true;
+  static constexpr int max_direct = 2;
+
+  hist_cold256* cold = nullptr;
+  bool any_lazy = false;
+  __m256i wlo, whi;     // the window's lowest and highest widened |x| bits
+  __m256i nib[4];       // [2 * set + odd lane]: nibble counters, one 64-bit lane per pair of f32 lanes
+  __m256i lz;           // 0xF in the nibbles of lazy slots
+  __m256i bm[max_direct], dv[max_direct];  // direct boundaries (widened |x| bits minus 1) and per-lane counts
+
+  /// Widened |x| bits of source pattern b (exact: the kernel's own load of a one-element buffer).
+  template <class Load>
+  NANSCOPE_IMPL_TARGET_AVX2 static std::uint32_t widen(std::uint64_t b) {
+    alignas(32) U buf[8] = {};
+    buf[0] = static_cast<U>(b);
+    alignas(32) std::uint32_t w[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(w), _mm256_castps_si256(Load::load(buf)));
+    return w[0] & 0x7FFFFFFFu;
+  }
+
+  /// Picks the chunk's window (kept while five samples stay inside it) and sets the counters up.
+  template <class Load>
+  NANSCOPE_IMPL_TARGET_AVX2 void begin(hist_cold256& c, const hist_setup& s, hist_local& h, const unsigned char* p,
+                                       std::size_t n) {
+    cold = &c;
+    c.s = &s;
+    c.h = &h;
+    // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
+    const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
+    h.set_window(s, w, max_direct);
+    c.w0 = w;
+    c.nd = 0;
+    c.lazy_bits = 0;
+    for (int k = s.first_bound; k < s.nbounds; ++k) {
+      if (!s.dirty[k] || s.field[k] < w || s.field[k] >= w + 16) continue;
+      if (h.direct[k]) c.dk[c.nd++] = k;
+      else c.lazy_bits |= 1u << (s.field[k] - w);
+    }
+    any_lazy = c.lazy_bits != 0;
+    std::uint64_t lzq = 0;
+    for (unsigned j = 0; j < 16; ++j)
+      if ((c.lazy_bits >> j & 1u) != 0) lzq |= std::uint64_t{0xF} << (4 * j);
+    lz = _mm256_set1_epi64x(static_cast<long long>(lzq));
+    for (auto& x : nib) x = _mm256_setzero_si256();
+    for (auto& x : c.byt) x = _mm256_setzero_si256();
+    for (auto& x : c.wrd) x = _mm256_setzero_si256();
+    c.blocks = 0;
+    for (int j = 0; j < max_direct; ++j) {
+      // an unused one compares against 0x7FFFFFFF, which no |x| bits exceed
+      const std::uint32_t b = j < c.nd ? widen<Load>(s.b[c.dk[j]]) - 1u : 0x7FFFFFFFu;
+      bm[j] = _mm256_set1_epi32(static_cast<int>(b));
+      dv[j] = _mm256_setzero_si256();
+    }
+    wlo = _mm256_set1_epi32(static_cast<int>((w + Off) << 23));
+    whi = _mm256_set1_epi32(static_cast<int>(((w + Off + 16) << 23) - 1));
+  }
+
+  /// One full vector of widened f32 bits; A: the kernel's accumulator set.
+  template <int A>
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void step(__m256i r) {
+    const __m256i a = _mm256_and_si256(r, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i d = _mm256_sub_epi32(a, wlo);
+    const __m256i tm = _mm256_set1_epi64x(0x7FC);
+    const __m256i te = _mm256_and_si256(_mm256_srli_epi32(d, 21), tm);  // even lane: low half of the 64-bit lane
+    const __m256i to = _mm256_and_si256(_mm256_srli_epi64(d, 53), tm);  // odd lane: the high half's bits 21..31
+    const __m256i one = _mm256_set1_epi64x(1);
+    nib[2 * A] = _mm256_add_epi64(nib[2 * A], _mm256_sllv_epi64(one, te));
+    nib[2 * A + 1] = _mm256_add_epi64(nib[2 * A + 1], _mm256_sllv_epi64(one, to));
+    // direct boundaries (|x| >= b <=> |x| > b - 1; |x| bits are below 2^31, so a signed compare orders them)
+    dv[0] = _mm256_sub_epi32(dv[0], _mm256_cmpgt_epi32(a, bm[0]));
+    dv[1] = _mm256_sub_epi32(dv[1], _mm256_cmpgt_epi32(a, bm[1]));
+  }
+
+  /// After the 128 elements at p went through step(): nibbles to bytes; the block is scanned again when
+  /// some element lay outside the window or in a lazy bin. bmin, bmax: the kernel's (signed) min and max
+  /// of the block's widened |x| bits.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block(const unsigned char* p, __m256i bmin,
+                                                                           __m256i bmax) {
+    hist_cold256& c = *cold;
+    const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi32(wlo, bmin), _mm256_cmpgt_epi32(bmax, whi));
+    const bool outside = _mm256_testz_si256(outv, outv) == 0;
+    const __m256i any = _mm256_or_si256(_mm256_or_si256(nib[0], nib[1]), _mm256_or_si256(nib[2], nib[3]));
+    const bool lazy = any_lazy && _mm256_testz_si256(any, lz) == 0;
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    const __m256i e = _mm256_add_epi8(_mm256_add_epi8(_mm256_and_si256(nib[0], m), _mm256_and_si256(nib[1], m)),
+                                      _mm256_add_epi8(_mm256_and_si256(nib[2], m), _mm256_and_si256(nib[3], m)));
+    const __m256i o = _mm256_add_epi8(
+        _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi64(nib[0], 4), m), _mm256_and_si256(_mm256_srli_epi64(nib[1], 4), m)),
+        _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi64(nib[2], 4), m), _mm256_and_si256(_mm256_srli_epi64(nib[3], 4), m)));
+    c.byt[0] = _mm256_add_epi8(c.byt[0], e);
+    c.byt[1] = _mm256_add_epi8(c.byt[1], o);
+    for (auto& x : nib) x = _mm256_setzero_si256();
+    if (__builtin_expect(outside || lazy, 0)) hist_scan256<U, Shift>(c, p);
+    if (++c.blocks == 7) flush_bytes(c);
+  }
+
+  /// Byte counters to the 16-bit counters.
+  NANSCOPE_IMPL_TARGET_AVX2 static void flush_bytes(hist_cold256& c) {
+    const __m256i lo = _mm256_set1_epi16(0x00FF);
+    for (int q = 0; q < 2; ++q) {
+      c.wrd[2 * q] = _mm256_add_epi16(c.wrd[2 * q], _mm256_and_si256(c.byt[q], lo));
+      c.wrd[2 * q + 1] = _mm256_add_epi16(c.wrd[2 * q + 1], _mm256_srli_epi16(c.byt[q], 8));
+      c.byt[q] = _mm256_setzero_si256();
+    }
+    c.blocks = 0;
+  }
+
+  /// End of the chunk's main loop: everything to the segment's counters.
+  NANSCOPE_IMPL_TARGET_AVX2 void finish() {
+    hist_cold256& c = *cold;
+    if (c.blocks != 0) flush_bytes(c);
+    // wrd[2 * q + hb], word k of a 64-bit lane: byte 2k + hb of byt[q], i.e. slot 2 * (2k + hb) + q
+    std::uint64_t slot[16] = {};
+    for (int q = 0; q < 2; ++q)
+      for (int hb = 0; hb < 2; ++hb) {
+        alignas(32) std::uint16_t w[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w), c.wrd[2 * q + hb]);
+        for (int l = 0; l < 16; ++l) slot[2 * (2 * (l % 4) + hb) + q] += w[l];
+      }
+    for (unsigned j = 0; j < 16; ++j) c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(slot[j]);
+    for (int j = 0; j < c.nd; ++j) {
+      alignas(32) std::uint32_t w[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(w), dv[j]);
+      std::uint64_t t = 0;
+      for (const std::uint32_t x : w) t += x;
+      c.h->d[c.dk[j]] += t;
+    }
+  }
+};
+
+/// The AVX2 kernel and the histogram in one pass over a chunk of n contiguous raw f32 / f16 / bf16 elements
+/// at level L; the elements past the last full block are binned by the scalar loop.
+template <level L, class Load, class U, unsigned Shift, unsigned Off>
+NANSCOPE_IMPL_TARGET_AVX2 inline void hist_fused_run256(const void* p, std::size_t n, const kernel_params& kp, chunk_out& o,
+                                                        const hist_setup& s, hist_local& h) {
+  hist_cold256 cold;
+  hist_hook256<U, Shift, Off> g;
+  const auto* b = static_cast<const unsigned char*>(p);
+  g.template begin<Load>(cold, s, h, b, n);
+  avx2_f32_kernel<L, Load, kernel_no_hash, hist_hook256<U, Shift, Off>>(p, n, kp, o, nullptr, &g);
+  g.finish();
+  const std::size_t done = n / 128 * 128;
+  hist_scalar(b + done * sizeof(U), n - done, s, h, true);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
+// ---- end nanscope/detail/hist_fused_avx2.hpp ----
 // #include "histogram_kernel.hpp": inlined above
 // #include "kernel_x86.hpp": inlined above
 
@@ -5199,11 +5635,25 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_fused_run(const void* p, std::size_
 #endif
 
 /// hist_setup::fused for f32 / f16 / bf16: runs the health kernel and the bins together when the pass uses
-/// AVX-512 at the counts or stats level on a chunk of at least one block; false: not done (the caller runs
-/// the kernel, then hist_chunk).
+/// AVX-512 or AVX2 at the counts or stats level on a chunk of at least one block; false: not done (the caller
+/// runs the kernel, then hist_chunk).
 inline bool hist_fused_chunk(const void* p, dtype t, std::size_t n, level lv, std::uint8_t isa_code,
                              const kernel_params& kp, chunk_out& o, const hist_setup& s, hist_local& h) {
-  if (isa_code != 3 || n < 256 || lv < level::counts) return false;  // 3: isa::avx512
+  if (lv < level::counts) return false;
+  if (isa_code == 2 && n >= 128) {  // 2: isa::avx2
+    auto go2 = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      switch (t) {
+        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23, 0>(p, n, kp, o, s, h); return true;
+        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10, 112>(p, n, kp, o, s, h); return true;
+        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7, 0>(p, n, kp, o, s, h); return true;
+        default: return false;
+      }
+    };
+    if (lv == level::stats) return go2(std::integral_constant<level, level::stats>{});
+    return go2(std::integral_constant<level, level::counts>{});
+  }
+  if (isa_code != 3 || n < 256) return false;  // 3: isa::avx512
   auto go = [&](auto lvl_tag) {
     constexpr level L = decltype(lvl_tag)::value;
     switch (t) {

@@ -7,12 +7,17 @@ The files are written here the way Google Benchmark 1.7 writes them: each row's 
 per_family_instance_index; with random interleaving the rows come out in the random order their last
 repetitions finished, without it in registration (family_index) order. The items/s of every repetition are
 generated here, and the expected figures are computed here from those raw numbers with the statistics module:
-per run the ratio of the two rows' median items/s, across runs the median and the min-max range, and PASS/FAIL
-on the worst run (the smallest ratio against a ">=" target). The scripts' printed tables are parsed and compared.
+per run the ratio of the two rows' median items/s (of the median real times for the time rows forward_plain,
+forward_checked and forward_disabled, named 'forward_plain/real_time'), across runs the median and the min-max
+range, and PASS/FAIL on the worst run (the smallest ratio against a ">=" target, the largest against a "<="
+one). The scripts' printed tables are parsed and compared.
 
 Groups (--group, repeatable; default all):
   ratios  ratios.py: three runs (a target whose median passes but whose worst run fails is FAIL), one run (the
-          range collapses to the value), Markdown, the pooled row table, --strict, the interleaving warnings
+          range collapses to the value), Markdown, the pooled row table, --strict, the interleaving warnings;
+          health_hist / health >= 0.85 (f32, f16; bf16 in --info) and forward_checked / forward_disabled time over
+          forward_plain's <= 1.03 / 1.02, judged on the largest run; files without the forward rows (MISSING),
+          with them in only some runs, and with nothing else
   tree    tree_ratios.py: three runs (median [min-max] of the runs' ratios) and one run (the old columns)
   script  run_ratios.sh: a missing benchmark fails naming it; a stand-in benchmark (a Python script writing
           prepared JSON) is run N times as separate processes with the interleaving flags, and the ratio table
@@ -70,6 +75,7 @@ def path(name):
 
 
 # --- the ratio rows and targets (bench/ratios.py's TARGETS, restated: label, numerator, denominator, minimum) ----
+# (the targets of health_hist and of the forward rows are NEW_TARGETS, further down)
 
 TARGETS = [
     ("f32 full_health / read_anchor", ("full_health", "f32"), ("read_anchor", "f32"), 0.90),
@@ -94,9 +100,10 @@ BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
 # --- synthetic Google Benchmark output ---------------------------------------------------------------------------
 
 class Rep:
-    def __init__(self, items, cpu_factor):
-        self.items = items            # items/s of this repetition
+    def __init__(self, items, cpu_factor, ms=None):
+        self.items = items            # items/s of this repetition (None: the entry has no items_per_second)
         self.cpu_factor = cpu_factor  # cpu_time / real_time (single-threaded rows)
+        self.ms = ms                  # real time in ms of a time row (forward_*); else n / items
 
 
 def gbench_doc(rows, order, reps_split=False, with_index=True, date="2026-11-25T09:00:00+00:00"):
@@ -104,28 +111,36 @@ def gbench_doc(rows, order, reps_split=False, with_index=True, date="2026-11-25T
     indices of rows in the order they are written. reps_split: write each repetition round as a whole (rows
     not contiguous) and the aggregates at the end."""
     def entry(fi, name, threads, rep, idx, nreps, n):
-        real_ms = n / rep.items * 1e3
+        real_ms = rep.ms if rep.ms is not None else n / rep.items * 1e3
         e = {"name": name, "family_index": fi, "per_family_instance_index": 0, "run_name": name,
              "run_type": "iteration", "repetitions": nreps, "repetition_index": idx, "threads": 1,
              "iterations": 10, "real_time": real_ms, "cpu_time": real_ms * rep.cpu_factor, "time_unit": "ms",
              "bytes_per_second": rep.items * BYTES.get(name.split("/")[1], 4) if name.count("/") >= 2 else 0.0,
-             "items_per_second": rep.items, "nthreads": float(threads)}
+             "items_per_second": rep.items, "nthreads": float(threads or 1)}
+        if rep.ms is not None:  # a time row (forward_*): no bytes, no nthreads counter, items/s only if given
+            del e["bytes_per_second"], e["nthreads"]
+            if rep.items is None:
+                del e["items_per_second"]
         if not with_index:
             del e["family_index"], e["per_family_instance_index"]
         return e
 
     def aggregates(fi, name, threads, reps, n):
         out = []
-        items = [r.items for r in reps]
-        real = [n / r.items * 1e3 for r in reps]
-        cpu = [n / r.items * 1e3 * r.cpu_factor for r in reps]
+        items = [r.items for r in reps if r.items is not None]
+        real = [r.ms if r.ms is not None else n / r.items * 1e3 for r in reps]
+        cpu = [t * r.cpu_factor for t, r in zip(real, reps)]
         cv = lambda v: statistics.stdev(v) / statistics.mean(v)  # noqa: E731
         for agg, f in (("mean", statistics.mean), ("median", statistics.median), ("stddev", statistics.stdev),
                        ("cv", cv)):
             e = {"name": f"{name}_{agg}", "family_index": fi, "per_family_instance_index": 0, "run_name": name,
                  "run_type": "aggregate", "repetitions": len(reps), "threads": 1, "aggregate_name": agg,
                  "aggregate_unit": "percentage" if agg == "cv" else "time", "iterations": len(reps), "real_time": f(real), "cpu_time": f(cpu),
-                 "time_unit": "ms", "items_per_second": f(items), "nthreads": float(threads)}
+                 "time_unit": "ms", "items_per_second": f(items) if items else None, "nthreads": float(threads or 1)}
+            if threads is None:
+                del e["nthreads"]
+            if not items:
+                del e["items_per_second"]
             if not with_index:
                 del e["family_index"], e["per_family_instance_index"]
             out.append(e)
@@ -220,12 +235,15 @@ def expected_ratios(runs):
     return out
 
 
-def parse_text_table(text, first_header):
-    """Rows of the plain-text table whose header line starts with first_header: {first cell: [cells]}."""
+def parse_text_table(text, first_header, nth=0):
+    """Rows of the nth plain-text table whose header line starts with first_header: {first cell: [cells]}."""
     lines = text.splitlines()
     table = {}
     for i, line in enumerate(lines):
         if line.startswith(first_header + " "):
+            if nth:
+                nth -= 1
+                continue
             for row in lines[i + 1:]:
                 if not row.strip() or row.startswith("not met"):
                     break
@@ -365,6 +383,218 @@ def group_ratios():
                       (f"health_hash/f32/{N}/real_time", 1, runs[0][("read_anchor", "f32")])], [0, 1])
     rc, out, err = run(sys.executable, RATIOS, write("two.json", two))
     expect("warning" in err and "1 time in 2" in err, f"ratios.py: 2 rows in order: warning states the chance ({err!r})")
+
+    check_forward_and_hist()
+
+
+# --- the health_hist targets (issue 16) and the forward rows: health_hist >= 0.85x health, forward_* <= a bound ---
+
+# (label, numerator, denominator, target); a dtype of None is a time row (forward_*: ratio of median real time)
+NEW_TARGETS = [
+    ("f32 health_hist / health", ("health_hist", "f32"), ("health", "f32"), 0.85),
+    ("f16 health_hist / health", ("health_hist", "f16"), ("health", "f16"), 0.85),
+    ("forward_checked time / forward_plain time", ("forward_checked", None), ("forward_plain", None), ("<=", 1.03)),
+    ("forward_disabled time / forward_plain time", ("forward_disabled", None), ("forward_plain", None), ("<=", 1.02)),
+]
+BF16_HIST = ("bf16 health_hist / health", ("health_hist", "bf16"), ("health", "bf16"), None)
+TOKENS = 128  # forward rows that report items/s report tokens per second (bench/forward_*.cpp)
+
+
+def around(m, nreps, rng):
+    """nreps values (odd) whose median is exactly m, the others spread below and above it."""
+    half = nreps // 2
+    values = [m * rng.uniform(0.90, 0.99) for _ in range(half)] + [m] + \
+             [m * rng.uniform(1.01, 1.12) for _ in range(half)]
+    rng.shuffle(values)
+    return values
+
+
+def make_fh_run(rng, nreps, hist, checked, disabled, health=True, forward=True, tokens=False):
+    """{(family, dtype): [Rep]} of one run: health and health_hist in f32/f16/bf16 (hist: {dtype: ratio of the
+    medians of items/s}), forward_plain/checked/disabled (checked, disabled: ratio of the median times; tokens:
+    the forward entries also report items/s)."""
+    data = {}
+    if health:
+        for dt, base in (("f32", 5.7e9), ("f16", 10.8e9), ("bf16", 10.3e9)):
+            den = [base * rng.uniform(0.85, 1.15) for _ in range(nreps)]
+            data[("health", dt)] = [Rep(v, rng.uniform(0.90, 1.0)) for v in den]
+            num = around(statistics.median(den) * hist[dt], nreps, rng)
+            data[("health_hist", dt)] = [Rep(v, rng.uniform(0.90, 1.0)) for v in num]
+    if forward:
+        plain = [rng.uniform(31.0, 35.0) for _ in range(nreps)]
+        rows = {"forward_plain": plain,
+                "forward_checked": around(statistics.median(plain) * checked, nreps, rng),
+                "forward_disabled": around(statistics.median(plain) * disabled, nreps, rng)}
+        for fam, ms in rows.items():
+            data[(fam, None)] = [Rep(TOKENS / (t / 1e3) if tokens else None, rng.uniform(0.93, 1.0), ms=t)
+                                 for t in ms]
+    return data
+
+
+def fh_doc(rng, data):
+    """The run as Google Benchmark writes it, rows shuffled: forward_* as 'forward_plain/real_time' (no dtype,
+    no element count, no nthreads counter), the others as 'health/f32/67108864/real_time'."""
+    rows = []
+    for (fam, dt), reps in data.items():
+        if dt is None:
+            rows.append((f"{fam}/real_time", None, reps))
+        else:
+            rows.append((f"{fam}/{dt}/{N}/real_time", 1, reps))
+    return gbench_doc(rows, shuffled_order(rng, len(rows)))
+
+
+def fh_expected(runs, specs):
+    """{label: (median, min, max, status, best median, cpu median)} from the raw numbers; status MISSING (and
+    the figures of the runs that have both rows) when a run lacks a row."""
+    out = {}
+    for label, num, den, target in specs:
+        have = [d for d in runs if num in d and den in d]
+        if num[1] is None:  # time rows: median real time of num / den; best = fastest (shortest) repetition
+            vals = [statistics.median([r.ms for r in d[num]]) / statistics.median([r.ms for r in d[den]])
+                    for d in have]
+            best = [min(r.ms for r in d[num]) / min(r.ms for r in d[den]) for d in have]
+            cpu = [statistics.median([r.ms * r.cpu_factor for r in d[num]]) /
+                   statistics.median([r.ms * r.cpu_factor for r in d[den]]) for d in have]
+        else:
+            vals = [med(d[num]) / med(d[den]) for d in have]
+            best = [max(r.items for r in d[num]) / max(r.items for r in d[den]) for d in have]
+            cpu = [statistics.median([N / r.items * 1e3 * r.cpu_factor for r in d[den]]) /
+                   statistics.median([N / r.items * 1e3 * r.cpu_factor for r in d[num]]) for d in have]
+        if target is None:
+            status = "info"
+        elif len(have) < len(runs):
+            status = "MISSING"
+        elif isinstance(target, tuple):
+            status = "PASS" if max(vals) <= target[1] else "FAIL"
+        else:
+            status = "PASS" if min(vals) >= target else "FAIL"
+        m = lambda v: statistics.median(v) if v else None  # noqa: E731
+        out[label] = (m(vals), min(vals) if vals else None, max(vals) if vals else None, status, m(best), m(cpu),
+                      len(have))
+    return out
+
+
+def check_fh_table(table, expected, nruns, what, specs, dash="-"):
+    """The lines of specs in a ratio table: median, range, runs, target text, status, best reps, CPU time."""
+    targets = {label: target for label, _, _, target in specs}
+    for label, (m, lo, hi, status, best, cpu, have) in expected.items():
+        cells = table.get(label)
+        if not expect(cells is not None, f"{what}: no line for '{label}'"):
+            continue
+        f3 = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+        want = [f3(m), f"{lo:.3f}{dash}{hi:.3f}" if lo is not None else "-",
+                str(have) if have == nruns else f"{have}/{nruns}"]
+        if status != "info":
+            t = targets[label]
+            want += [f"{t[0]} {t[1]:g}" if isinstance(t, tuple) else f">= {t:g}", status]
+        want += [f3(best), f3(cpu)]
+        expect_eq(cells, want, f"{what}: '{label}' cells (median, range, runs, [target, status,] best, CPU)")
+
+
+def check_forward_and_hist():
+    rng = random.Random(31)
+    nreps = 5
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.dirname(RATIOS))
+    import ratios  # noqa: E402  (bench/ratios.py)
+
+    # row names: the time rows parse without dtype and element count; other shapes are still not rows
+    expect_eq(ratios.row_key("forward_plain/real_time"), ("forward_plain", None, None), "row_key forward_plain")
+    expect_eq(ratios.row_key("forward_checked/real_time"), ("forward_checked", None, None),
+              "row_key forward_checked")
+    expect_eq(ratios.row_key("forward_disabled/real_time"), ("forward_disabled", None, None),
+              "row_key forward_disabled")
+    expect_eq(ratios.row_key(f"health/f32/{N}/real_time"), ("health", "f32", N), "row_key health")
+    expect_eq(ratios.row_key(f"health_hist/f16/{N}/real_time"), ("health_hist", "f16", N), "row_key health_hist")
+    for name in ("forward24_plain/real_time", "forward_budget/200/real_time", "tree_summary/pruned",
+                 "forward_gate_on/real_time", "forward_plain/extra/real_time"):
+        expect_eq(ratios.row_key(name), None, f"row_key {name} (not a ratio row)")
+
+    # set A: health_hist f32 passes, f16's median passes and its worst (smallest) run fails;
+    #        forward_checked passes (largest run 1.026 <= 1.03), forward_disabled's median passes (1.012) and its
+    #        largest run fails (1.031 > 1.02); the forward entries report no items/s
+    designs_a = [({"f32": 0.90, "f16": 0.88, "bf16": 0.70}, 1.010, 1.004),
+                 ({"f32": 0.87, "f16": 0.80, "bf16": 0.75}, 1.026, 1.031),
+                 ({"f32": 0.93, "f16": 0.86, "bf16": 0.72}, 1.018, 1.012)]
+    runs_a = [make_fh_run(rng, nreps, h, c, d) for h, c, d in designs_a]
+    files_a = [write(f"fh_a{i + 1}.json", fh_doc(rng, d)) for i, d in enumerate(runs_a)]
+    exp_a = fh_expected(runs_a, NEW_TARGETS)
+    checked, disabled = NEW_TARGETS[2][0], NEW_TARGETS[3][0]
+    hist32, hist16 = NEW_TARGETS[0][0], NEW_TARGETS[1][0]
+    expect([exp_a[k][3] for k in (hist32, hist16, checked, disabled)] == ["PASS", "FAIL", "PASS", "FAIL"],
+           f"the test's own design of set A ({exp_a})")
+    expect(exp_a[disabled][0] <= 1.02 < exp_a[disabled][2] and exp_a[hist16][0] >= 0.85 > exp_a[hist16][1],
+           "the test's own design: the medians pass where the worst run fails")
+
+    rc, out, err = run(sys.executable, RATIOS, *files_a, "--info")
+    expect_eq(rc, 0, f"ratios.py, forward and health_hist rows: exit status ({err!r})")
+    expect("warning" not in err, f"ratios.py, forward rows: no interleaving warning ({err!r})")
+    table = parse_text_table(out, "ratio")
+    check_fh_table(table, exp_a, 3, "set A, text", NEW_TARGETS)
+    if disabled in table:
+        expect_eq(table[disabled][3:5], ["<= 1.02", "FAIL"], "forward_disabled: largest run above the bound")
+    if checked in table:
+        expect_eq(table[checked][3:5], ["<= 1.03", "PASS"], "forward_checked: largest run within the bound")
+    not_met = [line for line in out.splitlines() if line.startswith("not met:")]
+    expect(not_met and disabled in not_met[0] and hist16 in not_met[0] and checked not in not_met[0] and
+           hist32 not in not_met[0], f"set A: 'not met' names forward_disabled and f16 health_hist only ({not_met})")
+    info = parse_text_table(out, "ratio", nth=1)
+    check_fh_table(info, fh_expected(runs_a, [BF16_HIST]), 3, "set A, --info", [BF16_HIST])
+    expect(BF16_HIST[0] not in table, "bf16 health_hist / health: information only, not a target")
+    rc, _, _ = run(sys.executable, RATIOS, *files_a, "--strict")
+    expect_eq(rc, 1, "set A --strict: a '<=' target fails in its largest run")
+
+    rc, out, _ = run(sys.executable, RATIOS, *files_a, "--markdown")
+    check_fh_table(parse_md_table(out, "ratio"), exp_a, 3, "set A, markdown", NEW_TARGETS, dash="\u2013")
+
+    # row table: the time rows by their name alone, all runs' repetitions pooled; the health rows as before
+    rc, out, _ = run(sys.executable, RATIOS, *files_a, "--table")
+    rt = parse_text_table(out, "row")
+    for fam in ("forward_plain", "forward_checked"):
+        cells = rt.get(fam)
+        if expect(cells is not None, f"row table: {fam}"):
+            pooled_ms = [r.ms for d in runs_a for r in d[(fam, None)]]
+            expect_eq(cells[0], f"{statistics.median(pooled_ms):.3g} ms", f"row table {fam}: median time")
+            expect_eq(cells[1:3], ["-", "-"], f"row table {fam}: no GB/s, no Gitems/s")
+            expect_eq(cells[4], str(3 * nreps), f"row table {fam}: repetitions of all runs")
+    expect(f"health_hist/f32/{N}" in rt, "row table: health_hist/f32 row")
+
+    # set B: forward rows only, with tokens/s; forward_checked's median passes (1.020) and its largest run fails
+    # (1.045 > 1.03), forward_disabled passes; every other target is MISSING
+    designs_b = [(1.012, 0.995), (1.045, 1.015), (1.020, 1.005)]
+    runs_b = [make_fh_run(rng, nreps, None, c, d, health=False, tokens=True) for c, d in designs_b]
+    files_b = [write(f"fh_b{i + 1}.json", fh_doc(rng, d)) for i, d in enumerate(runs_b)]
+    exp_b = fh_expected(runs_b, NEW_TARGETS)
+    expect([exp_b[k][3] for k in (hist32, hist16, checked, disabled)] == ["MISSING", "MISSING", "FAIL", "PASS"],
+           f"the test's own design of set B ({exp_b})")
+    rc, out, err = run(sys.executable, RATIOS, *files_b)
+    expect_eq(rc, 0, f"ratios.py, forward rows only: exit status ({err!r})")
+    table = parse_text_table(out, "ratio")
+    check_fh_table(table, exp_b, 3, "set B (forward rows only), text", NEW_TARGETS)
+    if checked in table:
+        expect_eq(table[checked][4], "FAIL", "forward_checked: median passes, largest run fails, status FAIL")
+
+    # files without forward rows still work: the forward targets are MISSING (0 of 3 runs), the others judged
+    runs_c = [{k: v for k, v in d.items() if k[1] is not None} for d in runs_a]
+    files_c = [write(f"fh_c{i + 1}.json", fh_doc(rng, d)) for i, d in enumerate(runs_c)]
+    exp_c = fh_expected(runs_c, NEW_TARGETS)
+    rc, out, err = run(sys.executable, RATIOS, *files_c)
+    expect_eq(rc, 0, f"ratios.py, no forward rows: exit status ({err!r})")
+    table = parse_text_table(out, "ratio")
+    check_fh_table(table, exp_c, 3, "set C (no forward rows), text", NEW_TARGETS)
+    if checked in table:
+        expect_eq(table[checked], ["-", "-", "0/3", "<= 1.03", "MISSING", "-", "-"], "no forward rows: MISSING line")
+    not_met = [line for line in out.splitlines() if line.startswith("not met:")]
+    expect(not_met and checked in not_met[0] and disabled in not_met[0],
+           f"no forward rows: 'not met' names the missing forward targets ({not_met})")
+    rc, out, _ = run(sys.executable, RATIOS, *files_c, "--table")
+    expect("forward_plain" not in out.split("Ratios at")[0], "no forward rows: none in the row table")
+
+    # one run of three without forward rows: MISSING over 2/3 runs, median and range of the two that have them
+    mixed = runs_a[:2] + runs_c[2:]
+    exp_m = fh_expected(mixed, NEW_TARGETS)
+    rc, out, _ = run(sys.executable, RATIOS, files_a[0], files_a[1], files_c[2])
+    check_fh_table(parse_text_table(out, "ratio"), exp_m, 3, "forward rows in 2 of 3 runs", NEW_TARGETS)
 
 
 def tree_rows(rng, nreps, checked_ratio, unpruned_ratio):

@@ -321,7 +321,7 @@ TEST_CASE("histogram: the vector window moves between chunks; boundary binades p
     const std::size_t chunks = t == dtype::f16 ? 40 : scaled(260, 80);
     const std::vector<std::uint64_t> raws = moving_binades(t, chunks, 11);
     const ref_hist ref = hist_reference(t, raws);
-    for (isa i : {isa::scalar, isa::avx512, isa::automatic})
+    for (isa i : {isa::scalar, isa::avx2, isa::avx512, isa::automatic})
       for (unsigned threads : {1u, 3u})
         check_one(t, raws, i, threads, threads == 3 ? 2 : 0, check_mode::stats, ref,
                   std::string("moving binades ") + std::string(nanscope::name(t)));
@@ -430,13 +430,15 @@ TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct
     {
       const std::vector<std::uint64_t> raws = in_window(sh.t, sh.top, n, 5, {}, 0);
       const ref_hist ref = hist_reference(sh.t, raws);
-      for (check_mode m : {check_mode::stats, check_mode::full_health})
-        check_one(sh.t, raws, isa::avx512, 1, 0, m, ref, what);
+      for (isa i : {isa::avx2, isa::avx512})
+        for (check_mode m : {check_mode::stats, check_mode::full_health})
+          check_one(sh.t, raws, i, 1, 0, m, ref, what);
     }
     for (std::uint64_t sp : specials) {
-      const std::vector<std::uint64_t> raws = in_window(sh.t, sh.top, n, 6, {0, 255, 256, 4000, 8191, 8192 + 17, 3 * 8192 - 1}, sp);
+      const std::vector<std::uint64_t> raws = in_window(sh.t, sh.top, n, 6, {0, 127, 128, 255, 256, 4000, 8191, 8192 + 17, 3 * 8192 - 1}, sp);
       const ref_hist ref = hist_reference(sh.t, raws);
-      check_one(sh.t, raws, isa::avx512, 1, 0, check_mode::stats, ref, what + " with pattern " + std::to_string(sp));
+      for (isa i : {isa::avx2, isa::avx512})
+        check_one(sh.t, raws, i, 1, 0, check_mode::stats, ref, what + " with pattern " + std::to_string(sp));
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include "../config.hpp"
 #include "../dtype.hpp"
+#include "hist_fused_avx2.hpp"
 #include "histogram_kernel.hpp"
 #include "kernel_x86.hpp"
 
@@ -307,11 +308,25 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_fused_run(const void* p, std::size_
 #endif
 
 /// hist_setup::fused for f32 / f16 / bf16: runs the health kernel and the bins together when the pass uses
-/// AVX-512 at the counts or stats level on a chunk of at least one block; false: not done (the caller runs
-/// the kernel, then hist_chunk).
+/// AVX-512 or AVX2 at the counts or stats level on a chunk of at least one block; false: not done (the caller
+/// runs the kernel, then hist_chunk).
 inline bool hist_fused_chunk(const void* p, dtype t, std::size_t n, level lv, std::uint8_t isa_code,
                              const kernel_params& kp, chunk_out& o, const hist_setup& s, hist_local& h) {
-  if (isa_code != 3 || n < 256 || lv < level::counts) return false;  // 3: isa::avx512
+  if (lv < level::counts) return false;
+  if (isa_code == 2 && n >= 128) {  // 2: isa::avx2
+    auto go2 = [&](auto lvl_tag) {
+      constexpr level L = decltype(lvl_tag)::value;
+      switch (t) {
+        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23, 0>(p, n, kp, o, s, h); return true;
+        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10, 112>(p, n, kp, o, s, h); return true;
+        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7, 0>(p, n, kp, o, s, h); return true;
+        default: return false;
+      }
+    };
+    if (lv == level::stats) return go2(std::integral_constant<level, level::stats>{});
+    return go2(std::integral_constant<level, level::counts>{});
+  }
+  if (isa_code != 3 || n < 256) return false;  // 3: isa::avx512
   auto go = [&](auto lvl_tag) {
     constexpr level L = decltype(lvl_tag)::value;
     switch (t) {

@@ -39,9 +39,10 @@ struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
 
-/// The f32-compute kernel's optional histogram hook (hist_fused_x86.hpp): the default does nothing. With a
-/// hook G, the optimistic blocks (counts and stats levels) hand each full vector's raw bits to a local G's
-/// step<A>() and call its end_block() after each 256-element block; the local G is stored back at the end.
+/// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
+/// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
+/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() after each block (AVX-512: 256
+/// elements; AVX2: 128); the local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -720,6 +721,7 @@ struct load256_bf16 {
 struct state256_f32 {
   __m256 vmin, vmax, vamax, vamin, fs1, fs2;
   __m256i kmin, kmax, kamin, kamax;
+  __m256i vneg;  // negative lanes of the optimistic blocks, per vector lane
   __m256d ds1a, ds1b, ds2a, ds2b, ss1a, ss1b, ss2a, ss2b;
   std::uint64_t neg, zero, nan, pinf, ninf, sub, n_slow;
   std::int64_t first_nf;
@@ -831,9 +833,10 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
 }
 
 /// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load, class H = kernel_no_hash>
+template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_hist>
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o, H* h = nullptr) {
+                                                       chunk_out& o, H* h = nullptr, G* g = nullptr) {
+  static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
   using src = typename Load::src;
   constexpr std::size_t es = sizeof(src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
@@ -857,19 +860,86 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.normal = _mm256_set1_epi32(static_cast<int>(kp.normal32));
   s.k32 = _mm256_set1_ps(kp.k32);
   s.k64 = _mm256_set1_pd(kp.k64);
-  constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every 16 values per lane
+  s.vneg = _mm256_setzero_si256();
+  constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every block
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
+  [[maybe_unused]] G gs;
+  if constexpr (G::enabled) gs = *g;
   for (; i + block <= n; i += block) {
-    for (std::size_t j = 0; j < block; j += 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
-      const __m256 x = Load::load(p + (i + j) * es);
-      if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
-      group256_f32<L>(s, x, 0xFFu, i + j);
+    if constexpr (L >= level::counts) {
+      // Optimistic block (as in avx512_f32_kernel): every lane is assumed tame, with no test per vector; the
+      // block's min and max of |x| bits check that at its end (|x| bits are below 2^31, so signed compares
+      // order them). Two accumulator sets of sums (8 values per lane each) break the add/FMA chains; min and
+      // max take one set (their latency is one cycle). A block with a lane that is not tame leaves the
+      // snapshot in s untouched and runs again through the exact per-lane path, from L1.
+      const __m256i absm = s.absm;
+      const __m256 k32 = s.k32;
+      __m256i bmin = _mm256_set1_epi32(0x7FFFFFFF), bmax = _mm256_setzero_si256(), nb = _mm256_setzero_si256();
+      [[maybe_unused]] __m256 mn = s.vmin, mx = s.vmax;
+      [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
+                              f2b = _mm256_setzero_ps();
+      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled, the block spills)
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256 x0 = Load::load(p + (i + j) * es);
+        const __m256 x1 = Load::load(p + (i + j + 8) * es);
+        if constexpr (H::enabled) {  // hashes elements [0, n / 128 * 128)
+          hs.step(x0);
+          hs.step(x1);
+        }
+        const __m256i i0 = _mm256_castps_si256(x0), i1 = _mm256_castps_si256(x1);
+        if constexpr (G::enabled) {
+          gs.template step<0>(i0);
+          gs.template step<1>(i1);
+        }
+        const __m256i a0 = _mm256_and_si256(i0, absm), a1 = _mm256_and_si256(i1, absm);
+        bmin = _mm256_min_epi32(bmin, _mm256_min_epi32(a0, a1));
+        bmax = _mm256_max_epi32(bmax, _mm256_max_epi32(a0, a1));
+        // tame lanes are never zero: the sign bit alone says negative (an arithmetic shift gives -1)
+        nb = _mm256_sub_epi32(_mm256_sub_epi32(nb, _mm256_srai_epi32(i0, 31)), _mm256_srai_epi32(i1, 31));
+        if constexpr (L == level::stats) {
+          mn = _mm256_min_ps(mn, _mm256_min_ps(x0, x1));
+          mx = _mm256_max_ps(mx, _mm256_max_ps(x0, x1));
+          const __m256 d0 = _mm256_sub_ps(x0, k32), d1 = _mm256_sub_ps(x1, k32);
+          f1a = _mm256_add_ps(f1a, d0);
+          f2a = _mm256_fmadd_ps(d0, d0, f2a);
+          f1b = _mm256_add_ps(f1b, d1);
+          f2b = _mm256_fmadd_ps(d1, d1, f2b);
+        }
+      }
+      // bmin >= lo and bmax <= lo + span <=> every lane of the block is tame
+      const __m256i hi = _mm256_add_epi32(s.lo, s.span);
+      const __m256i badv = _mm256_or_si256(_mm256_cmpgt_epi32(s.lo, bmin), _mm256_cmpgt_epi32(bmax, hi));
+      if (__builtin_expect(_mm256_testz_si256(badv, badv) != 0, 1)) {
+        s.vneg = _mm256_add_epi32(s.vneg, nb);
+        if constexpr (L == level::counts) s.kamax = _mm256_max_epi32(s.kamax, bmax);  // tame: not NaN
+        if constexpr (L == level::stats) {
+          s.kamin = _mm256_min_epi32(s.kamin, bmin);  // tame: not zero, not NaN
+          s.vmin = mn;
+          s.vmax = mx;
+          // the two sets are added in f32 first (each holds at most 8 values per lane), then widened
+          const __m256 f1 = _mm256_add_ps(f1a, f1b), f2 = _mm256_add_ps(f2a, f2b);
+          s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
+          s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
+          s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
+          s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+        }
+      } else {
+        for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
+        flush256_f32<L>(s);
+      }
+      if constexpr (G::enabled) gs.end_block(p + i * es, bmin, bmax);
+    } else {
+      for (std::size_t j = 0; j < block; j += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256 x = Load::load(p + (i + j) * es);
+        if constexpr (H::enabled) hs.step(x);  // hashes elements [0, n / 128 * 128)
+        group256_f32<L>(s, x, 0xFFu, i + j);
+      }
     }
-    flush256_f32<L>(s);
   }
   if constexpr (H::enabled) *h = hs;
+  if constexpr (G::enabled) *g = gs;
   for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
   if (i < n) {
     alignas(32) src tail[8] = {};
@@ -877,6 +947,11 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);
+  if constexpr (L >= level::counts) {
+    alignas(32) std::uint32_t nv[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), s.vneg);
+    for (const std::uint32_t v : nv) s.neg += v;
+  }
   o.neg += s.neg;
   o.zero += s.zero;
   o.nan += s.nan;
@@ -906,6 +981,106 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
     o.slow_s1 += hsum256(_mm256_add_pd(s.ss1a, s.ss1b));
     o.slow_s2 += hsum256(_mm256_add_pd(s.ss2a, s.ss2b));
   }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// AVX2, f64
+// ------------------------------------------------------------------------------------------------------
+/// One chunk of n f64 elements through the AVX2 kernel: optimistic blocks of 64 elements (as in
+/// avx512_f64_kernel: no test per vector, two sets of sums local to the block) whose lanes are all tame, i.e.
+/// finite, normal and within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 + tame_span64). AVX2 has no
+/// unsigned 64-bit compares, but |x| bits are below 2^63: off = |x| - lo is negative (sign bit) or above the
+/// span (a signed compare) exactly for the lanes that are not tame, and the block ORs both into one vector
+/// whose sign bits say "re-run". A block with such a lane runs through the portable kernel from L1, and so do
+/// the elements past the last block, so every count, extremum and long-double sum is the portable kernel's.
+template <level L>
+NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f64_kernel(const void* vp, std::size_t n, const kernel_params& kp, chunk_out& o) {
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
+  // the portable kernel on elements [i, i + m), with first_nf as an index within the chunk
+  auto exact = [&](std::size_t i, std::size_t m) {
+    const bool had = o.first_nf >= 0;
+    scalar_kernel_impl<L>(dec_f64{}, p + i * 8, m, kp, o);
+    if (!had && o.first_nf >= 0) o.first_nf += static_cast<std::int64_t>(i);
+  };
+  std::size_t i = 0;
+  if constexpr (L >= level::counts) {
+    constexpr std::size_t block = 64;
+    const __m256i absm = _mm256_set1_epi64x(static_cast<long long>(f64_abs_mask));
+    const __m256i lo = _mm256_set1_epi64x(static_cast<long long>(kp.tame_lo64));
+    const __m256i span = _mm256_set1_epi64x(static_cast<long long>(kp.tame_span64));
+    const __m256d k = _mm256_set1_pd(kp.k64);
+    __m256d vmin = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+    __m256d vmax = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
+    __m256d vamin = vmin, vamax = _mm256_setzero_pd();
+    __m256d s1 = _mm256_setzero_pd(), s2 = _mm256_setzero_pd();
+    __m256i vneg = _mm256_setzero_si256();
+    std::uint64_t nacc = 0;
+    for (; i + block <= n; i += block) {
+      __m256i bad = _mm256_setzero_si256(), bneg = _mm256_setzero_si256();
+      __m256d mn = vmin, mx = vmax, amn = vamin, amx = vamax;
+      __m256d a0 = _mm256_setzero_pd(), a1 = a0, q0 = a0, q1 = a0;
+      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * 8) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256d x0 = _mm256_loadu_pd(reinterpret_cast<const double*>(p + (i + j) * 8));
+        const __m256d x1 = _mm256_loadu_pd(reinterpret_cast<const double*>(p + (i + j + 4) * 8));
+        const __m256i i0 = _mm256_castpd_si256(x0), i1 = _mm256_castpd_si256(x1);
+        const __m256i b0 = _mm256_and_si256(i0, absm), b1 = _mm256_and_si256(i1, absm);
+        const __m256i o0 = _mm256_sub_epi64(b0, lo), o1 = _mm256_sub_epi64(b1, lo);
+        bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_or_si256(o0, _mm256_cmpgt_epi64(o0, span)),
+                                                   _mm256_or_si256(o1, _mm256_cmpgt_epi64(o1, span))));
+        bneg = _mm256_add_epi64(bneg, _mm256_add_epi64(_mm256_srli_epi64(i0, 63), _mm256_srli_epi64(i1, 63)));
+        // tame lanes are normal and not NaN: |x| bits read as doubles order like the values
+        if constexpr (L == level::counts)
+          amx = _mm256_max_pd(amx, _mm256_max_pd(_mm256_castsi256_pd(b0), _mm256_castsi256_pd(b1)));
+        if constexpr (L == level::stats) {
+          mn = _mm256_min_pd(mn, _mm256_min_pd(x0, x1));
+          mx = _mm256_max_pd(mx, _mm256_max_pd(x0, x1));
+          amn = _mm256_min_pd(amn, _mm256_min_pd(_mm256_castsi256_pd(b0), _mm256_castsi256_pd(b1)));
+          const __m256d d0 = _mm256_sub_pd(x0, k), d1 = _mm256_sub_pd(x1, k);
+          a0 = _mm256_add_pd(a0, d0);
+          a1 = _mm256_add_pd(a1, d1);
+          q0 = _mm256_fmadd_pd(d0, d0, q0);
+          q1 = _mm256_fmadd_pd(d1, d1, q1);
+        }
+      }
+      if (__builtin_expect(_mm256_movemask_pd(_mm256_castsi256_pd(bad)) == 0, 1)) {
+        vneg = _mm256_add_epi64(vneg, bneg);
+        vamax = amx;
+        if constexpr (L == level::stats) {
+          vmin = mn;
+          vmax = mx;
+          vamin = amn;
+          s1 = _mm256_add_pd(s1, _mm256_add_pd(a0, a1));
+          s2 = _mm256_add_pd(s2, _mm256_add_pd(q0, q1));
+          nacc += block;
+        }
+      } else {
+        exact(i, block);
+      }
+    }
+    alignas(32) std::uint64_t nv[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), vneg);
+    o.neg += nv[0] + nv[1] + nv[2] + nv[3];
+    alignas(32) double t[4];
+    if constexpr (L == level::counts) {
+      _mm256_store_pd(t, vamax);
+      for (const double v : t) o.take_amax(double_to_bits(v));
+    }
+    if constexpr (L == level::stats) {
+      if (nacc != 0) {  // (the initial +-inf would be taken as values otherwise)
+        _mm256_store_pd(t, vmin);
+        for (const double v : t) o.take_min(key64(double_to_bits(v)));
+        _mm256_store_pd(t, vmax);
+        for (const double v : t) o.take_max(key64(double_to_bits(v)));
+        _mm256_store_pd(t, vamin);
+        for (const double v : t) o.take_amin(double_to_bits(v));
+      }
+      o.n_slow += nacc;  // f64: every double-summed lane is reported in `slow` (shift k64)
+      o.slow_s1 += hsum256(s1);
+      o.slow_s2 += hsum256(s2);
+    }
+  }
+  if (i < n) exact(i, n - i);
 }
 
 }  // namespace detail
