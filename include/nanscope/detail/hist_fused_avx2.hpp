@@ -180,9 +180,24 @@ struct hist_hook256 {
   /// of the block's widened |x| bits.
   NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block(const unsigned char* p, __m256i bmin,
                                                                            __m256i bmax) {
-    hist_cold256& c = *cold;
     const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi32(wlo, bmin), _mm256_cmpgt_epi32(bmax, whi));
-    const bool outside = _mm256_testz_si256(outv, outv) == 0;
+    close_block(p, _mm256_testz_si256(outv, outv) == 0);
+  }
+
+  /// end_block for the 16-bit sources' raw path: bmin, bmax are the block's min and max of the raw |x|
+  /// patterns, 16-bit lanes (at most 0x7FFF: signed compares order them).
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block16(const unsigned char* p, __m256i bmin,
+                                                                             __m256i bmax) {
+    const unsigned w0 = cold->w0;
+    const __m256i lo = _mm256_set1_epi16(static_cast<short>(w0 << Shift));
+    const __m256i hi = _mm256_set1_epi16(static_cast<short>(((w0 + 16) << Shift) - 1));
+    const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi16(lo, bmin), _mm256_cmpgt_epi16(bmax, hi));
+    close_block(p, _mm256_testz_si256(outv, outv) == 0);
+  }
+
+  /// The block's nibbles to bytes, and its rescan when `outside` or a lazy slot saw an element.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void close_block(const unsigned char* p, bool outside) {
+    hist_cold256& c = *cold;
     const __m256i any = _mm256_or_si256(_mm256_or_si256(nib[0], nib[1]), _mm256_or_si256(nib[2], nib[3]));
     const bool lazy = any_lazy && _mm256_testz_si256(any, lz) == 0;
     const __m256i m = _mm256_set1_epi8(0x0F);

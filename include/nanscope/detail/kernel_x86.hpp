@@ -271,17 +271,13 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void exact_blo
   }
 }
 
-/// Folds the 16-bit path's lane extrema (see avx512_f32_kernel) into a chunk_out. counts: umax16 holds max |x|.
+/// Folds the 16-bit paths' lane extrema (see avx512_f32_kernel) into a chunk_out: `lanes` lanes of the signed
+/// max / min and unsigned max / min of the raw patterns. counts: ux holds max |x|.
 template <level L, class Load>
-NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i smax16, __m512i smin16, __m512i umax16,
-                                                      __m512i umin16) {
-  alignas(64) std::uint16_t sx[32], sn[32], ux[32], un[32];
-  _mm512_store_si512(sx, smax16);
-  _mm512_store_si512(sn, smin16);
-  _mm512_store_si512(ux, umax16);
-  _mm512_store_si512(un, umin16);
+inline void fold_extrema16_lanes(chunk_out& o, const std::uint16_t* sx, const std::uint16_t* sn, const std::uint16_t* ux,
+                                 const std::uint16_t* un, int lanes) {
   std::uint16_t smax = 0x8000, smin = 0x7FFF, umax = 0, umin = 0xFFFF;
-  for (int l = 0; l < 32; ++l) {
+  for (int l = 0; l < lanes; ++l) {
     if (static_cast<std::int16_t>(sx[l]) > static_cast<std::int16_t>(smax)) smax = sx[l];
     if (static_cast<std::int16_t>(sn[l]) < static_cast<std::int16_t>(smin)) smin = sn[l];
     umax = ux[l] > umax ? ux[l] : umax;
@@ -297,6 +293,17 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i sma
     o.take_max(key64(double_to_bits(Load::decode(mx))));
     o.take_amin(double_to_bits(Load::decode(an)));
   }
+}
+
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX512 inline void fold_extrema16(chunk_out& o, __m512i smax16, __m512i smin16, __m512i umax16,
+                                                      __m512i umin16) {
+  alignas(64) std::uint16_t sx[32], sn[32], ux[32], un[32];
+  _mm512_store_si512(sx, smax16);
+  _mm512_store_si512(sn, smin16);
+  _mm512_store_si512(ux, umax16);
+  _mm512_store_si512(un, umin16);
+  fold_extrema16_lanes<L, Load>(o, sx, sn, ux, un, 32);
 }
 
 /// One chunk of n elements through the AVX-512 f32-compute kernel.
@@ -702,16 +709,30 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
+  static constexpr bool half16 = false;
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }  // unaligned load
 };
 struct load256_f16 {
   using src = std::uint16_t;
+  static constexpr bool half16 = true;  // 16-bit source: the optimistic block works on the raw patterns
+  static double decode(std::uint16_t h) { return dec_f16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
+  /// The 16 raw halves of r as two vectors of 8 floats (any lane order: only sums and the histogram use them).
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_lo(__m256i r) { return _mm256_cvtph_ps(_mm256_castsi256_si128(r)); }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_hi(__m256i r) { return _mm256_cvtph_ps(_mm256_extracti128_si256(r, 1)); }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   }
 };
 struct load256_bf16 {
   using src = std::uint16_t;
+  static constexpr bool half16 = true;
+  static double decode(std::uint16_t h) { return dec_bf16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_lo(__m256i r) {
+    return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), r));
+  }
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_hi(__m256i r) {
+    return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), r));
+  }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
     const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -866,8 +887,81 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   [[maybe_unused]] H hs;  // a local copy stays in registers
   [[maybe_unused]] G gs;
   if constexpr (G::enabled) gs = *g;
+  // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
+  // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
+  // sums (and the histogram hook) see the widened floats. |x| patterns are at most 0x7FFF, so signed 16-bit
+  // compares order them.
+  [[maybe_unused]] __m256i smax16 = _mm256_set1_epi16(static_cast<short>(0x8000)), smin16 = _mm256_set1_epi16(0x7FFF),
+                           umax16 = _mm256_setzero_si256(), umin16 = _mm256_set1_epi16(-1);
+  [[maybe_unused]] bool any16 = false;  // a block went through the 16-bit path
   for (; i + block <= n; i += block) {
-    if constexpr (L >= level::counts) {
+    if constexpr (Load::half16 && L >= level::counts) {
+      const __m256i m16 = _mm256_set1_epi16(0x7FFF);
+      const __m256i sx0 = smax16, sn0 = smin16, ux0 = umax16, un0 = umin16;
+      // block-local min / max of |x| (counts level, or for the hook's window test)
+      __m256i bmin = _mm256_set1_epi16(0x7FFF), bmax = _mm256_setzero_si256(), neg16 = _mm256_setzero_si256();
+      [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
+                              f2b = _mm256_setzero_ps();
+      const __m256 k32 = s.k32;
+      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled 8 times, it spills)
+        _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + j) * es));
+        neg16 = _mm256_add_epi16(neg16, _mm256_srli_epi16(r, 15));
+        if constexpr (L == level::counts || G::enabled) {
+          const __m256i a = _mm256_and_si256(r, m16);
+          bmin = _mm256_min_epi16(bmin, a);
+          bmax = _mm256_max_epi16(bmax, a);
+        }
+        [[maybe_unused]] __m256 w0, w1;
+        if constexpr (L == level::stats || G::enabled) {
+          w0 = Load::widen_lo(r);
+          w1 = Load::widen_hi(r);
+        }
+        if constexpr (G::enabled) {
+          gs.template step<0>(_mm256_castps_si256(w0));
+          gs.template step<1>(_mm256_castps_si256(w1));
+        }
+        if constexpr (L == level::stats) {
+          smax16 = _mm256_max_epi16(smax16, r);
+          smin16 = _mm256_min_epi16(smin16, r);
+          umax16 = _mm256_max_epu16(umax16, r);
+          umin16 = _mm256_min_epu16(umin16, r);
+          const __m256 d0 = _mm256_sub_ps(w0, k32), d1 = _mm256_sub_ps(w1, k32);
+          f1a = _mm256_add_ps(f1a, d0);
+          f2a = _mm256_fmadd_ps(d0, d0, f2a);
+          f1b = _mm256_add_ps(f1b, d1);
+          f2b = _mm256_fmadd_ps(d1, d1, f2b);
+        }
+      }
+      __m256i tmin = bmin, tmax = bmax;
+      if constexpr (L == level::stats) {  // the chunk's so far: earlier blocks were all tame
+        tmin = _mm256_min_epi16(_mm256_and_si256(umin16, m16), _mm256_and_si256(smin16, m16));
+        tmax = _mm256_max_epi16(_mm256_and_si256(smax16, m16), _mm256_and_si256(umax16, m16));
+      }
+      const __m256i badv = _mm256_or_si256(
+          _mm256_cmpgt_epi16(_mm256_set1_epi16(static_cast<short>(kp.tame_lo16)), tmin),
+          _mm256_cmpgt_epi16(tmax, _mm256_set1_epi16(static_cast<short>(kp.tame_hi16))));
+      if (__builtin_expect(_mm256_testz_si256(badv, badv) != 0, 1)) {
+        any16 = true;
+        s.vneg = _mm256_add_epi32(s.vneg, _mm256_madd_epi16(neg16, _mm256_set1_epi16(1)));
+        if constexpr (L == level::counts) umax16 = _mm256_max_epi16(umax16, bmax);  // max |x| (tame: exact)
+        if constexpr (L == level::stats) {
+          const __m256 f1 = _mm256_add_ps(f1a, f1b), f2 = _mm256_add_ps(f2a, f2b);
+          s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
+          s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
+          s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
+          s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+        }
+      } else {
+        smax16 = sx0;
+        smin16 = sn0;
+        umax16 = ux0;
+        umin16 = un0;
+        for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
+        flush256_f32<L>(s);
+      }
+      if constexpr (G::enabled) gs.end_block16(p + i * es, bmin, bmax);
+    } else if constexpr (L >= level::counts) {
       // Optimistic block (as in avx512_f32_kernel): every lane is assumed tame, with no test per vector; the
       // block's min and max of |x| bits check that at its end (|x| bits are below 2^31, so signed compares
       // order them). Two accumulator sets of sums (8 values per lane each) break the add/FMA chains; min and
@@ -947,6 +1041,16 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
     group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
   }
   flush256_f32<L>(s);
+  if constexpr (Load::half16 && L >= level::counts) {
+    if (any16) {
+      alignas(32) std::uint16_t sx[16], sn[16], ux[16], un[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sx), smax16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sn), smin16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ux), umax16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(un), umin16);
+      fold_extrema16_lanes<L, Load>(o, sx, sn, ux, un, 16);
+    }
+  }
   if constexpr (L >= level::counts) {
     alignas(32) std::uint32_t nv[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(nv), s.vneg);
