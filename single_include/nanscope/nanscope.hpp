@@ -1636,7 +1636,8 @@ struct kernel_no_hash {
 
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
 /// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
-/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() after each block (AVX-512: 256
+/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() (AVX2 16-bit sources:
+/// end_block16(), with the raw patterns' block min / max) after each block (AVX-512: 256
 /// elements; AVX2: 128); the local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
@@ -1906,6 +1907,7 @@ template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_his
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                            chunk_out& o, H* h = nullptr, G* g = nullptr) {
   static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
+  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
   constexpr std::size_t es = sizeof(typename Load::src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
@@ -2300,7 +2302,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 }
 
 // ------------------------------------------------------------------------------------------------------
-// AVX2: vectorised fast path for groups of tame lanes; groups with special lanes go to the scalar kernel.
+// AVX2: optimistic blocks of tame lanes; a block with another lane goes through group256_f32's per-lane path.
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
@@ -2453,6 +2455,7 @@ template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_his
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                        chunk_out& o, H* h = nullptr, G* g = nullptr) {
   static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
+  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
   using src = typename Load::src;
   constexpr std::size_t es = sizeof(src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
@@ -2498,7 +2501,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
       [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
                               f2b = _mm256_setzero_ps();
       const __m256 k32 = s.k32;
-      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled 8 times, it spills)
+      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 16) {  // (limited: fully unrolled, it spills)
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
         const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + j) * es));
         neg16 = _mm256_add_epi16(neg16, _mm256_srli_epi16(r, 15));
@@ -2568,7 +2571,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
       [[maybe_unused]] __m256 mn = s.vmin, mx = s.vmax;
       [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
                               f2b = _mm256_setzero_ps();
-      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled, the block spills)
+      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (not unrolled: fully, it spills)
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
         const __m256 x0 = Load::load(p + (i + j) * es);
         const __m256 x1 = Load::load(p + (i + j + 8) * es);
@@ -2687,7 +2690,8 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
 // ------------------------------------------------------------------------------------------------------
 /// One chunk of n f64 elements through the AVX2 kernel: optimistic blocks of 64 elements (as in
 /// avx512_f64_kernel: no test per vector, two sets of sums local to the block) whose lanes are all tame, i.e.
-/// finite, normal and within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 + tame_span64). AVX2 has no
+/// finite and normal, and at the stats level within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 +
+/// tame_span64). AVX2 has no
 /// unsigned 64-bit compares, but |x| bits are below 2^63: off = |x| - lo is negative (sign bit) or above the
 /// span (a signed compare) exactly for the lanes that are not tame, and the block ORs both into one vector
 /// whose sign bits say "re-run". A block with such a lane runs through the portable kernel from L1, and so do
@@ -2766,7 +2770,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f64_kernel(const void* vp, std::size_
       for (const double v : t) o.take_amax(double_to_bits(v));
     }
     if constexpr (L == level::stats) {
-      if (nacc != 0) {  // (the initial +-inf would be taken as values otherwise)
+      if (nacc != 0) {  // (no tame block: nothing to fold)
         _mm256_store_pd(t, vmin);
         for (const double v : t) o.take_min(key64(double_to_bits(v)));
         _mm256_store_pd(t, vmax);
@@ -5220,7 +5224,8 @@ namespace detail {
 // odd f32 lanes of a 64-bit lane go to separate registers, and the kernel's two accumulator sets to separate
 // pairs, so a nibble takes at most 8 ones in a 128-element block. At the block's end the nibbles are split
 // into bytes (at most 32 a block, 7 blocks per flush) and every 7 blocks the bytes into 16-bit counters (at most
-// 224 a flush, cleared at the chunk's end: a chunk is at most a few hundred flushes of 224).
+// 224 a flush, cleared at the chunk's end: a chunk of 8192 elements is 10 flushes, 2048 at most in a word; the
+// static_assert in histogram.hpp keeps chunks below 292 flushes).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every vector (the first two) or, any others, looked for in the blocks whose nibbles
@@ -5235,10 +5240,10 @@ struct hist_cold256 {
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
   __m256i byt[2];               // bytes of even / odd nibbles: byte k of a 64-bit lane = slot 2k (+ 1)
-  __m256i wrd[4];               // 16-bit counters: [2 * half + odd byte], word k of a 64-bit lane
+  __m256i wrd[4];               // 16-bit counters: [2 * q + hb]: byte 2k + hb of byt[q] in word k of a 64-bit lane
 };
 
-/// Source |x| bits of one element as a 32-bit lane value; U: the source's unsigned storage.
+/// The raw bits of one element (sign included); U: the source's unsigned storage.
 template <class U>
 inline U hist_raw_at(const unsigned char* p) {
   U x;
@@ -5314,6 +5319,8 @@ struct hist_hook256 {
     c.s = &s;
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
+    // w >= 1 (hist_pick_window): field 0 (zeros; f16 subnormals, which widen below w0 + Off) is never in the
+    // window, so zeros are counted only by the rescan's bulk count and subnormals only one by one
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;
@@ -5891,7 +5898,9 @@ inline hist_setup make_hist_setup(dtype t) {
   s.nbounds = mb_count;
   s.first_bound = mb_target0;
 #if NANSCOPE_HAS_X86_SIMD()
-  s.fused = &hist_fused_chunk;  // AVX-512, f32 / f16 / bf16: the bins ride in the kernel's blocks
+  s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins ride in the kernel's blocks
+  // the AVX2 hook's 16-bit slot counters take at most 224 per 7 blocks of 128 elements: 65535 / 224 flushes
+  static_assert(chunk_elems / (7 * 128) + 1 <= 65535 / 224, "a chunk overflows the AVX2 histogram's 16-bit counters");
 #endif
   const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
   for (int k = 0; k < mb_count; ++k) {

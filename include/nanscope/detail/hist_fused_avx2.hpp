@@ -36,7 +36,8 @@ namespace detail {
 // odd f32 lanes of a 64-bit lane go to separate registers, and the kernel's two accumulator sets to separate
 // pairs, so a nibble takes at most 8 ones in a 128-element block. At the block's end the nibbles are split
 // into bytes (at most 32 a block, 7 blocks per flush) and every 7 blocks the bytes into 16-bit counters (at most
-// 224 a flush, cleared at the chunk's end: a chunk is at most a few hundred flushes of 224).
+// 224 a flush, cleared at the chunk's end: a chunk of 8192 elements is 10 flushes, 2048 at most in a word; the
+// static_assert in histogram.hpp keeps chunks below 292 flushes).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every vector (the first two) or, any others, looked for in the blocks whose nibbles
@@ -51,10 +52,10 @@ struct hist_cold256 {
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
   __m256i byt[2];               // bytes of even / odd nibbles: byte k of a 64-bit lane = slot 2k (+ 1)
-  __m256i wrd[4];               // 16-bit counters: [2 * half + odd byte], word k of a 64-bit lane
+  __m256i wrd[4];               // 16-bit counters: [2 * q + hb]: byte 2k + hb of byt[q] in word k of a 64-bit lane
 };
 
-/// Source |x| bits of one element as a 32-bit lane value; U: the source's unsigned storage.
+/// The raw bits of one element (sign included); U: the source's unsigned storage.
 template <class U>
 inline U hist_raw_at(const unsigned char* p) {
   U x;
@@ -130,6 +131,8 @@ struct hist_hook256 {
     c.s = &s;
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
+    // w >= 1 (hist_pick_window): field 0 (zeros; f16 subnormals, which widen below w0 + Off) is never in the
+    // window, so zeros are counted only by the rescan's bulk count and subnormals only one by one
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;

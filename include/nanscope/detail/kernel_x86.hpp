@@ -41,7 +41,8 @@ struct kernel_no_hash {
 
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
 /// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
-/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() after each block (AVX-512: 256
+/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() (AVX2 16-bit sources:
+/// end_block16(), with the raw patterns' block min / max) after each block (AVX-512: 256
 /// elements; AVX2: 128); the local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
@@ -311,6 +312,7 @@ template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_his
 NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                            chunk_out& o, H* h = nullptr, G* g = nullptr) {
   static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
+  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
   constexpr std::size_t es = sizeof(typename Load::src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned (or masked) loads only
   state512_f32 s;
@@ -705,7 +707,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 }
 
 // ------------------------------------------------------------------------------------------------------
-// AVX2: vectorised fast path for groups of tame lanes; groups with special lanes go to the scalar kernel.
+// AVX2: optimistic blocks of tame lanes; a block with another lane goes through group256_f32's per-lane path.
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
@@ -858,6 +860,7 @@ template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_his
 NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
                                                        chunk_out& o, H* h = nullptr, G* g = nullptr) {
   static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
+  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
   using src = typename Load::src;
   constexpr std::size_t es = sizeof(src);
   const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
@@ -903,7 +906,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
       [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
                               f2b = _mm256_setzero_ps();
       const __m256 k32 = s.k32;
-      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled 8 times, it spills)
+      NANSCOPE_IMPL_UNROLL(2) for (std::size_t j = 0; j < block; j += 16) {  // (limited: fully unrolled, it spills)
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
         const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + j) * es));
         neg16 = _mm256_add_epi16(neg16, _mm256_srli_epi16(r, 15));
@@ -973,7 +976,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
       [[maybe_unused]] __m256 mn = s.vmin, mx = s.vmax;
       [[maybe_unused]] __m256 f1a = _mm256_setzero_ps(), f2a = _mm256_setzero_ps(), f1b = _mm256_setzero_ps(),
                               f2b = _mm256_setzero_ps();
-      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (unrolled, the block spills)
+      NANSCOPE_IMPL_UNROLL(1) for (std::size_t j = 0; j < block; j += 16) {  // (not unrolled: fully, it spills)
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
         const __m256 x0 = Load::load(p + (i + j) * es);
         const __m256 x1 = Load::load(p + (i + j + 8) * es);
@@ -1092,7 +1095,8 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
 // ------------------------------------------------------------------------------------------------------
 /// One chunk of n f64 elements through the AVX2 kernel: optimistic blocks of 64 elements (as in
 /// avx512_f64_kernel: no test per vector, two sets of sums local to the block) whose lanes are all tame, i.e.
-/// finite, normal and within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 + tame_span64). AVX2 has no
+/// finite and normal, and at the stats level within 2^+-500 (kp.tame_lo64 <= |x| bits <= tame_lo64 +
+/// tame_span64). AVX2 has no
 /// unsigned 64-bit compares, but |x| bits are below 2^63: off = |x| - lo is negative (sign bit) or above the
 /// span (a signed compare) exactly for the lanes that are not tame, and the block ORs both into one vector
 /// whose sign bits say "re-run". A block with such a lane runs through the portable kernel from L1, and so do
@@ -1171,7 +1175,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f64_kernel(const void* vp, std::size_
       for (const double v : t) o.take_amax(double_to_bits(v));
     }
     if constexpr (L == level::stats) {
-      if (nacc != 0) {  // (the initial +-inf would be taken as values otherwise)
+      if (nacc != 0) {  // (no tame block: nothing to fold)
         _mm256_store_pd(t, vmin);
         for (const double v : t) o.take_min(key64(double_to_bits(v)));
         _mm256_store_pd(t, vmax);
