@@ -2432,13 +2432,18 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
   }
 }
 
+/// Widens a block's f32 sums (of x - k and of its square) and adds them to the chunk's double sums.
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void widen_sums256(state256_f32& s, __m256 f1, __m256 f2) {
+  s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
+  s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
+  s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
+  s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+}
+
 template <level L>
 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void flush256_f32(state256_f32& s) {
   if constexpr (L == level::stats) {
-    s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(s.fs1)));
-    s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(s.fs1, 1)));
-    s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(s.fs2)));
-    s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(s.fs2, 1)));
+    widen_sums256(s, s.fs1, s.fs2);
     s.fs1 = _mm256_setzero_ps();
     s.fs2 = _mm256_setzero_ps();
   }
@@ -2544,11 +2549,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
         s.vneg = _mm256_add_epi32(s.vneg, _mm256_madd_epi16(neg16, _mm256_set1_epi16(1)));
         if constexpr (L == level::counts) umax16 = _mm256_max_epi16(umax16, bmax);  // max |x| (tame: exact)
         if constexpr (L == level::stats) {
-          const __m256 f1 = _mm256_add_ps(f1a, f1b), f2 = _mm256_add_ps(f2a, f2b);
-          s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
-          s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
-          s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
-          s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+          widen_sums256(s, _mm256_add_ps(f1a, f1b), _mm256_add_ps(f2a, f2b));
         }
       } else {
         smax16 = sx0;
@@ -2610,11 +2611,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           s.vmin = mn;
           s.vmax = mx;
           // the two sets are added in f32 first (each holds at most 8 values per lane), then widened
-          const __m256 f1 = _mm256_add_ps(f1a, f1b), f2 = _mm256_add_ps(f2a, f2b);
-          s.ds1a = _mm256_add_pd(s.ds1a, _mm256_cvtps_pd(_mm256_castps256_ps128(f1)));
-          s.ds1b = _mm256_add_pd(s.ds1b, _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1)));
-          s.ds2a = _mm256_add_pd(s.ds2a, _mm256_cvtps_pd(_mm256_castps256_ps128(f2)));
-          s.ds2b = _mm256_add_pd(s.ds2b, _mm256_cvtps_pd(_mm256_extractf128_ps(f2, 1)));
+          widen_sums256(s, _mm256_add_ps(f1a, f1b), _mm256_add_ps(f2a, f2b));
         }
       } else {
         for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
@@ -5243,14 +5240,6 @@ struct hist_cold256 {
   __m256i wrd[4];               // 16-bit counters: [2 * q + hb]: byte 2k + hb of byt[q] in word k of a 64-bit lane
 };
 
-/// The raw bits of one element (sign included); U: the source's unsigned storage.
-template <class U>
-inline U hist_raw_at(const unsigned char* p) {
-  U x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
-
 /// Scans a block of 128 elements again from L1: counts its zeros in bulk, and one by one the elements
 /// outside the window (all work) and those in a lazy boundary's field (their dirty boundaries only).
 template <class U, unsigned Shift>
@@ -5279,7 +5268,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
     while (cand != 0) {
       const unsigned l = static_cast<unsigned>(__builtin_ctz(cand));
       cand &= cand - 1;
-      const U x = static_cast<U>(hist_raw_at<U>(p + (v + l) * es) & static_cast<U>(s.abs_mask));
+      U x;
+      std::memcpy(&x, p + (v + l) * es, es);
+      x = static_cast<U>(x & static_cast<U>(s.abs_mask));
       const unsigned f = static_cast<unsigned>(x >> Shift);
       if (f < w0 || f >= w0 + 16) ++h.c[f * hist_copies];
       hist_dirty(s, h, x, f);

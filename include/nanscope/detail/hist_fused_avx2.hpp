@@ -55,14 +55,6 @@ struct hist_cold256 {
   __m256i wrd[4];               // 16-bit counters: [2 * q + hb]: byte 2k + hb of byt[q] in word k of a 64-bit lane
 };
 
-/// The raw bits of one element (sign included); U: the source's unsigned storage.
-template <class U>
-inline U hist_raw_at(const unsigned char* p) {
-  U x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
-
 /// Scans a block of 128 elements again from L1: counts its zeros in bulk, and one by one the elements
 /// outside the window (all work) and those in a lazy boundary's field (their dirty boundaries only).
 template <class U, unsigned Shift>
@@ -91,7 +83,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
     while (cand != 0) {
       const unsigned l = static_cast<unsigned>(__builtin_ctz(cand));
       cand &= cand - 1;
-      const U x = static_cast<U>(hist_raw_at<U>(p + (v + l) * es) & static_cast<U>(s.abs_mask));
+      U x;
+      std::memcpy(&x, p + (v + l) * es, es);
+      x = static_cast<U>(x & static_cast<U>(s.abs_mask));
       const unsigned f = static_cast<unsigned>(x >> Shift);
       if (f < w0 || f >= w0 + 16) ++h.c[f * hist_copies];
       hist_dirty(s, h, x, f);
