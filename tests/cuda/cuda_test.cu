@@ -199,6 +199,8 @@ TEST_CASE("clean large tensors: first non-finite index exact, mean >> std accura
   std::vector<double> dv(n / 4);
   for (auto& x : dv) x = 1e12 + static_cast<double>(normal(rng));
   run_case(ck, dv.data(), ns::dtype::f64, static_cast<std::int64_t>(dv.size()), "f64 mean >> std");
+  for (auto& x : dv) x = -3e15 + 0.25 * static_cast<double>(normal(rng));  // spread below one ulp of the mean
+  run_case(ck, dv.data(), ns::dtype::f64, static_cast<std::int64_t>(dv.size()), "f64 -3e15 + N(0, 1/16)");
 }
 
 TEST_CASE("strided views: transpose, gaps, broadcast, rank 8") {

@@ -8,7 +8,8 @@
 //     format, never with std::isnan / std::isinf / std::fpclassify, so it keeps its meaning under
 //     -ffast-math (where the compiler may fold isnan() to false).
 //   - Extrema are found by integer keys on the double bit patterns (again -ffast-math proof).
-//   - mean / std / m2 use a long-double two-pass algorithm over the finite values.
+//   - mean / std / m2 use a long-double two-pass algorithm over the finite values (m2 about the mean taken as
+//     an offset from the first finite value, so that the rounding of a large mean does not enter it).
 // The reference is slow on purpose (one element at a time, no cleverness) so that it is easy to trust.
 #ifndef NANSCOPE_TESTS_SUPPORT_REFERENCE_HPP
 #define NANSCOPE_TESTS_SUPPORT_REFERENCE_HPP
@@ -393,9 +394,15 @@ inline ref_health reference(nanscope::dtype t, const std::vector<std::uint64_t>&
     const auto n = static_cast<long double>(r.n_finite);
     r.mean = sum / n;
     r.mean_abs = sum_abs / n;
+    // m2 about the mean as an offset from the first value: sum / n rounds at ulp(mean), which alone would
+    // add n * error^2 to m2 where the mean is far larger than the spread
+    const long double c = static_cast<long double>(fin.front());
+    long double off = 0.0L;
+    for (double x : fin) off += static_cast<long double>(x) - c;
+    off /= n;
     long double m2 = 0.0L;
     for (double x : fin) {
-      const long double d = static_cast<long double>(x) - r.mean;
+      const long double d = (static_cast<long double>(x) - c) - off;
       m2 += d * d;
     }
     r.m2 = m2;
@@ -420,20 +427,24 @@ namespace detail_ref {
 template <class ValueOf>
 ref_moments two_pass(std::size_t n, ValueOf value_of) {
   ref_moments r;
-  long double sum = 0.0L, sum_abs = 0.0L;
+  long double sum = 0.0L, sum_abs = 0.0L, sum_off = 0.0L, c = 0.0L;  // c: the first finite value
   double x = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     if (!value_of(i, x)) continue;
+    if (r.n_finite == 0) c = static_cast<long double>(x);
     sum += static_cast<long double>(x);
+    sum_off += static_cast<long double>(x) - c;
     sum_abs += static_cast<long double>(abs_bits(x));
     ++r.n_finite;
   }
   if (r.n_finite == 0) return r;
   r.mean = sum / static_cast<long double>(r.n_finite);
   r.mean_abs = sum_abs / static_cast<long double>(r.n_finite);
+  // m2 about the mean as an offset from c (sum / n alone rounds at ulp(mean): n * error^2 in m2)
+  const long double off = sum_off / static_cast<long double>(r.n_finite);
   for (std::size_t i = 0; i < n; ++i) {
     if (!value_of(i, x)) continue;
-    const long double d = static_cast<long double>(x) - r.mean;
+    const long double d = (static_cast<long double>(x) - c) - off;
     r.m2 += d * d;
   }
   if (r.n_finite > 1) r.std_dev = std::sqrt(r.m2 / static_cast<long double>(r.n_finite - 1));

@@ -250,6 +250,21 @@ TEST_CASE("cuda emulation: adversarial f32/f64 at many sizes, offsets and grids"
              nd::device_props{300, 4});
 }
 
+TEST_CASE("cuda emulation: f64 mean >> std over a full grid (the case that failed on an H200)") {
+  // Each thread's mean rounds at ulp(1e12) ~ 1e-4 when kept absolute; with ~8 elements per thread, the Chan
+  // merges of ~10^5 thread records then put a ~1e-8 relative error into m2 (the moments record their mean as
+  // an offset from a shift so that it does not).
+  std::mt19937_64 rng(29);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> d(std::size_t{1} << 19);
+  for (auto& x : d) x = 1e12 + normal(rng);
+  check_view(ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size())), "f64 1e12 + N(0,1)",
+             nd::device_props{132, 2});
+  for (auto& x : d) x = -3e15 + 0.25 * normal(rng);  // ulp(3e15) = 0.5: the spread is below one ulp of the mean
+  check_view(ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size())), "f64 -3e15 + N(0,1/16)",
+             nd::device_props{132, 2});
+}
+
 TEST_CASE("cuda emulation: strided views and a batch of mixed tensors") {
   std::mt19937_64 rng(23);
   std::vector<double> d(300 * 257);
