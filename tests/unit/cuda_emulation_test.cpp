@@ -251,9 +251,9 @@ TEST_CASE("cuda emulation: adversarial f32/f64 at many sizes, offsets and grids"
 }
 
 TEST_CASE("cuda emulation: f64 mean >> std over a full grid (the case that failed on an H200)") {
-  // Each thread's mean rounds at ulp(1e12) ~ 1e-4 when kept absolute; with ~8 elements per thread, the Chan
-  // merges of ~10^5 thread records then put a ~1e-8 relative error into m2 (the moments record their mean as
-  // an offset from a shift so that it does not).
+  // Each thread's mean rounds at ulp(1e12) ~ 1e-4 when kept absolute; the Chan merges of the 16384 thread
+  // records of this grid (64 blocks: 4 MiB at 64 KiB a block; 32 elements a thread) then put a ~1e-9 relative
+  // error into m2 (the moment records keep their mean as an offset from a shift so that it does not).
   std::mt19937_64 rng(29);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<double> d(std::size_t{1} << 19);
@@ -263,6 +263,38 @@ TEST_CASE("cuda emulation: f64 mean >> std over a full grid (the case that faile
   for (auto& x : d) x = -3e15 + 0.25 * normal(rng);  // ulp(3e15) = 0.5: the spread is below one ulp of the mean
   check_view(ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size())), "f64 -3e15 + N(0,1/16)",
              nd::device_props{132, 2});
+}
+
+TEST_CASE("cuda emulation: a huge first value, then values near 1 (the shift far from the mean)") {
+  // Thread 0's shift is 3e38, far from the mean (~4e31): were each merge's mean offset kept relative to that
+  // shift, it would round at ulp(3e38) ~ 4e22 in every one of the ~10^5 merges. The records move their mean into
+  // the shift after each merge (an exact two-sum), so the offset stays small.
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> f(std::size_t{1} << 23);
+  for (auto& x : f) x = 1.0f + 1e-3f * normal(rng);
+  f[0] = 3e38f;
+  check_view(ns::tensor_view::flat(f.data(), ns::dtype::f32, static_cast<std::int64_t>(f.size())), "3e38 then ~1",
+             nd::device_props{132, 2});
+  f[0] = -3e38f;
+  f[1] = 3e38f;  // mean back near 1 after two huge values of opposite sign
+  check_view(ns::tensor_view::flat(f.data(), ns::dtype::f32, static_cast<std::int64_t>(f.size())), "-3e38, 3e38 then ~1",
+             nd::device_props{132, 2});
+}
+
+TEST_CASE("cuda emulation: f32 range boundaries in aligned groups of four (the tame test's edges)") {
+  // smallest normal, largest finite and their negatives (tame); the largest subnormal, +-0 and +-inf (not)
+  const std::uint32_t tame[] = {0x00800000u, 0x7F7FFFFFu, 0x80800000u, 0xFF7FFFFFu, 0x3F800000u, 0x00800001u};
+  const std::uint32_t wild[] = {0x007FFFFFu, 0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x807FFFFFu,
+                                0x00000001u};
+  std::mt19937_64 rng(37);
+  std::vector<std::uint32_t> bits(4096 * 4);
+  for (std::size_t g = 0; g < bits.size() / 4; ++g)
+    for (std::size_t j = 0; j < 4; ++j)
+      bits[4 * g + j] = (g % 3 == 0 && j == rng() % 4) ? wild[rng() % 7] : tame[rng() % 6];
+  check_view(ns::tensor_view::flat(bits.data(), ns::dtype::f32, static_cast<std::int64_t>(bits.size())), "f32 edges");
+  check_view(ns::tensor_view::flat(bits.data(), ns::dtype::f32, static_cast<std::int64_t>(bits.size())), "f32 edges",
+             tiny);
 }
 
 TEST_CASE("cuda emulation: strided views and a batch of mixed tensors") {

@@ -144,11 +144,11 @@ namespace detail {
 /// values, scaled by 2^600. Scaling keeps every square and every Chan merge inside double's range; the host
 /// unscales in long double.
 ///
-/// The mean is kept as an offset from a shift (a value of the part: the first one the first contributing
-/// thread saw). Where the mean is far larger than the spread (f64 1e12 + N(0, 1)), an absolute mean rounds at
-/// ulp(1e12) ~ 1e-4 and every Chan merge's delta of two such means carries that error into m2 (1e-8 relative
-/// over the ~10^5 merges of an H100 grid, seen on an H200); the difference of two shifts is exact there
-/// (Sterbenz) and the offsets keep their low bits.
+/// The mean is kept as a shift plus an offset (recentre() makes the shift the double nearest the mean after
+/// every merge; the offset is what that leaves). Where the mean is far larger than the spread (f64
+/// 1e12 + N(0, 1)), an absolute mean rounds at ulp(1e12) ~ 1e-4 and every Chan merge's delta of two such means
+/// carries that error into m2 (1e-8 relative over the ~10^5 merges of an H100 grid, seen on an H200); the
+/// difference of two shifts is exact there (Sterbenz) and the offsets keep their low bits.
 struct moments {
   unsigned long long n;
   double shift;
@@ -188,6 +188,16 @@ NANSCOPE_IMPL_HD device_result identity_result() {
   return r;
 }
 
+/// shift := the double nearest shift + mean, mean := the rest, exactly (a branch-free two-sum). The shift
+/// then follows the mean: where the first value was far from it (3e38 then values near 1), an offset kept
+/// relative to that value would round at ulp(3e38) in every merge.
+NANSCOPE_IMPL_HD void recentre(moments& m) {
+  const double s = m.shift + m.mean;
+  const double back = s - m.shift;
+  m.mean = (m.shift - (s - back)) + (m.mean - back);
+  m.shift = s;
+}
+
 NANSCOPE_IMPL_HD moments merge_moments_d(const moments& a, const moments& b) {
   if (b.n == 0) return a;
   if (a.n == 0) return b;
@@ -198,6 +208,7 @@ NANSCOPE_IMPL_HD moments merge_moments_d(const moments& a, const moments& b) {
   r.shift = a.shift;
   r.mean = a.mean + delta * (nb / nt);
   r.m2 = a.m2 + b.m2 + delta * delta * (na * (nb / nt));
+  recentre(r);
   return r;
 }
 
@@ -698,6 +709,7 @@ NANSCOPE_IMPL_DEV_FN device_result to_record(const thread_acc& t, const thread_a
     r.m[p].mean = t.s1[p] / n;
     const double m2 = t.s2[p] - t.s1[p] * (t.s1[p] / n);
     r.m[p].m2 = m2 > 0.0 ? m2 : 0.0;
+    recentre(r.m[p]);
   }
   return r;
 }
