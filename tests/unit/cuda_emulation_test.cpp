@@ -257,12 +257,11 @@ TEST_CASE("cuda emulation: f64 mean >> std over a full grid (the case that faile
   std::mt19937_64 rng(29);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<double> d(std::size_t{1} << 19);
+  const auto view = ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size()));
   for (auto& x : d) x = 1e12 + normal(rng);
-  check_view(ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size())), "f64 1e12 + N(0,1)",
-             nd::device_props{132, 2});
+  check_view(view, "f64 1e12 + N(0,1)", nd::device_props{132, 2});
   for (auto& x : d) x = -3e15 + 0.25 * normal(rng);  // ulp(3e15) = 0.5: the spread is below one ulp of the mean
-  check_view(ns::tensor_view::flat(d.data(), ns::dtype::f64, static_cast<std::int64_t>(d.size())), "f64 -3e15 + N(0,1/16)",
-             nd::device_props{132, 2});
+  check_view(view, "f64 -3e15 + N(0,1/16)", nd::device_props{132, 2});
 }
 
 TEST_CASE("cuda emulation: a huge first value, then values near 1 (the shift far from the mean)") {
@@ -272,14 +271,13 @@ TEST_CASE("cuda emulation: a huge first value, then values near 1 (the shift far
   std::mt19937_64 rng(31);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> f(std::size_t{1} << 23);
+  const auto view = ns::tensor_view::flat(f.data(), ns::dtype::f32, static_cast<std::int64_t>(f.size()));
   for (auto& x : f) x = 1.0f + 1e-3f * normal(rng);
   f[0] = 3e38f;
-  check_view(ns::tensor_view::flat(f.data(), ns::dtype::f32, static_cast<std::int64_t>(f.size())), "3e38 then ~1",
-             nd::device_props{132, 2});
+  check_view(view, "3e38 then ~1", nd::device_props{132, 2});
   f[0] = -3e38f;
   f[1] = 3e38f;  // mean back near 1 after two huge values of opposite sign
-  check_view(ns::tensor_view::flat(f.data(), ns::dtype::f32, static_cast<std::int64_t>(f.size())), "-3e38, 3e38 then ~1",
-             nd::device_props{132, 2});
+  check_view(view, "-3e38, 3e38 then ~1", nd::device_props{132, 2});
 }
 
 TEST_CASE("cuda emulation: f32 range boundaries in aligned groups of four (the tame test's edges)") {
@@ -292,9 +290,9 @@ TEST_CASE("cuda emulation: f32 range boundaries in aligned groups of four (the t
   for (std::size_t g = 0; g < bits.size() / 4; ++g)
     for (std::size_t j = 0; j < 4; ++j)
       bits[4 * g + j] = (g % 3 == 0 && j == rng() % 4) ? wild[rng() % 7] : tame[rng() % 6];
-  check_view(ns::tensor_view::flat(bits.data(), ns::dtype::f32, static_cast<std::int64_t>(bits.size())), "f32 edges");
-  check_view(ns::tensor_view::flat(bits.data(), ns::dtype::f32, static_cast<std::int64_t>(bits.size())), "f32 edges",
-             tiny);
+  const auto view = ns::tensor_view::flat(bits.data(), ns::dtype::f32, static_cast<std::int64_t>(bits.size()));
+  check_view(view, "f32 edges");
+  check_view(view, "f32 edges", tiny);
 }
 
 TEST_CASE("cuda emulation: strided views and a batch of mixed tensors") {
