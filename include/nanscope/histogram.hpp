@@ -115,8 +115,8 @@ inline hist_setup make_hist_setup(dtype t) {
   s.first_bound = mb_target0;
 #if NANSCOPE_HAS_X86_SIMD()
   s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins ride in the kernel's blocks
-  // the AVX2 hook's 16-bit slot counters take at most 224 per 7 blocks of 128 elements: 65535 / 224 flushes
-  static_assert(chunk_elems / (7 * 128) + 1 <= 65535 / 224, "a chunk overflows the AVX2 histogram's 16-bit counters");
+  // the AVX2 hook's 16-bit slot counters take at most 240 per 15 blocks of 128 elements: 65535 / 240 flushes
+  static_assert(chunk_elems / (15 * 128) + 1 <= 65535 / 240, "a chunk overflows the AVX2 histogram's 16-bit counters");
 #endif
   const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
   for (int k = 0; k < mb_count; ++k) {

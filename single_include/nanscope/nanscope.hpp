@@ -1635,10 +1635,11 @@ struct kernel_no_hash {
 };
 
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
-/// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
-/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() (AVX2 16-bit sources:
-/// end_block16(), with the raw patterns' block min / max) after each block (AVX-512: 256
-/// elements; AVX2: 128); the local G is stored back at the end.
+/// nothing. With a hook G, the optimistic blocks (counts and stats levels) call a local G's end_block() with the
+/// block's min / max of |x| after each block (AVX-512: 256 elements; AVX2: 128; AVX2 16-bit sources:
+/// end_block16(), with the raw patterns' min / max); AVX-512 also hands each full vector's raw bits to its
+/// step<A>() (AVX2's hook reads the block again from L1: its registers and the kernel's do not fit together).
+/// The local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -2516,13 +2517,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           bmax = _mm256_max_epi16(bmax, a);
         }
         [[maybe_unused]] __m256 w0, w1;
-        if constexpr (L == level::stats || G::enabled) {
+        if constexpr (L == level::stats) {
           w0 = Load::widen_lo(r);
           w1 = Load::widen_hi(r);
-        }
-        if constexpr (G::enabled) {
-          gs.template step<0>(_mm256_castps_si256(w0));
-          gs.template step<1>(_mm256_castps_si256(w1));
         }
         if constexpr (L == level::stats) {
           smax16 = _mm256_max_epi16(smax16, r);
@@ -2581,10 +2578,6 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           hs.step(x1);
         }
         const __m256i i0 = _mm256_castps_si256(x0), i1 = _mm256_castps_si256(x1);
-        if constexpr (G::enabled) {
-          gs.template step<0>(i0);
-          gs.template step<1>(i1);
-        }
         const __m256i a0 = _mm256_and_si256(i0, absm), a1 = _mm256_and_si256(i1, absm);
         bmin = _mm256_min_epi32(bmin, _mm256_min_epi32(a0, a1));
         bmax = _mm256_max_epi32(bmax, _mm256_max_epi32(a0, a1));
@@ -5212,21 +5205,23 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// How the bins ride in avx2_f32_kernel (its hook G). The kernel hands over every full vector as f32 bits:
-// f32 as loaded, f16 and bf16 widened (exact, and monotone in |x|). A source field f is the widened field
-// f + Off for the fields the window can hold (f16: Off = 112, normal f16 only; bf16 and f32: 0); the window is
-// the 16 source fields [w0, w0 + 16). For a lane, t = 4 * (widened field - (w0 + Off)), as a 9-bit signed
-// difference times 4, so a field below the window gives t >= 1024; 1 << t in the lane's 64-bit lane is a one in
-// nibble t / 4 when the field is in the window and nothing otherwise (vpsllvq gives 0 for t >= 64). Even and
-// odd f32 lanes of a 64-bit lane go to separate registers, and the kernel's two accumulator sets to separate
-// pairs, so a nibble takes at most 8 ones in a 128-element block. At the block's end the nibbles are split
-// into bytes (at most 32 a block, 7 blocks per flush) and every 7 blocks the bytes into 16-bit counters (at most
-// 224 a flush, cleared at the chunk's end: a chunk of 8192 elements is 10 flushes, 2048 at most in a word; the
-// static_assert in histogram.hpp keeps chunks below 292 flushes).
+// How the bins ride in avx2_f32_kernel (its hook G). At each 128-element block's end (the block is in L1: the
+// kernel has just read it) the hook reads the block's raw patterns again in its own loop, so neither the kernel's
+// accumulators nor the hook's spill (AVX2 has 16 vector registers; together they needed about 26, and the spilled
+// accumulators' store-to-load chains cost more than the whole STATS loop). For a 32-bit lane holding source
+// pattern x (f32: one element; f16 / bf16: the even or the odd element of the lane), t = 4 * field(x) comes from
+// one shift and one mask (the mask also drops the sign), and u = t - 4 * w0 is the lane's slot times 4, the
+// window being the 16 source fields [w0, w0 + 16); a field below the window wraps u to a huge value. Slots 0..7
+// are nibbles of register A (1 << u; vpsllvd gives 0 for u >= 32) and slots 8..15 nibbles of register B
+// (1 << (u - 32)). The block's even and odd vectors (f32) or even and odd elements (16-bit) have their own A and
+// B, so a nibble takes at most 8 ones a block. At the block's end the nibbles are split into bytes (at most 16 a
+// block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
+// at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
+// histogram.hpp keeps chunks below 273 flushes).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
-// window are compared on every vector (the first two) or, any others, looked for in the blocks whose nibbles
-// show an element in their field. So the counts are exactly the scalar loop's, for any data.
+// window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
+// nibbles show an element in their field (lazy). So the counts are exactly the scalar loop's, for any data.
 /// The hook's state touched once a block or less.
 struct hist_cold256 {
   const hist_setup* s = nullptr;
@@ -5236,8 +5231,8 @@ struct hist_cold256 {
   int nd = 0;                   // direct boundaries: dk[0..nd)
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
-  __m256i byt[2];               // bytes of even / odd nibbles: byte k of a 64-bit lane = slot 2k (+ 1)
-  __m256i wrd[4];               // 16-bit counters: [2 * q + hb]: byte 2k + hb of byt[q] in word k of a 64-bit lane
+  __m256i byt[4];               // bytes: [q]: q 0 / 1 the even / odd nibbles of A, 2 / 3 those of B
+  __m256i wrd[8];               // 16-bit counters: [2 * q + hb]: word k of a 32-bit lane is byte 2k + hb of byt[q]
 };
 
 /// Scans a block of 128 elements again from L1: counts its zeros in bulk, and one by one the elements
@@ -5278,40 +5273,29 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
   }
 }
 
-/// avx2_f32_kernel's hook G: the per-vector registers (the kernel keeps a local copy, which never escapes).
-/// U, Shift: the source's storage and mantissa bits; Off: widened field - source field (see above).
-template <class U, unsigned Shift, unsigned Off>
+/// avx2_f32_kernel's hook G. U, Shift: the source's storage and mantissa bits.
+template <class U, unsigned Shift>
 struct hist_hook256 {
   static constexpr bool enabled = true;
   static constexpr int max_direct = 2;
+  static constexpr std::size_t es = sizeof(U);
+  static_assert(es == 4 || es == 2, "f32, or a 16-bit source");
 
   hist_cold256* cold = nullptr;
   bool any_lazy = false;
-  __m256i wlo, whi;     // the window's lowest and highest widened |x| bits
-  __m256i nib[4];       // [2 * set + odd lane]: nibble counters, one 64-bit lane per pair of f32 lanes
-  __m256i lz;           // 0xF in the nibbles of lazy slots
-  __m256i bm[max_direct], dv[max_direct];  // direct boundaries (widened |x| bits minus 1) and per-lane counts
-
-  /// Widened |x| bits of source pattern b (exact: the kernel's own load of a one-element buffer).
-  template <class Load>
-  NANSCOPE_IMPL_TARGET_AVX2 static std::uint32_t widen(std::uint64_t b) {
-    alignas(32) U buf[8] = {};
-    buf[0] = static_cast<U>(b);
-    alignas(32) std::uint32_t w[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(w), _mm256_castps_si256(Load::load(buf)));
-    return w[0] & 0x7FFFFFFFu;
-  }
+  __m256i lza, lzb;  // 0xF in the nibbles of lazy slots, of A and of B
+  __m256i dv[max_direct];  // direct boundaries' per-lane counts (f32: 32-bit lanes; 16-bit sources: 16-bit lanes)
+  std::uint32_t bm[max_direct] = {0, 0};  // direct boundaries as |x| patterns minus 1
 
   /// Picks the chunk's window (kept while five samples stay inside it) and sets the counters up.
-  template <class Load>
   NANSCOPE_IMPL_TARGET_AVX2 void begin(hist_cold256& c, const hist_setup& s, hist_local& h, const unsigned char* p,
                                        std::size_t n) {
     cold = &c;
     c.s = &s;
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
-    // w >= 1 (hist_pick_window): field 0 (zeros; f16 subnormals, which widen below w0 + Off) is never in the
-    // window, so zeros are counted only by the rescan's bulk count and subnormals only one by one
+    // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted only
+    // by the rescan's bulk count and subnormals only one by one
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;
@@ -5323,51 +5307,86 @@ struct hist_hook256 {
       else c.lazy_bits |= 1u << (s.field[k] - w);
     }
     any_lazy = c.lazy_bits != 0;
-    std::uint64_t lzq = 0;
+    std::uint32_t la = 0, lb = 0;
     for (unsigned j = 0; j < 16; ++j)
-      if ((c.lazy_bits >> j & 1u) != 0) lzq |= std::uint64_t{0xF} << (4 * j);
-    lz = _mm256_set1_epi64x(static_cast<long long>(lzq));
-    for (auto& x : nib) x = _mm256_setzero_si256();
+      if ((c.lazy_bits >> j & 1u) != 0) (j < 8 ? la : lb) |= 0xFu << (4 * (j % 8));
+    lza = _mm256_set1_epi32(static_cast<int>(la));
+    lzb = _mm256_set1_epi32(static_cast<int>(lb));
     for (auto& x : c.byt) x = _mm256_setzero_si256();
     for (auto& x : c.wrd) x = _mm256_setzero_si256();
     c.blocks = 0;
     for (int j = 0; j < max_direct; ++j) {
-      // an unused one compares against 0x7FFFFFFF, which no |x| bits exceed
-      const std::uint32_t b = j < c.nd ? widen<Load>(s.b[c.dk[j]]) - 1u : 0x7FFFFFFFu;
-      bm[j] = _mm256_set1_epi32(static_cast<int>(b));
+      bm[j] = j < c.nd ? static_cast<std::uint32_t>(s.b[c.dk[j]] - 1u) : 0u;
       dv[j] = _mm256_setzero_si256();
     }
-    wlo = _mm256_set1_epi32(static_cast<int>((w + Off) << 23));
-    whi = _mm256_set1_epi32(static_cast<int>(((w + Off + 16) << 23) - 1));
   }
 
-  /// One full vector of widened f32 bits; A: the kernel's accumulator set.
-  template <int A>
-  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void step(__m256i r) {
-    const __m256i a = _mm256_and_si256(r, _mm256_set1_epi32(0x7FFFFFFF));
-    const __m256i d = _mm256_sub_epi32(a, wlo);
-    const __m256i tm = _mm256_set1_epi64x(0x7FC);
-    const __m256i te = _mm256_and_si256(_mm256_srli_epi32(d, 21), tm);  // even lane: low half of the 64-bit lane
-    const __m256i to = _mm256_and_si256(_mm256_srli_epi64(d, 53), tm);  // odd lane: the high half's bits 21..31
-    const __m256i one = _mm256_set1_epi64x(1);
-    nib[2 * A] = _mm256_add_epi64(nib[2 * A], _mm256_sllv_epi64(one, te));
-    nib[2 * A + 1] = _mm256_add_epi64(nib[2 * A + 1], _mm256_sllv_epi64(one, to));
-    // direct boundaries (|x| >= b <=> |x| > b - 1; |x| bits are below 2^31, so a signed compare orders them)
-    dv[0] = _mm256_sub_epi32(dv[0], _mm256_cmpgt_epi32(a, bm[0]));
-    dv[1] = _mm256_sub_epi32(dv[1], _mm256_cmpgt_epi32(a, bm[1]));
+  /// t: 4 x a lane's field (32-bit lanes); w4: 4 x the window's first field. Puts a one into the lane's slot:
+  /// a nibble of a (slots 0..7) or of b (slots 8..15); vpsllvd gives 0 for counts of 32 and more, which is
+  /// what a field outside the window (below it: t - w4 wraps) gives for both.
+  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) void slot(__m256i t, __m256i w4, __m256i& a,
+                                                                            __m256i& b) {
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i u = _mm256_sub_epi32(t, w4);
+    a = _mm256_add_epi32(a, _mm256_sllv_epi32(one, u));
+    b = _mm256_add_epi32(b, _mm256_sllv_epi32(one, _mm256_sub_epi32(u, _mm256_set1_epi32(32))));
   }
 
-  /// After the 128 elements at p went through step(): nibbles to bytes; the block is scanned again when
-  /// some element lay outside the window or in a lazy bin. bmin, bmax: the kernel's (signed) min and max
-  /// of the block's widened |x| bits.
+  /// The block's 128 elements at p (in L1) into the nibbles of a0 / b0 and a1 / b1, and its ND direct
+  /// boundaries into dv.
+  template <int ND>
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void count_block(const unsigned char* p, __m256i& a0,
+                                                                            __m256i& b0, __m256i& a1, __m256i& b1) {
+    const __m256i f4 = _mm256_set1_epi32(static_cast<int>((cold->s->abs_mask >> Shift) << 2));
+    const __m256i w4 = _mm256_set1_epi32(static_cast<int>(4 * cold->w0));
+    const __m256i absm = es == 4 ? _mm256_set1_epi32(0x7FFFFFFF) : _mm256_set1_epi16(0x7FFF);
+    __m256i bv[max_direct], d[max_direct];
+    for (int j = 0; j < ND; ++j) {
+      bv[j] = es == 4 ? _mm256_set1_epi32(static_cast<int>(bm[j])) : _mm256_set1_epi16(static_cast<short>(bm[j]));
+      d[j] = dv[j];
+    }
+    NANSCOPE_IMPL_UNROLL(4) for (std::size_t v = 0; v < 128 * es; v += 64) {
+      const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v));
+      const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v + 32));
+      if constexpr (es == 4) {  // one element a lane; the even and odd vectors to their own A and B
+        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift - 2), f4), w4, a0, b0);
+        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift - 2), f4), w4, a1, b1);
+      } else {  // two elements a lane: the low (even) one to a0 / b0, the high (odd) one to a1 / b1
+        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift - 2), f4), w4, a0, b0);
+        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift + 14), f4), w4, a1, b1);
+        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift - 2), f4), w4, a0, b0);
+        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift + 14), f4), w4, a1, b1);
+      }
+      // |x| > b - 1 <=> |x| >= b (|x| patterns are below the sign bit: signed compares order them); the
+      // compare's -1 subtracted counts one
+      for (int j = 0; j < ND; ++j) {
+        const __m256i x0 = _mm256_and_si256(r0, absm), x1 = _mm256_and_si256(r1, absm);
+        if constexpr (es == 4) {
+          d[j] = _mm256_sub_epi32(d[j], _mm256_cmpgt_epi32(x0, bv[j]));
+          d[j] = _mm256_sub_epi32(d[j], _mm256_cmpgt_epi32(x1, bv[j]));
+        } else {
+          d[j] = _mm256_sub_epi16(d[j], _mm256_cmpgt_epi16(x0, bv[j]));
+          d[j] = _mm256_sub_epi16(d[j], _mm256_cmpgt_epi16(x1, bv[j]));
+        }
+      }
+    }
+    for (int j = 0; j < ND; ++j) dv[j] = d[j];
+  }
+
+  /// After the kernel's pass over the 128 elements at p: their bins and direct boundaries; the block is scanned
+  /// again when some element lay outside the window or in a lazy bin. bmin, bmax: the kernel's (signed) min and
+  /// max of the block's f32 |x| bits.
   NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block(const unsigned char* p, __m256i bmin,
                                                                            __m256i bmax) {
-    const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi32(wlo, bmin), _mm256_cmpgt_epi32(bmax, whi));
+    const unsigned w0 = cold->w0;
+    const __m256i lo = _mm256_set1_epi32(static_cast<int>(w0 << Shift));
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(((w0 + 16) << Shift) - 1));
+    const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi32(lo, bmin), _mm256_cmpgt_epi32(bmax, hi));
     close_block(p, _mm256_testz_si256(outv, outv) == 0);
   }
 
-  /// end_block for the 16-bit sources' raw path: bmin, bmax are the block's min and max of the raw |x|
-  /// patterns, 16-bit lanes (at most 0x7FFF: signed compares order them).
+  /// end_block for the 16-bit sources: bmin, bmax are the block's min and max of the raw |x| patterns, 16-bit
+  /// lanes (at most 0x7FFF: signed compares order them).
   NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block16(const unsigned char* p, __m256i bmin,
                                                                              __m256i bmax) {
     const unsigned w0 = cold->w0;
@@ -5377,28 +5396,38 @@ struct hist_hook256 {
     close_block(p, _mm256_testz_si256(outv, outv) == 0);
   }
 
-  /// The block's nibbles to bytes, and its rescan when `outside` or a lazy slot saw an element.
+  /// The block's bins and direct boundaries, its nibbles to bytes, and its rescan when `outside` or a lazy
+  /// slot saw an element.
   NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void close_block(const unsigned char* p, bool outside) {
     hist_cold256& c = *cold;
-    const __m256i any = _mm256_or_si256(_mm256_or_si256(nib[0], nib[1]), _mm256_or_si256(nib[2], nib[3]));
-    const bool lazy = any_lazy && _mm256_testz_si256(any, lz) == 0;
+    __m256i a0 = _mm256_setzero_si256(), b0 = a0, a1 = a0, b1 = a0;
+    switch (c.nd) {
+      case 0: count_block<0>(p, a0, b0, a1, b1); break;
+      case 1: count_block<1>(p, a0, b0, a1, b1); break;
+      default: count_block<2>(p, a0, b0, a1, b1); break;
+    }
+    bool lazy = false;
+    if (any_lazy) {
+      const __m256i hit = _mm256_or_si256(_mm256_and_si256(_mm256_or_si256(a0, a1), lza),
+                                          _mm256_and_si256(_mm256_or_si256(b0, b1), lzb));
+      lazy = _mm256_testz_si256(hit, hit) == 0;
+    }
+    // even nibbles are the low halves of the bytes, odd ones the high halves
     const __m256i m = _mm256_set1_epi8(0x0F);
-    const __m256i e = _mm256_add_epi8(_mm256_add_epi8(_mm256_and_si256(nib[0], m), _mm256_and_si256(nib[1], m)),
-                                      _mm256_add_epi8(_mm256_and_si256(nib[2], m), _mm256_and_si256(nib[3], m)));
-    const __m256i o = _mm256_add_epi8(
-        _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi64(nib[0], 4), m), _mm256_and_si256(_mm256_srli_epi64(nib[1], 4), m)),
-        _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi64(nib[2], 4), m), _mm256_and_si256(_mm256_srli_epi64(nib[3], 4), m)));
-    c.byt[0] = _mm256_add_epi8(c.byt[0], e);
-    c.byt[1] = _mm256_add_epi8(c.byt[1], o);
-    for (auto& x : nib) x = _mm256_setzero_si256();
+    c.byt[0] = _mm256_add_epi8(c.byt[0], _mm256_add_epi8(_mm256_and_si256(a0, m), _mm256_and_si256(a1, m)));
+    c.byt[1] = _mm256_add_epi8(c.byt[1], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(a0, 4), m),
+                                                         _mm256_and_si256(_mm256_srli_epi32(a1, 4), m)));
+    c.byt[2] = _mm256_add_epi8(c.byt[2], _mm256_add_epi8(_mm256_and_si256(b0, m), _mm256_and_si256(b1, m)));
+    c.byt[3] = _mm256_add_epi8(c.byt[3], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(b0, 4), m),
+                                                         _mm256_and_si256(_mm256_srli_epi32(b1, 4), m)));
     if (__builtin_expect(outside || lazy, 0)) hist_scan256<U, Shift>(c, p);
-    if (++c.blocks == 7) flush_bytes(c);
+    if (++c.blocks == 15) flush_bytes(c);
   }
 
   /// Byte counters to the 16-bit counters.
   NANSCOPE_IMPL_TARGET_AVX2 static void flush_bytes(hist_cold256& c) {
     const __m256i lo = _mm256_set1_epi16(0x00FF);
-    for (int q = 0; q < 2; ++q) {
+    for (int q = 0; q < 4; ++q) {
       c.wrd[2 * q] = _mm256_add_epi16(c.wrd[2 * q], _mm256_and_si256(c.byt[q], lo));
       c.wrd[2 * q + 1] = _mm256_add_epi16(c.wrd[2 * q + 1], _mm256_srli_epi16(c.byt[q], 8));
       c.byt[q] = _mm256_setzero_si256();
@@ -5410,20 +5439,27 @@ struct hist_hook256 {
   NANSCOPE_IMPL_TARGET_AVX2 void finish() {
     hist_cold256& c = *cold;
     if (c.blocks != 0) flush_bytes(c);
-    // wrd[2 * q + hb], word k of a 64-bit lane: byte 2k + hb of byt[q], i.e. slot 2 * (2k + hb) + q
+    // wrd[2 * q + hb], word k of a 32-bit lane: byte j = 2k + hb of byt[q], i.e. nibble 2j + (q & 1) of A (q < 2)
+    // or of B: slot 8 * (q >> 1) + 2j + (q & 1)
     std::uint64_t slot[16] = {};
-    for (int q = 0; q < 2; ++q)
+    for (int q = 0; q < 4; ++q)
       for (int hb = 0; hb < 2; ++hb) {
         alignas(32) std::uint16_t w[16];
         _mm256_store_si256(reinterpret_cast<__m256i*>(w), c.wrd[2 * q + hb]);
-        for (int l = 0; l < 16; ++l) slot[2 * (2 * (l % 4) + hb) + q] += w[l];
+        for (int l = 0; l < 16; ++l) slot[8 * (q >> 1) + 2 * (2 * (l % 2) + hb) + (q & 1)] += w[l];
       }
     for (unsigned j = 0; j < 16; ++j) c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(slot[j]);
     for (int j = 0; j < c.nd; ++j) {
-      alignas(32) std::uint32_t w[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(w), dv[j]);
       std::uint64_t t = 0;
-      for (const std::uint32_t x : w) t += x;
+      if constexpr (es == 4) {
+        alignas(32) std::uint32_t w[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w), dv[j]);
+        for (const std::uint32_t x : w) t += x;
+      } else {
+        alignas(32) std::uint16_t w[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w), dv[j]);
+        for (const std::uint16_t x : w) t += x;
+      }
       c.h->d[c.dk[j]] += t;
     }
   }
@@ -5431,14 +5467,14 @@ struct hist_hook256 {
 
 /// The AVX2 kernel and the histogram in one pass over a chunk of n contiguous raw f32 / f16 / bf16 elements
 /// at level L; the elements past the last full block are binned by the scalar loop.
-template <level L, class Load, class U, unsigned Shift, unsigned Off>
+template <level L, class Load, class U, unsigned Shift>
 NANSCOPE_IMPL_TARGET_AVX2 inline void hist_fused_run256(const void* p, std::size_t n, const kernel_params& kp, chunk_out& o,
                                                         const hist_setup& s, hist_local& h) {
   hist_cold256 cold;
-  hist_hook256<U, Shift, Off> g;
+  hist_hook256<U, Shift> g;
   const auto* b = static_cast<const unsigned char*>(p);
-  g.template begin<Load>(cold, s, h, b, n);
-  avx2_f32_kernel<L, Load, kernel_no_hash, hist_hook256<U, Shift, Off>>(p, n, kp, o, nullptr, &g);
+  g.begin(cold, s, h, b, n);
+  avx2_f32_kernel<L, Load, kernel_no_hash, hist_hook256<U, Shift>>(p, n, kp, o, nullptr, &g);
   g.finish();
   const std::size_t done = n / 128 * 128;
   hist_scalar(b + done * sizeof(U), n - done, s, h, true);
@@ -5761,9 +5797,9 @@ inline bool hist_fused_chunk(const void* p, dtype t, std::size_t n, level lv, st
     auto go2 = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
       switch (t) {
-        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23, 0>(p, n, kp, o, s, h); return true;
-        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10, 112>(p, n, kp, o, s, h); return true;
-        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7, 0>(p, n, kp, o, s, h); return true;
+        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23>(p, n, kp, o, s, h); return true;
+        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10>(p, n, kp, o, s, h); return true;
+        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7>(p, n, kp, o, s, h); return true;
         default: return false;
       }
     };
@@ -5890,8 +5926,8 @@ inline hist_setup make_hist_setup(dtype t) {
   s.first_bound = mb_target0;
 #if NANSCOPE_HAS_X86_SIMD()
   s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins ride in the kernel's blocks
-  // the AVX2 hook's 16-bit slot counters take at most 224 per 7 blocks of 128 elements: 65535 / 224 flushes
-  static_assert(chunk_elems / (7 * 128) + 1 <= 65535 / 224, "a chunk overflows the AVX2 histogram's 16-bit counters");
+  // the AVX2 hook's 16-bit slot counters take at most 240 per 15 blocks of 128 elements: 65535 / 240 flushes
+  static_assert(chunk_elems / (15 * 128) + 1 <= 65535 / 240, "a chunk overflows the AVX2 histogram's 16-bit counters");
 #endif
   const std::uint64_t low = (std::uint64_t{1} << s.shift) - 1;
   for (int k = 0; k < mb_count; ++k) {

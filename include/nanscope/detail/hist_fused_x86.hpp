@@ -317,9 +317,9 @@ inline bool hist_fused_chunk(const void* p, dtype t, std::size_t n, level lv, st
     auto go2 = [&](auto lvl_tag) {
       constexpr level L = decltype(lvl_tag)::value;
       switch (t) {
-        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23, 0>(p, n, kp, o, s, h); return true;
-        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10, 112>(p, n, kp, o, s, h); return true;
-        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7, 0>(p, n, kp, o, s, h); return true;
+        case dtype::f32: hist_fused_run256<L, load256_f32, std::uint32_t, 23>(p, n, kp, o, s, h); return true;
+        case dtype::f16: hist_fused_run256<L, load256_f16, std::uint16_t, 10>(p, n, kp, o, s, h); return true;
+        case dtype::bf16: hist_fused_run256<L, load256_bf16, std::uint16_t, 7>(p, n, kp, o, s, h); return true;
         default: return false;
       }
     };

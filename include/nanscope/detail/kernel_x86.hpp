@@ -40,10 +40,11 @@ struct kernel_no_hash {
 };
 
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
-/// nothing. With a hook G, the optimistic blocks (counts and stats levels) hand each full vector's bits (AVX-512:
-/// raw; AVX2: widened to f32) to a local G's step<A>() and call its end_block() (AVX2 16-bit sources:
-/// end_block16(), with the raw patterns' block min / max) after each block (AVX-512: 256
-/// elements; AVX2: 128); the local G is stored back at the end.
+/// nothing. With a hook G, the optimistic blocks (counts and stats levels) call a local G's end_block() with the
+/// block's min / max of |x| after each block (AVX-512: 256 elements; AVX2: 128; AVX2 16-bit sources:
+/// end_block16(), with the raw patterns' min / max); AVX-512 also hands each full vector's raw bits to its
+/// step<A>() (AVX2's hook reads the block again from L1: its registers and the kernel's do not fit together).
+/// The local G is stored back at the end.
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -921,13 +922,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           bmax = _mm256_max_epi16(bmax, a);
         }
         [[maybe_unused]] __m256 w0, w1;
-        if constexpr (L == level::stats || G::enabled) {
+        if constexpr (L == level::stats) {
           w0 = Load::widen_lo(r);
           w1 = Load::widen_hi(r);
-        }
-        if constexpr (G::enabled) {
-          gs.template step<0>(_mm256_castps_si256(w0));
-          gs.template step<1>(_mm256_castps_si256(w1));
         }
         if constexpr (L == level::stats) {
           smax16 = _mm256_max_epi16(smax16, r);
@@ -986,10 +983,6 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           hs.step(x1);
         }
         const __m256i i0 = _mm256_castps_si256(x0), i1 = _mm256_castps_si256(x1);
-        if constexpr (G::enabled) {
-          gs.template step<0>(i0);
-          gs.template step<1>(i1);
-        }
         const __m256i a0 = _mm256_and_si256(i0, absm), a1 = _mm256_and_si256(i1, absm);
         bmin = _mm256_min_epi32(bmin, _mm256_min_epi32(a0, a1));
         bmax = _mm256_max_epi32(bmax, _mm256_max_epi32(a0, a1));
