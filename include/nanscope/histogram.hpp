@@ -114,7 +114,7 @@ inline hist_setup make_hist_setup(dtype t) {
   s.nbounds = mb_count;
   s.first_bound = mb_target0;
 #if NANSCOPE_HAS_X86_SIMD()
-  s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins ride in the kernel's blocks
+  s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins are counted block by block in the kernel's pass (AVX2: each block read again from L1)
   // the AVX2 hook's 16-bit slot counters take at most 240 per 15 blocks of 128 elements: 65535 / 240 flushes
   static_assert(chunk_elems / (15 * 128) + 1 <= 65535 / 240, "a chunk overflows the AVX2 histogram's 16-bit counters");
 #endif

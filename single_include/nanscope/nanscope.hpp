@@ -2314,7 +2314,7 @@ struct load256_f16 {
   using src = std::uint16_t;
   static constexpr bool half16 = true;  // 16-bit source: the optimistic block works on the raw patterns
   static double decode(std::uint16_t h) { return dec_f16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
-  /// The 16 raw halves of r as two vectors of 8 floats (any lane order: only sums and the histogram use them).
+  /// The 16 raw halves of r as two vectors of 8 floats (any lane order: only the sums use them).
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_lo(__m256i r) { return _mm256_cvtph_ps(_mm256_castsi256_si128(r)); }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_hi(__m256i r) { return _mm256_cvtph_ps(_mm256_extracti128_si256(r, 1)); }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
@@ -2493,7 +2493,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   if constexpr (G::enabled) gs = *g;
   // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
   // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
-  // sums (and the histogram hook) see the widened floats. |x| patterns are at most 0x7FFF, so signed 16-bit
+  // sums see the widened floats. |x| patterns are at most 0x7FFF, so signed 16-bit
   // compares order them.
   [[maybe_unused]] __m256i smax16 = _mm256_set1_epi16(static_cast<short>(0x8000)), smin16 = _mm256_set1_epi16(0x7FFF),
                            umax16 = _mm256_setzero_si256(), umin16 = _mm256_set1_epi16(-1);
@@ -5176,8 +5176,8 @@ NANSCOPE_NAMESPACE_END
 // #include "../config.hpp": inlined above
 // #include "../dtype.hpp": inlined above
 // ---- begin nanscope/detail/hist_fused_avx2.hpp ----
-// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram fused into the AVX2 kernel's optimistic blocks
-// (one-hot nibbles in 64-bit lanes, fed from the widened f32 vectors the kernel already holds). Internal:
+// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram in the AVX2 kernel's pass (each optimistic
+// block read again from L1 at its end; one-hot nibbles in 32-bit lanes, 16-bit sources unwidened). Internal:
 // include <nanscope/histogram.hpp>.
 #ifndef NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
 #define NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
@@ -5217,7 +5217,7 @@ namespace detail {
 // B, so a nibble takes at most 8 ones a block. At the block's end the nibbles are split into bytes (at most 16 a
 // block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
 // at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
-// histogram.hpp keeps chunks below 273 flushes).
+// histogram.hpp keeps chunks at 273 flushes or fewer).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
@@ -5925,7 +5925,7 @@ inline hist_setup make_hist_setup(dtype t) {
   s.nbounds = mb_count;
   s.first_bound = mb_target0;
 #if NANSCOPE_HAS_X86_SIMD()
-  s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins ride in the kernel's blocks
+  s.fused = &hist_fused_chunk;  // AVX-512 and AVX2, f32 / f16 / bf16: the bins are counted block by block in the kernel's pass (AVX2: each block read again from L1)
   // the AVX2 hook's 16-bit slot counters take at most 240 per 15 blocks of 128 elements: 65535 / 240 flushes
   static_assert(chunk_elems / (15 * 128) + 1 <= 65535 / 240, "a chunk overflows the AVX2 histogram's 16-bit counters");
 #endif

@@ -1,5 +1,5 @@
-// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram fused into the AVX2 kernel's optimistic blocks
-// (one-hot nibbles in 64-bit lanes, fed from the widened f32 vectors the kernel already holds). Internal:
+// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram in the AVX2 kernel's pass (each optimistic
+// block read again from L1 at its end; one-hot nibbles in 32-bit lanes, 16-bit sources unwidened). Internal:
 // include <nanscope/histogram.hpp>.
 #ifndef NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
 #define NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
@@ -39,7 +39,7 @@ namespace detail {
 // B, so a nibble takes at most 8 ones a block. At the block's end the nibbles are split into bytes (at most 16 a
 // block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
 // at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
-// histogram.hpp keeps chunks below 273 flushes).
+// histogram.hpp keeps chunks at 273 flushes or fewer).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose

@@ -719,7 +719,7 @@ struct load256_f16 {
   using src = std::uint16_t;
   static constexpr bool half16 = true;  // 16-bit source: the optimistic block works on the raw patterns
   static double decode(std::uint16_t h) { return dec_f16::get(reinterpret_cast<const unsigned char*>(&h), 0); }
-  /// The 16 raw halves of r as two vectors of 8 floats (any lane order: only sums and the histogram use them).
+  /// The 16 raw halves of r as two vectors of 8 floats (any lane order: only the sums use them).
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_lo(__m256i r) { return _mm256_cvtph_ps(_mm256_castsi256_si128(r)); }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 widen_hi(__m256i r) { return _mm256_cvtph_ps(_mm256_extracti128_si256(r, 1)); }
   NANSCOPE_IMPL_TARGET_AVX2 static __m256 load(const void* p) {
@@ -898,7 +898,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   if constexpr (G::enabled) gs = *g;
   // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
   // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
-  // sums (and the histogram hook) see the widened floats. |x| patterns are at most 0x7FFF, so signed 16-bit
+  // sums see the widened floats. |x| patterns are at most 0x7FFF, so signed 16-bit
   // compares order them.
   [[maybe_unused]] __m256i smax16 = _mm256_set1_epi16(static_cast<short>(0x8000)), smin16 = _mm256_set1_epi16(0x7FFF),
                            umax16 = _mm256_setzero_si256(), umin16 = _mm256_set1_epi16(-1);
