@@ -1620,8 +1620,12 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_IMPL_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,popcnt,bmi,bmi2")))
 // Software prefetch distance: with the core busy classifying, the hardware prefetcher alone left the fused
-// pass at ~65% of a plain read on one core; 2 KiB ahead brought it to ~95% (measured, AVX-512, f32).
+// pass at ~65% of a plain read on one core; 2 KiB ahead brought it to ~95% (measured, AVX-512, f32). On AVX2
+// (Zen 3) no prefetch gave 0.64 of a read for f32 STATS against 0.84, and 1, 2, 4, 8 and 16 KiB were within the
+// VM's noise of each other (benchmarks.md). Overridable (-DNANSCOPE_IMPL_PREFETCH_BYTES=...) for such runs.
+#ifndef NANSCOPE_IMPL_PREFETCH_BYTES
 #define NANSCOPE_IMPL_PREFETCH_BYTES 2048
+#endif
 #define NANSCOPE_IMPL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,popcnt,bmi,bmi2")))
 
 NANSCOPE_NAMESPACE_BEGIN
