@@ -925,12 +925,8 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           bmin = _mm256_min_epi16(bmin, a);
           bmax = _mm256_max_epi16(bmax, a);
         }
-        [[maybe_unused]] __m256 w0, w1;
         if constexpr (L == level::stats) {
-          w0 = Load::widen_lo(r);
-          w1 = Load::widen_hi(r);
-        }
-        if constexpr (L == level::stats) {
+          const __m256 w0 = Load::widen_lo(r), w1 = Load::widen_hi(r);
           smax16 = _mm256_max_epi16(smax16, r);
           smin16 = _mm256_min_epi16(smin16, r);
           umax16 = _mm256_max_epu16(umax16, r);
