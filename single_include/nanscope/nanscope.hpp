@@ -5176,8 +5176,8 @@ NANSCOPE_NAMESPACE_END
 // #include "../config.hpp": inlined above
 // #include "../dtype.hpp": inlined above
 // ---- begin nanscope/detail/hist_fused_avx2.hpp ----
-// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram in the AVX2 kernel's pass (each optimistic
-// block read again from L1 at its end; one-hot nibbles in 32-bit lanes, 16-bit sources unwidened). Internal:
+// nanscope — detail/hist_fused_avx2.hpp: the exponent histogram in the AVX2 kernel's pass (the optimistic
+// blocks read again from L1, 1 KiB at a time; one-hot crumbs in 32-bit lanes, 16-bit sources unwidened). Internal:
 // include <nanscope/histogram.hpp>.
 #ifndef NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
 #define NANSCOPE_DETAIL_HIST_FUSED_AVX2_HPP
@@ -5195,6 +5195,13 @@ NANSCOPE_NAMESPACE_END
 #include <cstring>
 #include <type_traits>
 
+#if defined(__GNUC__)
+// v is in a vector register here: the compiler cannot move arithmetic across this point
+#define NANSCOPE_IMPL_OPAQUE_YMM(v) __asm__("" : "+x"(v))
+#else
+#define NANSCOPE_IMPL_OPAQUE_YMM(v) (void)(v)
+#endif
+
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
@@ -5205,19 +5212,23 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// How the bins ride in avx2_f32_kernel (its hook G). At each 128-element block's end (the block is in L1: the
-// kernel has just read it) the hook reads the block's raw patterns again in its own loop, so neither the kernel's
-// accumulators nor the hook's spill (AVX2 has 16 vector registers; together they needed about 26, and the spilled
-// accumulators' store-to-load chains cost more than the whole STATS loop). For a 32-bit lane holding source
-// pattern x (f32: one element; f16 / bf16: the even or the odd element of the lane), t = 4 * field(x) comes from
-// one shift and one mask (the mask also drops the sign), and u = t - 4 * w0 is the lane's slot times 4, the
-// window being the 16 source fields [w0, w0 + 16); a field below the window wraps u to a huge value. Slots 0..7
-// are nibbles of register A (1 << u; vpsllvd gives 0 for u >= 32) and slots 8..15 nibbles of register B
-// (1 << (u - 32)). The block's even and odd vectors (f32) or even and odd elements (16-bit) have their own A and
-// B, so a nibble takes at most 8 ones a block. At the block's end the nibbles are split into bytes (at most 16 a
+// How the bins ride in avx2_f32_kernel (its hook G). At each 128-element block's end the hook queues the block
+// (it is in L1: the kernel has just read it), and for every 1 KiB of blocks an out-of-line function reads their
+// raw patterns again, so neither the kernel's accumulators nor the hook's spill (AVX2 has 16 vector registers;
+// together they needed about 26, and the spilled accumulators' store-to-load chains cost more than the whole
+// STATS loop; inlined, the counting loop also changed how GCC allocated the kernel's own registers). For a 32-bit
+// lane holding source pattern x (f32: one element; f16 / bf16: the even or the odd element of the lane),
+// t = 2 * field(x) comes from one shift and one mask (the mask also drops the sign), and u = t - 2 * w0 is the
+// lane's slot times 2, the window being the 16 source fields [w0, w0 + 16); a field below the window wraps u to
+// a huge value. Slot j is the crumb (2-bit counter) at bits 2j, 2j + 1 of a 32-bit lane: 1 << u (vpsllvd gives 0
+// for u >= 32). A block's even and odd vectors (f32) or even and odd elements (16-bit) are two streams of 8
+// one-hot vectors; each stream sums them in crumbs 3, 3 and 2 at a time (a crumb holds 3) and after each group
+// moves the even slots' crumbs to the nibbles of e and the odd slots' to those of o (one mask, one shift, one
+// mask), so a nibble takes at most 8 a block. At the block's end the nibbles are split into bytes (at most 16 a
 // block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
 // at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
-// histogram.hpp keeps chunks at 273 flushes or fewer).
+// histogram.hpp keeps chunks at 273 flushes or fewer). Per 8 lanes that is 4 instructions a one-hot vector,
+// plus 2/3 of an add and 5/3 for the move to nibbles (the 16 slots as nibbles of two registers took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
@@ -5231,7 +5242,11 @@ struct hist_cold256 {
   int nd = 0;                   // direct boundaries: dk[0..nd)
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
-  __m256i byt[4];               // bytes: [q]: q 0 / 1 the even / odd nibbles of A, 2 / 3 those of B
+  static constexpr unsigned max_queue = 8;
+  const unsigned char* queued[max_queue] = {};  // blocks read by the kernel, not counted yet (still in L1)
+  unsigned nq = 0;
+  unsigned outside = 0;  // bit k: queued[k] has an element outside the window
+  __m256i byt[4];               // bytes: [q]: q 0 / 1 the low / high nibbles of e's bytes, 2 / 3 those of o
   __m256i wrd[8];               // 16-bit counters: [2 * q + hb]: word k of a 32-bit lane is byte 2k + hb of byt[q]
 };
 
@@ -5280,10 +5295,14 @@ struct hist_hook256 {
   static constexpr int max_direct = 2;
   static constexpr std::size_t es = sizeof(U);
   static_assert(es == 4 || es == 2, "f32, or a 16-bit source");
+  // blocks counted together: 1 KiB. Longer runs left DRAM idle while they were counted (the kernel's prefetch
+  // runs 2 KiB ahead): with 4 KiB (8 f32 blocks) f32 health_hist / health fell from ~0.79 to ~0.72 on Zen 3
+  static constexpr unsigned queue_len = 1024 / (128 * es);
+  static_assert(queue_len <= hist_cold256::max_queue, "the queue holds the blocks");
 
   hist_cold256* cold = nullptr;
   bool any_lazy = false;
-  __m256i lza, lzb;  // 0xF in the nibbles of lazy slots, of A and of B
+  __m256i lze, lzo;  // 0xF in nibble k where slot 2k (lze) or slot 2k + 1 (lzo) is lazy
   __m256i dv[max_direct];  // direct boundaries' per-lane counts (f32: 32-bit lanes; 16-bit sources: 16-bit lanes)
   std::uint32_t bm[max_direct] = {0, 0};  // direct boundaries as |x| patterns minus 1
 
@@ -5307,11 +5326,11 @@ struct hist_hook256 {
       else c.lazy_bits |= 1u << (s.field[k] - w);
     }
     any_lazy = c.lazy_bits != 0;
-    std::uint32_t la = 0, lb = 0;
+    std::uint32_t le = 0, lo = 0;
     for (unsigned j = 0; j < 16; ++j)
-      if ((c.lazy_bits >> j & 1u) != 0) (j < 8 ? la : lb) |= 0xFu << (4 * (j % 8));
-    lza = _mm256_set1_epi32(static_cast<int>(la));
-    lzb = _mm256_set1_epi32(static_cast<int>(lb));
+      if ((c.lazy_bits >> j & 1u) != 0) (j % 2 == 0 ? le : lo) |= 0xFu << (4 * (j / 2));
+    lze = _mm256_set1_epi32(static_cast<int>(le));
+    lzo = _mm256_set1_epi32(static_cast<int>(lo));
     for (auto& x : c.byt) x = _mm256_setzero_si256();
     for (auto& x : c.wrd) x = _mm256_setzero_si256();
     c.blocks = 0;
@@ -5321,56 +5340,96 @@ struct hist_hook256 {
     }
   }
 
-  /// t: 4 x a lane's field (32-bit lanes); w4: 4 x the window's first field. Puts a one into the lane's slot:
-  /// a nibble of a (slots 0..7) or of b (slots 8..15); vpsllvd gives 0 for counts of 32 and more, which is
-  /// what a field outside the window (below it: t - w4 wraps) gives for both.
-  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) void slot(__m256i t, __m256i w4, __m256i& a,
-                                                                            __m256i& b) {
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i u = _mm256_sub_epi32(t, w4);
-    a = _mm256_add_epi32(a, _mm256_sllv_epi32(one, u));
-    b = _mm256_add_epi32(b, _mm256_sllv_epi32(one, _mm256_sub_epi32(u, _mm256_set1_epi32(32))));
+  /// A one in the crumb (2-bit counter) of the lane's slot: t is 2 x the lane's field, w2 2 x the window's
+  /// first field; slot j is bits 2j, 2j + 1 of the lane, and vpsllvd gives 0 for counts of 32 and more, which
+  /// is what a field outside the window gives (below it, t - w2 wraps).
+  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) __m256i onehot(__m256i t, __m256i w2) {
+    return _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_sub_epi32(t, w2));
   }
 
-  /// The block's 128 elements at p (in L1) into the nibbles of a0 / b0 and a1 / b1, and its ND direct
-  /// boundaries into dv.
+  /// The constants of count_block and its direct boundaries' counts.
   template <int ND>
-  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void count_block(const unsigned char* p, __m256i& a0,
-                                                                            __m256i& b0, __m256i& a1, __m256i& b1) {
-    const __m256i f4 = _mm256_set1_epi32(static_cast<int>((cold->s->abs_mask >> Shift) << 2));
-    const __m256i w4 = _mm256_set1_epi32(static_cast<int>(4 * cold->w0));
-    const __m256i absm = es == 4 ? _mm256_set1_epi32(0x7FFFFFFF) : _mm256_set1_epi16(0x7FFF);
-    __m256i bv[max_direct], d[max_direct];
-    for (int j = 0; j < ND; ++j) {
-      bv[j] = es == 4 ? _mm256_set1_epi32(static_cast<int>(bm[j])) : _mm256_set1_epi16(static_cast<short>(bm[j]));
-      d[j] = dv[j];
+  struct block_regs {
+    __m256i f2, w2, absm, bv[ND > 0 ? ND : 1], d[ND > 0 ? ND : 1];
+  };
+
+  /// Step i (0..7) of a block at p: the one-hot vectors of streams 0 and 1 (h0, h1), and the direct
+  /// boundaries: |x| > b - 1 <=> |x| >= b (|x| patterns are below the sign bit: signed compares order them),
+  /// the compare's -1 subtracted counts one.
+  template <int ND>
+  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) void step(const unsigned char* p, std::size_t i,
+                                                                            block_regs<ND>& g, __m256i& h0,
+                                                                            __m256i& h1) {
+    __m256i r[es == 4 ? 2 : 1];
+    if constexpr (es == 4) {
+      r[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * i));
+      r[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * i + 32));
+      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2), g.w2);
+      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[1], Shift - 1), g.f2), g.w2);
+    } else {
+      r[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2), g.w2);
+      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift + 15), g.f2), g.w2);
     }
-    NANSCOPE_IMPL_UNROLL(4) for (std::size_t v = 0; v < 128 * es; v += 64) {
-      const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v));
-      const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v + 32));
-      if constexpr (es == 4) {  // one element a lane; the even and odd vectors to their own A and B
-        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift - 2), f4), w4, a0, b0);
-        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift - 2), f4), w4, a1, b1);
-      } else {  // two elements a lane: the low (even) one to a0 / b0, the high (odd) one to a1 / b1
-        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift - 2), f4), w4, a0, b0);
-        slot(_mm256_and_si256(_mm256_srli_epi32(r0, Shift + 14), f4), w4, a1, b1);
-        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift - 2), f4), w4, a0, b0);
-        slot(_mm256_and_si256(_mm256_srli_epi32(r1, Shift + 14), f4), w4, a1, b1);
-      }
-      // |x| > b - 1 <=> |x| >= b (|x| patterns are below the sign bit: signed compares order them); the
-      // compare's -1 subtracted counts one
-      for (int j = 0; j < ND; ++j) {
-        const __m256i x0 = _mm256_and_si256(r0, absm), x1 = _mm256_and_si256(r1, absm);
-        if constexpr (es == 4) {
-          d[j] = _mm256_sub_epi32(d[j], _mm256_cmpgt_epi32(x0, bv[j]));
-          d[j] = _mm256_sub_epi32(d[j], _mm256_cmpgt_epi32(x1, bv[j]));
-        } else {
-          d[j] = _mm256_sub_epi16(d[j], _mm256_cmpgt_epi16(x0, bv[j]));
-          d[j] = _mm256_sub_epi16(d[j], _mm256_cmpgt_epi16(x1, bv[j]));
+    if constexpr (ND > 0) {
+      for (const __m256i v : r) {
+        const __m256i x = _mm256_and_si256(v, g.absm);
+        for (int j = 0; j < ND; ++j) {
+          if constexpr (es == 4) g.d[j] = _mm256_sub_epi32(g.d[j], _mm256_cmpgt_epi32(x, g.bv[j]));
+          else g.d[j] = _mm256_sub_epi16(g.d[j], _mm256_cmpgt_epi16(x, g.bv[j]));
         }
       }
+      // the counts stay one chain: GCC otherwise reassociates the block's compares into a tree, hoisting every
+      // load of the block and spilling its |x| vectors
+      for (int j = 0; j < ND; ++j) NANSCOPE_IMPL_OPAQUE_YMM(g.d[j]);
     }
-    for (int j = 0; j < ND; ++j) dv[j] = d[j];
+  }
+
+  /// Steps i0 .. i0 + len - 1 (len <= 3) into crumbs, then the crumbs into the nibbles.
+  template <int ND>
+  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) void group(const unsigned char* p, std::size_t i0,
+                                                                             std::size_t len,
+                                                                             block_regs<ND>& g, __m256i& e0,
+                                                                             __m256i& o0, __m256i& e1, __m256i& o1) {
+    __m256i c0, c1;
+    step<ND>(p, i0, g, c0, c1);
+    for (std::size_t i = i0 + 1; i < i0 + len; ++i) {
+      __m256i h0, h1;
+      step<ND>(p, i, g, h0, h1);
+      c0 = _mm256_add_epi32(c0, h0);
+      c1 = _mm256_add_epi32(c1, h1);
+    }
+    const __m256i m = _mm256_set1_epi8(0x33);
+    const __m256i ce0 = _mm256_and_si256(c0, m), co0 = _mm256_and_si256(_mm256_srli_epi32(c0, 2), m);
+    const __m256i ce1 = _mm256_and_si256(c1, m), co1 = _mm256_and_si256(_mm256_srli_epi32(c1, 2), m);
+    e0 = _mm256_add_epi32(e0, ce0);
+    o0 = _mm256_add_epi32(o0, co0);
+    e1 = _mm256_add_epi32(e1, ce1);
+    o1 = _mm256_add_epi32(o1, co1);
+  }
+
+  /// The block's 128 elements at p (in L1) into the nibbles of e0 / o0 (stream 0) and e1 / o1 (stream 1), and
+  /// its ND direct boundaries into dv. f32: stream 0 takes the even vectors, stream 1 the odd ones; 16-bit
+  /// sources: stream 0 the low (even) element of each 32-bit lane, stream 1 the high (odd) one. Each stream
+  /// puts its 8 one-hot vectors into crumbs in groups of 3, 3 and 2 (a crumb holds 3), and after each group
+  /// the even slots' crumbs into the nibbles of e (slot 2k: nibble k), the odd slots' into o (slot 2k + 1):
+  /// a nibble takes at most 8 a block.
+  template <int ND>
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void count_block(const unsigned char* p, __m256i& e0,
+                                                                            __m256i& o0, __m256i& e1, __m256i& o1) {
+    block_regs<ND> g;
+    g.f2 = _mm256_set1_epi32(static_cast<int>((cold->s->abs_mask >> Shift) << 1));
+    g.w2 = _mm256_set1_epi32(static_cast<int>(2 * cold->w0));
+    g.absm = es == 4 ? _mm256_set1_epi32(0x7FFFFFFF) : _mm256_set1_epi16(0x7FFF);
+    for (int j = 0; j < ND; ++j) {
+      g.bv[j] = es == 4 ? _mm256_set1_epi32(static_cast<int>(bm[j])) : _mm256_set1_epi16(static_cast<short>(bm[j]));
+      g.d[j] = dv[j];
+    }
+    e0 = o0 = e1 = o1 = _mm256_setzero_si256();
+    group<ND>(p, 0, 3, g, e0, o0, e1, o1);
+    group<ND>(p, 3, 3, g, e0, o0, e1, o1);
+    group<ND>(p, 6, 2, g, e0, o0, e1, o1);
+    for (int j = 0; j < ND; ++j) dv[j] = g.d[j];
   }
 
   /// After the kernel's pass over the 128 elements at p: their bins and direct boundaries; the block is scanned
@@ -5382,7 +5441,7 @@ struct hist_hook256 {
     const __m256i lo = _mm256_set1_epi32(static_cast<int>(w0 << Shift));
     const __m256i hi = _mm256_set1_epi32(static_cast<int>(((w0 + 16) << Shift) - 1));
     const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi32(lo, bmin), _mm256_cmpgt_epi32(bmax, hi));
-    close_block(p, _mm256_testz_si256(outv, outv) == 0);
+    queue(p, _mm256_testz_si256(outv, outv) == 0);
   }
 
   /// end_block for the 16-bit sources: bmin, bmax are the block's min and max of the raw |x| patterns, 16-bit
@@ -5393,35 +5452,56 @@ struct hist_hook256 {
     const __m256i lo = _mm256_set1_epi16(static_cast<short>(w0 << Shift));
     const __m256i hi = _mm256_set1_epi16(static_cast<short>(((w0 + 16) << Shift) - 1));
     const __m256i outv = _mm256_or_si256(_mm256_cmpgt_epi16(lo, bmin), _mm256_cmpgt_epi16(bmax, hi));
-    close_block(p, _mm256_testz_si256(outv, outv) == 0);
+    queue(p, _mm256_testz_si256(outv, outv) == 0);
   }
 
-  /// The block's bins and direct boundaries, its nibbles to bytes, and its rescan when `outside` or a lazy
-  /// slot saw an element.
-  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void close_block(const unsigned char* p, bool outside) {
+  /// Queues the block at p (outside: some element lies outside the window); a full queue is counted.
+  __attribute__((always_inline)) void queue(const unsigned char* p, bool outside) {
     hist_cold256& c = *cold;
-    __m256i a0 = _mm256_setzero_si256(), b0 = a0, a1 = a0, b1 = a0;
-    switch (c.nd) {
-      case 0: count_block<0>(p, a0, b0, a1, b1); break;
-      case 1: count_block<1>(p, a0, b0, a1, b1); break;
-      default: count_block<2>(p, a0, b0, a1, b1); break;
+    c.queued[c.nq] = p;
+    c.outside |= static_cast<unsigned>(outside) << c.nq;
+    if (++c.nq == queue_len) count_queue();
+  }
+
+  /// Counts the queued blocks. Out of line, so that the kernel's loop keeps its own registers: the call
+  /// costs the kernel's live accumulators a store and a load every queue_len blocks.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((noinline)) void count_queue() {
+    switch (cold->nd) {
+      case 0: count_queue_nd<0>(); break;
+      case 1: count_queue_nd<1>(); break;
+      default: count_queue_nd<2>(); break;
     }
-    bool lazy = false;
-    if (any_lazy) {
-      const __m256i hit = _mm256_or_si256(_mm256_and_si256(_mm256_or_si256(a0, a1), lza),
-                                          _mm256_and_si256(_mm256_or_si256(b0, b1), lzb));
-      lazy = _mm256_testz_si256(hit, hit) == 0;
+    cold->nq = 0;
+    cold->outside = 0;
+  }
+
+  /// For each queued block: its bins and direct boundaries, its nibbles to bytes, and its rescan when some
+  /// element lay outside the window or a lazy slot saw an element.
+  template <int ND>
+  NANSCOPE_IMPL_TARGET_AVX2 void count_queue_nd() {
+    hist_cold256& c = *cold;
+    for (unsigned k = 0; k < c.nq; ++k) {
+      const unsigned char* p = c.queued[k];
+      __m256i e0, o0, e1, o1;
+      count_block<ND>(p, e0, o0, e1, o1);
+      bool lazy = false;
+      if (any_lazy) {
+        const __m256i hit = _mm256_or_si256(_mm256_and_si256(_mm256_or_si256(e0, e1), lze),
+                                            _mm256_and_si256(_mm256_or_si256(o0, o1), lzo));
+        lazy = _mm256_testz_si256(hit, hit) == 0;
+      }
+      // a byte's low nibble to byt[q], its high one to byt[q + 1]: byte j of a lane in byt[0] / byt[1] /
+      // byt[2] / byt[3] counts slot 4j / 4j + 2 / 4j + 1 / 4j + 3
+      const __m256i m = _mm256_set1_epi8(0x0F);
+      c.byt[0] = _mm256_add_epi8(c.byt[0], _mm256_add_epi8(_mm256_and_si256(e0, m), _mm256_and_si256(e1, m)));
+      c.byt[1] = _mm256_add_epi8(c.byt[1], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(e0, 4), m),
+                                                           _mm256_and_si256(_mm256_srli_epi32(e1, 4), m)));
+      c.byt[2] = _mm256_add_epi8(c.byt[2], _mm256_add_epi8(_mm256_and_si256(o0, m), _mm256_and_si256(o1, m)));
+      c.byt[3] = _mm256_add_epi8(c.byt[3], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(o0, 4), m),
+                                                           _mm256_and_si256(_mm256_srli_epi32(o1, 4), m)));
+      if (__builtin_expect(((c.outside >> k) & 1u) != 0 || lazy, 0)) hist_scan256<U, Shift>(c, p);
+      if (++c.blocks == 15) flush_bytes(c);
     }
-    // even nibbles are the low halves of the bytes, odd ones the high halves
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    c.byt[0] = _mm256_add_epi8(c.byt[0], _mm256_add_epi8(_mm256_and_si256(a0, m), _mm256_and_si256(a1, m)));
-    c.byt[1] = _mm256_add_epi8(c.byt[1], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(a0, 4), m),
-                                                         _mm256_and_si256(_mm256_srli_epi32(a1, 4), m)));
-    c.byt[2] = _mm256_add_epi8(c.byt[2], _mm256_add_epi8(_mm256_and_si256(b0, m), _mm256_and_si256(b1, m)));
-    c.byt[3] = _mm256_add_epi8(c.byt[3], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(b0, 4), m),
-                                                         _mm256_and_si256(_mm256_srli_epi32(b1, 4), m)));
-    if (__builtin_expect(outside || lazy, 0)) hist_scan256<U, Shift>(c, p);
-    if (++c.blocks == 15) flush_bytes(c);
   }
 
   /// Byte counters to the 16-bit counters.
@@ -5438,15 +5518,15 @@ struct hist_hook256 {
   /// End of the chunk's main loop: everything to the segment's counters.
   NANSCOPE_IMPL_TARGET_AVX2 void finish() {
     hist_cold256& c = *cold;
+    if (c.nq != 0) count_queue();
     if (c.blocks != 0) flush_bytes(c);
-    // wrd[2 * q + hb], word k of a 32-bit lane: byte j = 2k + hb of byt[q], i.e. nibble 2j + (q & 1) of A (q < 2)
-    // or of B: slot 8 * (q >> 1) + 2j + (q & 1)
+    // wrd[2 * q + hb], word k of a 32-bit lane: byte j = 2k + hb of byt[q], i.e. slot 4j + 2 (q & 1) + (q >> 1)
     std::uint64_t slot[16] = {};
     for (int q = 0; q < 4; ++q)
       for (int hb = 0; hb < 2; ++hb) {
         alignas(32) std::uint16_t w[16];
         _mm256_store_si256(reinterpret_cast<__m256i*>(w), c.wrd[2 * q + hb]);
-        for (int l = 0; l < 16; ++l) slot[8 * (q >> 1) + 2 * (2 * (l % 2) + hb) + (q & 1)] += w[l];
+        for (int l = 0; l < 16; ++l) slot[4 * (2 * (l % 2) + hb) + 2 * (q & 1) + (q >> 1)] += w[l];
       }
     for (unsigned j = 0; j < 16; ++j) c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(slot[j]);
     for (int j = 0; j < c.nd; ++j) {
