@@ -2493,7 +2493,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every block
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
-  [[maybe_unused]] G gs;
+  [[maybe_unused]] G gs;  // (the AVX2 histogram hook's out-of-line counting keeps it in memory: it is small)
   if constexpr (G::enabled) gs = *g;
   // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
   // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
@@ -5228,7 +5228,7 @@ namespace detail {
 // block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
 // at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
 // histogram.hpp keeps chunks at 273 flushes or fewer). Per 8 lanes that is 4 instructions a one-hot vector,
-// plus 2/3 of an add and 5/3 for the move to nibbles (the 16 slots as nibbles of two registers took 8).
+// plus 5/8 of an add and 15/8 for the moves to nibbles (the 16 slots as nibbles of two registers took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose

@@ -50,7 +50,7 @@ namespace detail {
 // block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
 // at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
 // histogram.hpp keeps chunks at 273 flushes or fewer). Per 8 lanes that is 4 instructions a one-hot vector,
-// plus 2/3 of an add and 5/3 for the move to nibbles (the 16 slots as nibbles of two registers took 8).
+// plus 5/8 of an add and 15/8 for the moves to nibbles (the 16 slots as nibbles of two registers took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose

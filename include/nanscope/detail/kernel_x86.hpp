@@ -898,7 +898,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every block
   std::size_t i = 0;
   [[maybe_unused]] H hs;  // a local copy stays in registers
-  [[maybe_unused]] G gs;
+  [[maybe_unused]] G gs;  // (the AVX2 histogram hook's out-of-line counting keeps it in memory: it is small)
   if constexpr (G::enabled) gs = *g;
   // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
   // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
