@@ -415,6 +415,43 @@ std::vector<std::uint64_t> in_window(dtype t, unsigned top, std::size_t n, unsig
   return out;
 }
 
+/// Data in one binade (`top`, which the chunk samples see, so the window is [top - 13, top + 2]) with, in about
+/// one block in three, one element at or next to a dirty boundary of the window: a lazy boundary's elements then
+/// sit in blocks whose other slots are empty, so a block is scanned again only if the lazy slot test finds them.
+std::vector<std::uint64_t> sparse_boundaries(dtype t, unsigned top, std::size_t n, unsigned seed) {
+  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const std::uint64_t sign = std::uint64_t{1} << (8 * elem_size(t) - 1);
+  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
+  const unsigned w0 = top + 2 - 15;
+  std::vector<std::uint64_t> dirty;
+  for (int k = nanscope::detail::mb_target0; k < nanscope::detail::mb_count; ++k) {
+    const unsigned f = static_cast<unsigned>(mb.b[k] >> mant);
+    if (f >= w0 && f < w0 + 16 && f != top) dirty.push_back(mb.b[k]);
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t a = (static_cast<std::uint64_t>(top) << mant) | (rng() & ((std::uint64_t{1} << mant) - 1));
+    if (!dirty.empty() && i % 8192 != 0 && rng() % 384 == 0) a = dirty[rng() % dirty.size()] + (rng() % 5) - 2;
+    out[i] = (rng() & 1) != 0 ? a | sign : a;
+  }
+  return out;
+}
+
+TEST_CASE("histogram: the fused kernel's window: lazy boundaries' elements alone in their blocks") {
+  struct shape { dtype t; unsigned top; };
+  // f32 / bf16 top 118: window [105, 121) with five dirty boundaries, three of them lazy (see the next case)
+  const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 124}};
+  for (const shape& sh : shapes) {
+    const std::vector<std::uint64_t> raws = sparse_boundaries(sh.t, sh.top, 4 * 8192 + 300, 17);
+    const ref_hist ref = hist_reference(sh.t, raws);
+    const std::string what = std::string("sparse boundaries ") + std::string(nanscope::name(sh.t)) + " top " +
+                             std::to_string(sh.top);
+    for (isa i : {isa::avx2, isa::avx512})
+      for (check_mode m : {check_mode::stats, check_mode::full_health}) check_one(sh.t, raws, i, 1, 0, m, ref, what);
+  }
+}
+
 TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct boundaries, one element outside") {
   struct shape { dtype t; unsigned top; };
   // f32 / bf16 top 118: window [105, 121) holds five dirty boundaries (fp16 and e5m2 flush / min normal, e4m3

@@ -40,17 +40,19 @@ namespace detail {
 // together they needed about 26, and the spilled accumulators' store-to-load chains cost more than the whole
 // STATS loop; inlined, the counting loop also changed how GCC allocated the kernel's own registers). For a 32-bit
 // lane holding source pattern x (f32: one element; f16 / bf16: the even or the odd element of the lane),
-// t = 2 * field(x) comes from one shift and one mask (the mask also drops the sign), and u = t - 2 * w0 is the
-// lane's slot times 2, the window being the 16 source fields [w0, w0 + 16); a field below the window wraps u to
-// a huge value. Slot j is the crumb (2-bit counter) at bits 2j, 2j + 1 of a 32-bit lane: 1 << u (vpsllvd gives 0
-// for u >= 32). A block's even and odd vectors (f32) or even and odd elements (16-bit) are two streams of 8
-// one-hot vectors; each stream sums them in crumbs 3, 3 and 2 at a time (a crumb holds 3) and after each group
-// moves the even slots' crumbs to the nibbles of e and the odd slots' to those of o (one mask, one shift, one
-// mask), so a nibble takes at most 8 a block. At the block's end the nibbles are split into bytes (at most 16 a
-// block, 15 blocks per flush) and every 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared
-// at the chunk's end: a chunk of 8192 elements is 5 flushes, 1024 at most in a word; the static_assert in
-// histogram.hpp keeps chunks at 273 flushes or fewer). Per 8 lanes that is 4 instructions a one-hot vector,
-// plus 5/8 of an add and 15/8 for the moves to nibbles (the 16 slots as nibbles of two registers took 8).
+// t = 2 * (field(x) mod 16) comes from one shift and one mask (the mask also drops the sign): the window's 16
+// source fields [w0, w0 + 16) have 16 different residues, so slot s = field mod 16 needs no subtraction. Slot s
+// is the crumb (2-bit counter) at bits 2s, 2s + 1 of a 32-bit lane: 1 << t (vpsllvd). A field outside the window
+// also lands in the slot of its residue; such an element makes its block's min or max |x| leave the window, and
+// the block's rescan (below) counts it in its own bin and takes it out of that slot again (corr). A block's even
+// and odd vectors (f32) or even and odd elements (16-bit) are two streams of 8 one-hot vectors; each stream sums
+// them in crumbs 3, 3 and 2 at a time (a crumb holds 3) and after each group moves the even slots' crumbs to the
+// nibbles of e and the odd slots' to those of o (one mask, one shift, one mask), so a nibble takes at most 8 a
+// block. At the block's end the nibbles are split into bytes (at most 16 a block, 15 blocks per flush) and every
+// 15 blocks the bytes into 16-bit counters (at most 240 a flush, cleared at the chunk's end: a chunk of 8192
+// elements is 5 flushes, 1024 at most in a word; the static_assert in histogram.hpp keeps chunks at 273 flushes
+// or fewer). Per 8 lanes that is 3 instructions a one-hot vector, plus 5/8 of an add and 15/8 for the moves to
+// nibbles (the 16 slots as nibbles of two registers, with the window subtracted, took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
 // again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
@@ -61,6 +63,7 @@ struct hist_cold256 {
   hist_local* h = nullptr;
   unsigned w0 = 1;
   std::uint32_t lazy_bits = 0;  // window bins (bit j: field w0 + j) holding a lazy dirty boundary
+  int corr[16] = {};            // slot s: minus the elements outside the window the crumbs put in it
   int nd = 0;                   // direct boundaries: dk[0..nd)
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
@@ -96,6 +99,7 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
     const __m256i lz = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_sllv_epi32(one, j), lazy), _mm256_setzero_si256());
     const unsigned zm = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(zero)));
     h.c[0] += static_cast<std::uint32_t>(__builtin_popcount(zm));
+    cs.corr[0] -= __builtin_popcount(zm);  // field 0 went to slot 0
     unsigned cand = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(out, lz)))) & ~zm;
     while (cand != 0) {
       const unsigned l = static_cast<unsigned>(__builtin_ctz(cand));
@@ -104,7 +108,10 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
       std::memcpy(&x, p + (v + l) * es, es);
       x = static_cast<U>(x & static_cast<U>(s.abs_mask));
       const unsigned f = static_cast<unsigned>(x >> Shift);
-      if (f < w0 || f >= w0 + 16) ++h.c[f * hist_copies];
+      if (f < w0 || f >= w0 + 16) {
+        ++h.c[f * hist_copies];
+        --cs.corr[f & 15];  // the crumbs put it in slot f mod 16
+      }
       hist_dirty(s, h, x, f);
     }
   }
@@ -150,7 +157,10 @@ struct hist_hook256 {
     any_lazy = c.lazy_bits != 0;
     std::uint32_t le = 0, lo = 0;
     for (unsigned j = 0; j < 16; ++j)
-      if ((c.lazy_bits >> j & 1u) != 0) (j % 2 == 0 ? le : lo) |= 0xFu << (4 * (j / 2));
+      if ((c.lazy_bits >> j & 1u) != 0) {
+        const unsigned sl = (w + j) & 15u;  // field w + j's slot
+        (sl % 2 == 0 ? le : lo) |= 0xFu << (4 * (sl / 2));
+      }
     lze = _mm256_set1_epi32(static_cast<int>(le));
     lzo = _mm256_set1_epi32(static_cast<int>(lo));
     for (auto& x : c.byt) x = _mm256_setzero_si256();
@@ -162,17 +172,17 @@ struct hist_hook256 {
     }
   }
 
-  /// A one in the crumb (2-bit counter) of the lane's slot: t is 2 x the lane's field, w2 2 x the window's
-  /// first field; slot j is bits 2j, 2j + 1 of the lane, and vpsllvd gives 0 for counts of 32 and more, which
-  /// is what a field outside the window gives (below it, t - w2 wraps).
-  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) __m256i onehot(__m256i t, __m256i w2) {
-    return _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_sub_epi32(t, w2));
+  /// A one in the crumb (2-bit counter) of the lane's slot: t is 2 x (the lane's field mod 16); slot s is bits
+  /// 2s, 2s + 1 of the lane. The 16 fields of the window fill the 16 slots; a field outside it lands in the slot
+  /// of its residue, and the block's rescan takes it out again (corr).
+  NANSCOPE_IMPL_TARGET_AVX2 static __attribute__((always_inline)) __m256i onehot(__m256i t) {
+    return _mm256_sllv_epi32(_mm256_set1_epi32(1), t);
   }
 
   /// The constants of count_block and its direct boundaries' counts.
   template <int ND>
   struct block_regs {
-    __m256i f2, w2, absm, bv[ND > 0 ? ND : 1], d[ND > 0 ? ND : 1];
+    __m256i f2, absm, bv[ND > 0 ? ND : 1], d[ND > 0 ? ND : 1];
   };
 
   /// Step i (0..7) of a block at p: the one-hot vectors of streams 0 and 1 (h0, h1), and the direct
@@ -186,12 +196,12 @@ struct hist_hook256 {
     if constexpr (es == 4) {
       r[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * i));
       r[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * i + 32));
-      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2), g.w2);
-      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[1], Shift - 1), g.f2), g.w2);
+      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2));
+      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[1], Shift - 1), g.f2));
     } else {
       r[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
-      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2), g.w2);
-      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift + 15), g.f2), g.w2);
+      h0 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift - 1), g.f2));
+      h1 = onehot(_mm256_and_si256(_mm256_srli_epi32(r[0], Shift + 15), g.f2));
     }
     if constexpr (ND > 0) {
       for (const __m256i v : r) {
@@ -240,8 +250,7 @@ struct hist_hook256 {
   NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void count_block(const unsigned char* p, __m256i& e0,
                                                                             __m256i& o0, __m256i& e1, __m256i& o1) {
     block_regs<ND> g;
-    g.f2 = _mm256_set1_epi32(static_cast<int>((cold->s->abs_mask >> Shift) << 1));
-    g.w2 = _mm256_set1_epi32(static_cast<int>(2 * cold->w0));
+    g.f2 = _mm256_set1_epi32(0x1E);  // 2 x (field mod 16); drops the sign and the other element's bits
     g.absm = es == 4 ? _mm256_set1_epi32(0x7FFFFFFF) : _mm256_set1_epi16(0x7FFF);
     for (int j = 0; j < ND; ++j) {
       g.bv[j] = es == 4 ? _mm256_set1_epi32(static_cast<int>(bm[j])) : _mm256_set1_epi16(static_cast<short>(bm[j]));
@@ -350,7 +359,11 @@ struct hist_hook256 {
         _mm256_store_si256(reinterpret_cast<__m256i*>(w), c.wrd[2 * q + hb]);
         for (int l = 0; l < 16; ++l) slot[4 * (2 * (l % 2) + hb) + 2 * (q & 1) + (q >> 1)] += w[l];
       }
-    for (unsigned j = 0; j < 16; ++j) c.h->c[(c.w0 + j) * hist_copies] += static_cast<std::uint32_t>(slot[j]);
+    // slot s holds field w0 + ((s - w0) mod 16), less the corrections
+    for (unsigned sl = 0; sl < 16; ++sl) {
+      const unsigned f = c.w0 + ((sl - c.w0) & 15u);
+      c.h->c[f * hist_copies] += static_cast<std::uint32_t>(static_cast<std::int64_t>(slot[sl]) + c.corr[sl]);
+    }
     for (int j = 0; j < c.nd; ++j) {
       std::uint64_t t = 0;
       if constexpr (es == 4) {
