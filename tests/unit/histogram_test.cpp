@@ -440,7 +440,8 @@ std::vector<std::uint64_t> sparse_boundaries(dtype t, unsigned top, std::size_t 
 
 TEST_CASE("histogram: the fused kernel's window: lazy boundaries' elements alone in their blocks") {
   struct shape { dtype t; unsigned top; };
-  // f32 / bf16 top 118: window [105, 121) with five dirty boundaries, three of them lazy (see the next case)
+  // top 118: window [105, 121): f32 holds five dirty boundaries, three of them lazy; bf16 four, two lazy (its fp16
+  // min normal, 2^-14, is a field's first pattern); f16 windows hold at most two (both direct)
   const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 124}};
   for (const shape& sh : shapes) {
     const std::vector<std::uint64_t> raws = sparse_boundaries(sh.t, sh.top, 4 * 8192 + 300, 17);
@@ -454,8 +455,9 @@ TEST_CASE("histogram: the fused kernel's window: lazy boundaries' elements alone
 
 TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct boundaries, one element outside") {
   struct shape { dtype t; unsigned top; };
-  // f32 / bf16 top 118: window [105, 121) holds five dirty boundaries (fp16 and e5m2 flush / min normal, e4m3
-  // flush and min normal): two are compared per vector, three are lazy; f16 top 14: e4m3 flush and min normal
+  // top 118: window [105, 121): f32 holds five dirty boundaries (fp16 and e5m2 flush / min normal, e4m3 flush and
+  // min normal): two are compared per vector, three are lazy; bf16 four (its fp16 min normal, 2^-14, is a field's
+  // first pattern), two lazy; f16 top 14: e4m3 flush and min normal
   const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 127}, {dtype::bf16, 140}};
   for (const shape& sh : shapes) {
     const unsigned mant = sh.t == dtype::f32 ? 23u : sh.t == dtype::f16 ? 10u : 7u;

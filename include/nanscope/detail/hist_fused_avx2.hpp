@@ -143,7 +143,8 @@ struct hist_hook256 {
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
     // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted only
-    // by the rescan's bulk count and subnormals only one by one
+    // by the rescan's bulk count and subnormals only one by one (both also went to the crumbs' slot 0, which the
+    // rescan corrects through corr[0])
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;
