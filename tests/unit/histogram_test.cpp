@@ -39,6 +39,8 @@ std::size_t elem_size(dtype t) {
     default: return 1;
   }
 }
+/// Explicit mantissa bits of the fused kernels' sources (f32, f16, bf16).
+unsigned mant_bits(dtype t) { return t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u; }
 int min_normal_exponent(dtype t) {
   switch (t) {
     case dtype::f64: return -1022;
@@ -284,7 +286,7 @@ TEST_CASE("histogram: f64 values at and next to every threshold, random patterns
 /// zeros, subnormals, inf, NaN and the boundary patterns and their neighbours sprinkled in.
 std::vector<std::uint64_t> moving_binades(dtype t, std::size_t chunks, unsigned seed) {
   const unsigned es = static_cast<unsigned>(elem_size(t));
-  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const unsigned mant = mant_bits(t);
   const unsigned top = t == dtype::f32 || t == dtype::bf16 ? 255u : 31u;  // all-ones field
   const std::uint64_t sign = std::uint64_t{1} << (8 * es - 1);
   const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
@@ -378,21 +380,29 @@ TEST_CASE("histogram: bins are exponents of |x| (a few values by hand)") {
   CHECK(r.margins()[dtype::f16].overflow == 1);  // 65520 is the fp16 overflow tie
 }
 
+/// The margins' boundary patterns whose field lies in the window [top - 13, top + 2] that a chunk whose samples
+/// hold field `top` gets (without those of field `top` itself when `skip_top`).
+std::vector<std::uint64_t> window_boundaries(dtype t, unsigned top, bool skip_top) {
+  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
+  const unsigned w0 = top + 2 - 15;
+  std::vector<std::uint64_t> out;
+  for (int k = nanscope::detail::mb_target0; k < nanscope::detail::mb_count; ++k) {
+    const unsigned f = static_cast<unsigned>(mb.b[k] >> mant_bits(t));
+    if (f >= w0 && f < w0 + 16 && !(skip_top && f == top)) out.push_back(mb.b[k]);
+  }
+  return out;
+}
+
 /// Data that stays inside the fused AVX-512 kernel's 16-binade window, so that most blocks are never scanned
 /// again: fields [top - 13, top + 2] around a sampled top field (the chunk samples at 0, 1/4 ... of the chunk
 /// hold field `top`), with the margins' dirty boundary patterns (and their neighbours) of the window's fields
 /// sprinkled in. `inject` puts one element of pattern `special` at each listed position.
 std::vector<std::uint64_t> in_window(dtype t, unsigned top, std::size_t n, unsigned seed,
                                      const std::vector<std::size_t>& inject, std::uint64_t special) {
-  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const unsigned mant = mant_bits(t);
   const std::uint64_t sign = std::uint64_t{1} << (8 * elem_size(t) - 1);
-  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
   const unsigned w0 = top + 2 - 15;
-  std::vector<std::uint64_t> dirty;  // boundary patterns whose field is in the window
-  for (int k = nanscope::detail::mb_target0; k < nanscope::detail::mb_count; ++k) {
-    const unsigned f = static_cast<unsigned>(mb.b[k] >> mant);
-    if (f >= w0 && f < w0 + 16) dirty.push_back(mb.b[k]);
-  }
+  const std::vector<std::uint64_t> dirty = window_boundaries(t, top, false);
   std::mt19937_64 rng(seed);
   std::vector<std::uint64_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -419,15 +429,9 @@ std::vector<std::uint64_t> in_window(dtype t, unsigned top, std::size_t n, unsig
 /// one block in three, one element at or next to a dirty boundary of the window: a lazy boundary's elements then
 /// sit in blocks whose other slots are empty, so a block is scanned again only if the lazy slot test finds them.
 std::vector<std::uint64_t> sparse_boundaries(dtype t, unsigned top, std::size_t n, unsigned seed) {
-  const unsigned mant = t == dtype::f32 ? 23u : t == dtype::f16 ? 10u : 7u;
+  const unsigned mant = mant_bits(t);
   const std::uint64_t sign = std::uint64_t{1} << (8 * elem_size(t) - 1);
-  const nanscope::detail::margin_bounds& mb = nanscope::detail::margin_bounds_for(t);
-  const unsigned w0 = top + 2 - 15;
-  std::vector<std::uint64_t> dirty;
-  for (int k = nanscope::detail::mb_target0; k < nanscope::detail::mb_count; ++k) {
-    const unsigned f = static_cast<unsigned>(mb.b[k] >> mant);
-    if (f >= w0 && f < w0 + 16 && f != top) dirty.push_back(mb.b[k]);
-  }
+  const std::vector<std::uint64_t> dirty = window_boundaries(t, top, true);
   std::mt19937_64 rng(seed);
   std::vector<std::uint64_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -460,7 +464,7 @@ TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct
   // first pattern), two lazy; f16 top 14: e4m3 flush and min normal
   const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 127}, {dtype::bf16, 140}};
   for (const shape& sh : shapes) {
-    const unsigned mant = sh.t == dtype::f32 ? 23u : sh.t == dtype::f16 ? 10u : 7u;
+    const unsigned mant = mant_bits(sh.t);
     const std::uint64_t inf = (sh.t == dtype::f16 ? std::uint64_t{31} : std::uint64_t{255}) << mant;
     const std::uint64_t below = static_cast<std::uint64_t>(sh.top - 16) << mant;  // one binade under the window
     const std::uint64_t specials[] = {0, 1, inf, inf + 1, below, static_cast<std::uint64_t>(sh.top + 3) << mant};

@@ -67,7 +67,7 @@ struct hist_cold256 {
   int nd = 0;                   // direct boundaries: dk[0..nd)
   int dk[2] = {0, 0};
   unsigned blocks = 0;          // blocks in the byte counters since the last flush
-  static constexpr unsigned max_queue = 8;
+  static constexpr unsigned max_queue = 4;  // 1 KiB of 16-bit blocks (f32: 2)
   const unsigned char* queued[max_queue] = {};  // blocks read by the kernel, not counted yet (still in L1)
   unsigned nq = 0;
   unsigned outside = 0;  // bit k: queued[k] has an element outside the window
