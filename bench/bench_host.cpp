@@ -6,7 +6,7 @@
 //   health_hist      as health, with the exponent histogram fused in (check_histogram, histogram.hpp)
 //   full_health      nanscope::check, check_mode::full_health, threads = 1
 //   health_mt        nanscope::check, check_mode::stats, default threads
-//   health_relu      as health, on max(x, 0) (half the elements are zeros), f32 only
+//   health_relu      as health, on max(x, 0) (half the elements are zeros): f32, f16, bf16
 //   read_anchor      a plain vectorised sum of the same buffer, 1 thread: the memory-read yardstick
 //   read_anchor_mt   the same sum on as many threads as health_mt uses
 //   eigen_multipass  what a user writes with Eigen over an Eigen::Map of the buffer (built with Eigen)
@@ -296,7 +296,7 @@ void register_rows() {
 #if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
       add_row("torch_multiop", t, n, [t, n](benchmark::State& s) { bm_torch_multiop(s, t, n); });
 #endif
-      if (t == dtype::f32)
+      if (t != dtype::f64)  // the f32-compute kernels' zero blocks (detail/kernel_avx2_zero.hpp)
         add_row("health_relu", t, n,
                 [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::relu); });
     }

@@ -76,6 +76,9 @@ TARGETS = [
 
 INFO = [
     ("f32 health_relu / read_anchor", ("health_relu", "f32"), ("read_anchor", "f32"), None),
+    ("f32 health_relu / health (the cost of half zeros)", ("health_relu", "f32"), ("health", "f32"), None),
+    ("f16 health_relu / health", ("health_relu", "f16"), ("health", "f16"), None),
+    ("bf16 health_relu / health", ("health_relu", "bf16"), ("health", "bf16"), None),
     ("f32 read_anchor_mt / read_anchor", ("read_anchor_mt", "f32"), ("read_anchor", "f32"), None),
     ("bf16 health_hist / health", ("health_hist", "bf16"), ("health", "bf16"), None),
 ]

@@ -393,6 +393,14 @@ std::vector<std::uint64_t> window_boundaries(dtype t, unsigned top, bool skip_to
   return out;
 }
 
+/// Whether element i of n is one of its chunk's five samples (check.hpp's shift_positions), which pick the
+/// fused kernels' window.
+bool chunk_sample(std::size_t i, std::size_t n) {
+  const std::size_t in_chunk = i % 8192, m = (n - i + in_chunk) < 8192 ? n - i + in_chunk : 8192;
+  return in_chunk == 0 || in_chunk == (m - 1) / 4 || in_chunk == (m - 1) / 2 || in_chunk == (m - 1) * 3 / 4 ||
+         in_chunk == m - 1;
+}
+
 /// Data that stays inside the fused AVX-512 kernel's 16-binade window, so that most blocks are never scanned
 /// again: fields [top - 13, top + 2] around a sampled top field (the chunk samples at 0, 1/4 ... of the chunk
 /// hold field `top`), with the margins' dirty boundary patterns (and their neighbours) of the window's fields
@@ -407,10 +415,7 @@ std::vector<std::uint64_t> in_window(dtype t, unsigned top, std::size_t n, unsig
   std::vector<std::uint64_t> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     std::uint64_t a;
-    const std::size_t in_chunk = i % 8192, m = (n - i + in_chunk) < 8192 ? n - i + in_chunk : 8192;
-    const bool sample = in_chunk == 0 || in_chunk == (m - 1) / 4 || in_chunk == (m - 1) / 2 ||
-                        in_chunk == (m - 1) * 3 / 4 || in_chunk == m - 1;
-    if (sample) {
+    if (chunk_sample(i, n)) {
       a = static_cast<std::uint64_t>(top) << mant;
     } else if (!dirty.empty() && rng() % 64 == 0) {
       a = dirty[rng() % dirty.size()] + (rng() % 5) - 2;  // at and next to a boundary: stays in its field
@@ -482,6 +487,40 @@ TEST_CASE("histogram: the fused kernel's window: in-window data, lazy and direct
       const ref_hist ref = hist_reference(sh.t, raws);
       for (isa i : {isa::avx2, isa::avx512})
         check_one(sh.t, raws, i, 1, 0, check_mode::stats, ref, what + " with pattern " + std::to_string(sp));
+    }
+  }
+}
+
+TEST_CASE("histogram: the fused kernel's window with zeros in most blocks (AVX2 counts them without its rescan)") {
+  // in-window data (above) with +0 / -0 in half the elements everywhere, or in stretches of 12 blocks out of
+  // 24 (the AVX2 kernel then switches between its plain and zero runs); the chunk samples stay non-zero so the
+  // window is the same; specials as above, also inside the zero stretches
+  struct shape { dtype t; unsigned top; };
+  const shape shapes[] = {{dtype::f32, 118}, {dtype::bf16, 118}, {dtype::f16, 14}, {dtype::f32, 127}};
+  for (const shape& sh : shapes) {
+    const unsigned mant = mant_bits(sh.t);
+    const std::uint64_t sign = std::uint64_t{1} << (8 * elem_size(sh.t) - 1);
+    const std::uint64_t inf = (sh.t == dtype::f16 ? std::uint64_t{31} : std::uint64_t{255}) << mant;
+    const std::uint64_t below = static_cast<std::uint64_t>(sh.top - 16) << mant;
+    const std::uint64_t specials[] = {1, inf, below, static_cast<std::uint64_t>(sh.top + 3) << mant};
+    const std::size_t n = 3 * 8192 + 700;
+    for (bool stretches : {false, true}) {
+      for (int sp = -1; sp < 4; ++sp) {
+        std::vector<std::uint64_t> raws =
+            in_window(sh.t, sh.top, n, 8, {300, 1000, 8191, 8192 + 129, 2 * 8192 + 640}, sp < 0 ? 0 : specials[sp]);
+        std::mt19937_64 rng(9);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (chunk_sample(i, n) || (sp >= 0 && raws[i] == specials[sp])) continue;
+          const bool zero = (rng() & 1) != 0 && (!stretches || (i / 128) % 24 < 12);
+          if (zero) raws[i] = rng() % 4 == 0 ? sign : 0;
+        }
+        const ref_hist ref = hist_reference(sh.t, raws);
+        const std::string what = std::string("zeros ") + (stretches ? "in stretches " : "everywhere ") +
+                                 std::string(nanscope::name(sh.t)) + " top " + std::to_string(sh.top) +
+                                 " special " + std::to_string(sp);
+        for (isa i : {isa::avx2, isa::avx512})
+          for (check_mode m : {check_mode::stats, check_mode::full_health}) check_one(sh.t, raws, i, 1, 0, m, ref, what);
+      }
     }
   }
 }

@@ -71,14 +71,16 @@ struct hist_cold256 {
   const unsigned char* queued[max_queue] = {};  // blocks read by the kernel, not counted yet (still in L1)
   unsigned nq = 0;
   unsigned outside = 0;  // bit k: queued[k] has an element outside the window
+  unsigned zeros_in = 0;  // bit k: queued[k]'s zeros are counted already (end_block_zero)
   __m256i byt[4];               // bytes: [q]: q 0 / 1 the low / high nibbles of e's bytes, 2 / 3 those of o
   __m256i wrd[8];               // 16-bit counters: [2 * q + hb]: word k of a 32-bit lane is byte 2k + hb of byt[q]
 };
 
-/// Scans a block of 128 elements again from L1: counts its zeros in bulk, and one by one the elements
-/// outside the window (all work) and those in a lazy boundary's field (their dirty boundaries only).
+/// Scans a block of 128 elements again from L1: counts its zeros in bulk (unless zeros_in: counted already),
+/// and one by one the elements outside the window (all work) and those in a lazy boundary's field (their dirty
+/// boundaries only).
 template <class U, unsigned Shift>
-NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsigned char* p) {
+NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsigned char* p, bool zeros_in) {
   constexpr std::size_t es = sizeof(U);
   const hist_setup& s = *cs.s;
   hist_local& h = *cs.h;
@@ -98,8 +100,10 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void hist_scan256(hist_cold256& cs, const unsig
     const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
     const __m256i lz = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_sllv_epi32(one, j), lazy), _mm256_setzero_si256());
     const unsigned zm = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(zero)));
-    h.c[0] += static_cast<std::uint32_t>(__builtin_popcount(zm));
-    cs.corr[0] -= __builtin_popcount(zm);  // field 0 went to slot 0
+    if (!zeros_in) {
+      h.c[0] += static_cast<std::uint32_t>(__builtin_popcount(zm));
+      cs.corr[0] -= __builtin_popcount(zm);  // field 0 went to slot 0
+    }
     unsigned cand = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(out, lz)))) & ~zm;
     while (cand != 0) {
       const unsigned l = static_cast<unsigned>(__builtin_ctz(cand));
@@ -287,11 +291,49 @@ struct hist_hook256 {
     queue(p, _mm256_testz_si256(outv, outv) == 0);
   }
 
-  /// Queues the block at p (outside: some element lies outside the window); a full queue is counted.
-  __attribute__((always_inline)) void queue(const unsigned char* p, bool outside) {
+  /// end_block after a zero block (kernel_avx2_zero.hpp), which counted the zeros apart: bmin is the unsigned
+  /// min of the non-zero |x| bits (all ones where a lane held only zeros), zc the zeros per 32-bit lane. When
+  /// every non-zero element lies in the window the zeros are counted here (the crumbs put them in slot 0) and
+  /// the block needs no rescan; otherwise the rescan counts them, as for any block.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block_zero(const unsigned char* p, __m256i bmin,
+                                                                              __m256i bmax, __m256i zc) {
+    const unsigned w0 = cold->w0;
+    const __m256i lo = _mm256_set1_epi32(static_cast<int>(w0 << Shift));
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(((w0 + 16) << Shift) - 1));
+    const __m256i inside = _mm256_andnot_si256(_mm256_cmpgt_epi32(bmax, hi),
+                                               _mm256_cmpeq_epi32(_mm256_max_epu32(bmin, lo), bmin));
+    const bool outside = _mm256_movemask_ps(_mm256_castsi256_ps(inside)) != 0xFF;
+    if (!outside) take_zeros(zc);
+    queue(p, outside, !outside);
+  }
+
+  /// end_block_zero for the 16-bit sources: 16-bit lanes.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void end_block16_zero(const unsigned char* p, __m256i bmin,
+                                                                                __m256i bmax, __m256i zc) {
+    const unsigned w0 = cold->w0;
+    const __m256i lo = _mm256_set1_epi16(static_cast<short>(w0 << Shift));
+    const __m256i hi = _mm256_set1_epi16(static_cast<short>(((w0 + 16) << Shift) - 1));
+    const __m256i inside = _mm256_andnot_si256(_mm256_cmpgt_epi16(bmax, hi),
+                                               _mm256_cmpeq_epi16(_mm256_max_epu16(bmin, lo), bmin));
+    const bool outside = static_cast<unsigned>(_mm256_movemask_epi8(inside)) != 0xFFFFFFFFu;
+    if (!outside) take_zeros(zc);
+    queue(p, outside, !outside);
+  }
+
+  /// A block's zeros (per lane) into bin 0, and out of slot 0.
+  NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) void take_zeros(__m256i zc) {
+    const unsigned nz = zero_count256(zc);
+    cold->h->c[0] += nz;
+    cold->corr[0] -= static_cast<int>(nz);
+  }
+
+  /// Queues the block at p (outside: some element lies outside the window; zeros_in: its zeros are counted
+  /// already); a full queue is counted.
+  __attribute__((always_inline)) void queue(const unsigned char* p, bool outside, bool zeros_in = false) {
     hist_cold256& c = *cold;
     c.queued[c.nq] = p;
     c.outside |= static_cast<unsigned>(outside) << c.nq;
+    c.zeros_in |= static_cast<unsigned>(zeros_in) << c.nq;
     if (++c.nq == queue_len) count_queue();
   }
 
@@ -305,6 +347,7 @@ struct hist_hook256 {
     }
     cold->nq = 0;
     cold->outside = 0;
+    cold->zeros_in = 0;
   }
 
   /// For each queued block: its bins and direct boundaries, its nibbles to bytes, and its rescan when some
@@ -331,7 +374,7 @@ struct hist_hook256 {
       c.byt[2] = _mm256_add_epi8(c.byt[2], _mm256_add_epi8(_mm256_and_si256(o0, m), _mm256_and_si256(o1, m)));
       c.byt[3] = _mm256_add_epi8(c.byt[3], _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi32(o0, 4), m),
                                                            _mm256_and_si256(_mm256_srli_epi32(o1, 4), m)));
-      if (__builtin_expect(((c.outside >> k) & 1u) != 0 || lazy, 0)) hist_scan256<U, Shift>(c, p);
+      if (__builtin_expect(((c.outside >> k) & 1u) != 0 || lazy, 0)) hist_scan256<U, Shift>(c, p, ((c.zeros_in >> k) & 1u) != 0);
       if (++c.blocks == 15) flush_bytes(c);
     }
   }

@@ -292,6 +292,9 @@ inline void fold_extrema16_lanes(chunk_out& o, const std::uint16_t* sx, const st
   if constexpr (L == level::counts) {
     o.take_amax(double_to_bits(Load::decode(umax)));
   } else {
+    // umin stays 0xFFFF (a NaN pattern: never tame) when the lanes saw no value but zeros (AVX2's zero blocks
+    // keep zeros out of the mins and count them apart: kernel_avx2_zero.hpp)
+    if (umin == 0xFFFFu) return;
     const std::uint16_t mx = umin < 0x8000u ? smax : umin;
     const std::uint16_t mn = umax >= 0x8000u ? umax : umin;
     const std::uint16_t an = static_cast<std::uint16_t>((umin & 0x7FFFu) < (smin & 0x7FFFu) ? (umin & 0x7FFFu) : (smin & 0x7FFFu));
@@ -865,16 +868,8 @@ NANSCOPE_IMPL_TARGET_AVX2 inline double hsum256(__m256d v) {
   return (d[0] + d[1]) + (d[2] + d[3]);
 }
 
-/// One chunk through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8).
-template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_hist>
-NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
-                                                       chunk_out& o, H* h = nullptr, G* g = nullptr) {
-  static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
-  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
-  using src = typename Load::src;
-  constexpr std::size_t es = sizeof(src);
-  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
-  state256_f32 s;
+/// The AVX2 f32-compute kernels' state at a chunk's (or a run's) start.
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void init256_f32(state256_f32& s, const kernel_params& kp) {
   s.vmin = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   s.vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   s.vamax = _mm256_setzero_ps();
@@ -895,10 +890,86 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   s.k32 = _mm256_set1_ps(kp.k32);
   s.k64 = _mm256_set1_pd(kp.k64);
   s.vneg = _mm256_setzero_si256();
+}
+
+/// Adds a run's state into o; any16 and the four raw-pattern extrema: the 16-bit blocks' (see avx2_f32_run).
+template <level L, class Load>
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void fold256_f32(state256_f32& s, chunk_out& o, bool any16,
+                                                                                 __m256i smax16, __m256i smin16,
+                                                                                 __m256i umax16, __m256i umin16) {
+  if constexpr (Load::half16 && L >= level::counts) {
+    if (any16) {
+      alignas(32) std::uint16_t sx[16], sn[16], ux[16], un[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sx), smax16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sn), smin16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ux), umax16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(un), umin16);
+      fold_extrema16_lanes<L, Load>(o, sx, sn, ux, un, 16);
+    }
+  }
+  if constexpr (L >= level::counts) {
+    alignas(32) std::uint32_t nv[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), s.vneg);
+    for (const std::uint32_t v : nv) s.neg += v;
+  }
+  o.neg += s.neg;
+  o.zero += s.zero;
+  o.nan += s.nan;
+  o.pinf += s.pinf;
+  o.ninf += s.ninf;
+  o.sub += s.sub;
+  if (o.first_nf < 0) o.first_nf = s.first_nf;
+  alignas(32) std::uint32_t fa[8], ka[8], fb[8], kb[8], fc[8], kc[8];
+  if constexpr (L == level::counts) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vamax));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kamax);
+    for (int l = 0; l < 8; ++l) o.take_amax(f32_to_f64_bits(fa[l] > ka[l] ? fa[l] : ka[l]));
+  }
+  if constexpr (L == level::stats) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vmin));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kmin);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fb), _mm256_castps_si256(s.vmax));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(kb), s.kmax);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(fc), _mm256_castps_si256(s.vamin));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(kc), s.kamin);
+    for (int l = 0; l < 8; ++l)
+      reduce_extrema_f32(o, bits_to_float(fa[l]), bits_to_float(fb[l]), bits_to_float(fc[l]),
+                         static_cast<std::int32_t>(ka[l]), static_cast<std::int32_t>(kb[l]), kc[l]);
+    o.fast_s1 += hsum256(_mm256_add_pd(s.ds1a, s.ds1b));
+    o.fast_s2 += hsum256(_mm256_add_pd(s.ds2a, s.ds2b));
+    o.n_slow += s.n_slow;
+    o.slow_s1 += hsum256(_mm256_add_pd(s.ss1a, s.ss1b));
+    o.slow_s2 += hsum256(_mm256_add_pd(s.ss2a, s.ss2b));
+  }
+}
+
+/// When avx2_f32_run stops for avx2_zero_run (kernel_avx2_zero.hpp) to take the blocks from the next on: after
+/// a block whose optimistic run failed and whose per-lane run then counted avx2_zero_dense zeros or more, or a
+/// second one with any zero within avx2_zero_near blocks. avx2_zero_run goes back after avx2_zero_clear blocks
+/// in a row without a zero.
+inline constexpr std::uint64_t avx2_zero_dense = 8;
+inline constexpr std::size_t avx2_zero_near = 4;
+inline constexpr unsigned avx2_zero_clear = 8;
+
+/// The AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8) on elements [begin, n) of a chunk of n,
+/// begin a multiple of the 128-element block: runs its blocks, and the elements past the last full block,
+/// into o. Returns n, or the start of the block after one that made it stop for zeros (avx2_zero_dense).
+template <level L, class Load, class H, class G>
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((noinline)) std::size_t avx2_f32_run(const void* vp, std::size_t begin,
+                                                                             std::size_t n, const kernel_params& kp,
+                                                                             chunk_out& o, H* h, G* g) {
+  static_assert(!G::enabled || L >= level::counts, "the histogram hook rides in the optimistic blocks only");
+  static_assert(!H::enabled || !Load::half16 || L < level::counts, "the 16-bit blocks do not step a hash hook");
+  using src = typename Load::src;
+  constexpr std::size_t es = sizeof(src);
+  const auto* p = static_cast<const unsigned char*>(vp);  // any alignment: unaligned loads only
+  state256_f32 s;
+  init256_f32(s, kp);
   constexpr std::size_t block = 128;  // f32 partial sums are flushed to double every block
-  std::size_t i = 0;
+  std::size_t i = begin;
   [[maybe_unused]] H hs;  // a local copy stays in registers
   [[maybe_unused]] G gs;  // (the AVX2 histogram hook's out-of-line counting keeps it in memory: it is small)
+  if constexpr (H::enabled) hs = *h;
   if constexpr (G::enabled) gs = *g;
   // 16-bit sources: the block's checks and extrema on the raw patterns, 16 lanes per vector, as in
   // avx512_f32_kernel (which explains the signed / unsigned min / max of sign-magnitude patterns); only the
@@ -907,6 +978,8 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   [[maybe_unused]] __m256i smax16 = _mm256_set1_epi16(static_cast<short>(0x8000)), smin16 = _mm256_set1_epi16(0x7FFF),
                            umax16 = _mm256_setzero_si256(), umin16 = _mm256_set1_epi16(-1);
   [[maybe_unused]] bool any16 = false;  // a block went through the 16-bit path
+  [[maybe_unused]] bool stop = false;    // the per-lane runs met zeros: avx2_zero_run goes on
+  [[maybe_unused]] std::size_t last_zero = ~std::size_t{0};  // the last block whose per-lane run counted a zero
   for (; i + block <= n; i += block) {
     if constexpr (Load::half16 && L >= level::counts) {
       const __m256i m16 = _mm256_set1_epi16(0x7FFF);
@@ -958,10 +1031,19 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
         smin16 = sn0;
         umax16 = ux0;
         umin16 = un0;
+        const std::uint64_t z0 = s.zero;
         for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
         flush256_f32<L>(s);
+        if (s.zero != z0) {
+          stop = s.zero - z0 >= avx2_zero_dense || (last_zero != ~std::size_t{0} && i - last_zero < avx2_zero_near * block);
+          last_zero = i;
+        }
       }
       if constexpr (G::enabled) gs.end_block16(p + i * es, bmin, bmax);
+      if (stop) {
+        i += block;
+        break;
+      }
     } else if constexpr (L >= level::counts) {
       // Optimistic block (as in avx512_f32_kernel): every lane is assumed tame, with no test per vector; the
       // block's min and max of |x| bits check that at its end (|x| bits are below 2^31, so signed compares
@@ -1012,10 +1094,19 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
           widen_sums256(s, _mm256_add_ps(f1a, f1b), _mm256_add_ps(f2a, f2b));
         }
       } else {
+        const std::uint64_t z0 = s.zero;
         for (std::size_t j = 0; j < block; j += 8) group256_f32<L>(s, Load::load(p + (i + j) * es), 0xFFu, i + j);
         flush256_f32<L>(s);
+        if (s.zero != z0) {
+          stop = s.zero - z0 >= avx2_zero_dense || (last_zero != ~std::size_t{0} && i - last_zero < avx2_zero_near * block);
+          last_zero = i;
+        }
       }
       if constexpr (G::enabled) gs.end_block(p + i * es, bmin, bmax);
+      if (stop) {
+        i += block;
+        break;
+      }
     } else {
       for (std::size_t j = 0; j < block; j += 8) {
         _mm_prefetch(reinterpret_cast<const char*>(p + (i + j) * es) + NANSCOPE_IMPL_PREFETCH_BYTES, _MM_HINT_T0);
@@ -1027,56 +1118,39 @@ NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_
   }
   if constexpr (H::enabled) *h = hs;
   if constexpr (G::enabled) *g = gs;
-  for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
-  if (i < n) {
-    alignas(32) src tail[8] = {};
-    std::memcpy(tail, p + i * es, (n - i) * es);
-    group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
-  }
-  flush256_f32<L>(s);
-  if constexpr (Load::half16 && L >= level::counts) {
-    if (any16) {
-      alignas(32) std::uint16_t sx[16], sn[16], ux[16], un[16];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sx), smax16);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sn), smin16);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(ux), umax16);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(un), umin16);
-      fold_extrema16_lanes<L, Load>(o, sx, sn, ux, un, 16);
+  const std::size_t stopped = stop ? i : n;
+  if (!stop) {
+    for (; i + 8 <= n; i += 8) group256_f32<L>(s, Load::load(p + i * es), 0xFFu, i);
+    if (i < n) {
+      alignas(32) src tail[8] = {};
+      std::memcpy(tail, p + i * es, (n - i) * es);
+      group256_f32<L>(s, Load::load(tail), (1u << (n - i)) - 1u, i);
     }
   }
+  flush256_f32<L>(s);
+  fold256_f32<L, Load>(s, o, any16, smax16, smin16, umax16, umin16);
+  return stopped;
+}
+
+template <level L, class Load, class H, class G>
+NANSCOPE_IMPL_TARGET_AVX2 __attribute__((noinline)) std::size_t avx2_zero_run(const void* vp, std::size_t begin,
+                                                                              std::size_t n, const kernel_params& kp,
+                                                                              chunk_out& o, H* h,
+                                                                              G* g);  // kernel_avx2_zero.hpp
+
+/// One chunk of n elements through the AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8): its
+/// plain blocks (avx2_f32_run) and, from a block whose per-lane run met zeros, zero blocks while the blocks
+/// keep holding them (avx2_zero_run: ReLU outputs, masks, padding, sparse tensors). Both take the hooks'
+/// state from h / g and leave it there, and add into o.
+template <level L, class Load, class H = kernel_no_hash, class G = kernel_no_hist>
+NANSCOPE_IMPL_TARGET_AVX2 inline void avx2_f32_kernel(const void* vp, std::size_t n, const kernel_params& kp,
+                                                       chunk_out& o, H* h = nullptr, G* g = nullptr) {
+  std::size_t i = avx2_f32_run<L, Load, H, G>(vp, 0, n, kp, o, h, g);
   if constexpr (L >= level::counts) {
-    alignas(32) std::uint32_t nv[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(nv), s.vneg);
-    for (const std::uint32_t v : nv) s.neg += v;
-  }
-  o.neg += s.neg;
-  o.zero += s.zero;
-  o.nan += s.nan;
-  o.pinf += s.pinf;
-  o.ninf += s.ninf;
-  o.sub += s.sub;
-  if (o.first_nf < 0) o.first_nf = s.first_nf;
-  alignas(32) std::uint32_t fa[8], ka[8], fb[8], kb[8], fc[8], kc[8];
-  if constexpr (L == level::counts) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vamax));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kamax);
-    for (int l = 0; l < 8; ++l) o.take_amax(f32_to_f64_bits(fa[l] > ka[l] ? fa[l] : ka[l]));
-  }
-  if constexpr (L == level::stats) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fa), _mm256_castps_si256(s.vmin));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ka), s.kmin);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fb), _mm256_castps_si256(s.vmax));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(kb), s.kmax);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(fc), _mm256_castps_si256(s.vamin));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(kc), s.kamin);
-    for (int l = 0; l < 8; ++l)
-      reduce_extrema_f32(o, bits_to_float(fa[l]), bits_to_float(fb[l]), bits_to_float(fc[l]),
-                         static_cast<std::int32_t>(ka[l]), static_cast<std::int32_t>(kb[l]), kc[l]);
-    o.fast_s1 += hsum256(_mm256_add_pd(s.ds1a, s.ds1b));
-    o.fast_s2 += hsum256(_mm256_add_pd(s.ds2a, s.ds2b));
-    o.n_slow += s.n_slow;
-    o.slow_s1 += hsum256(_mm256_add_pd(s.ss1a, s.ss1b));
-    o.slow_s2 += hsum256(_mm256_add_pd(s.ss2a, s.ss2b));
+    while (i < n) {
+      i = avx2_zero_run<L, Load, H, G>(vp, i, n, kp, o, h, g);
+      i = avx2_f32_run<L, Load, H, G>(vp, i, n, kp, o, h, g);
+    }
   }
 }
 
@@ -1189,4 +1263,7 @@ NANSCOPE_NAMESPACE_END
 #undef NANSCOPE_IMPL_POP_DIAGNOSTICS
 #endif
 #endif  // NANSCOPE_HAS_X86_SIMD()
+
+#include "kernel_avx2_zero.hpp"  // avx2_zero_run, which avx2_f32_kernel calls
+
 #endif  // NANSCOPE_DETAIL_KERNEL_X86_HPP
