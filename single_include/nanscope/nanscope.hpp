@@ -1633,7 +1633,8 @@ namespace detail {
 
 /// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
 /// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
-/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks). The AVX2
+/// f32 kernel's runs (avx2_f32_run, avx2_zero_run) each take the local H from *h and store it back.
 struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
@@ -1641,9 +1642,10 @@ struct kernel_no_hash {
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
 /// nothing. With a hook G, the optimistic blocks (counts and stats levels) call a local G's end_block() with the
 /// block's min / max of |x| after each block (AVX-512: 256 elements; AVX2: 128; AVX2 16-bit sources:
-/// end_block16(), with the raw patterns' min / max); AVX-512 also hands each full vector's raw bits to its
-/// step<A>() (AVX2's hook reads the block again from L1: its registers and the kernel's do not fit together).
-/// The local G is stored back at the end.
+/// end_block16(), with the raw patterns' min / max; after an AVX2 zero block: end_block_zero() /
+/// end_block16_zero(), with the non-zero |x| min, the max and the zeros per lane); AVX-512 also hands each full
+/// vector's raw bits to its step<A>() (AVX2's hook reads the block again from L1: its registers and the
+/// kernel's do not fit together). The local G is stored back at the end (AVX2: of each run).
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -2548,7 +2550,8 @@ inline constexpr unsigned avx2_zero_clear = 8;
 
 /// The AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8) on elements [begin, n) of a chunk of n,
 /// begin a multiple of the 128-element block: runs its blocks, and the elements past the last full block,
-/// into o. Returns n, or the start of the block after one that made it stop for zeros (avx2_zero_dense).
+/// into o. Returns n, or the start of the block after one that made it stop for zeros (avx2_zero_dense,
+/// avx2_zero_near).
 template <level L, class Load, class H, class G>
 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((noinline)) std::size_t avx2_f32_run(const void* vp, std::size_t begin,
                                                                              std::size_t n, const kernel_params& kp,
@@ -2890,13 +2893,15 @@ namespace detail {
 // ones, out of an unsigned min), and sums the zeros with the rest (0 - k is finite). f32 blocks take min and
 // max over integer keys (key32: -0 below +0) and leave -0 out of the negatives. 16-bit blocks keep the plain
 // block's raw-pattern extrema, with the zeros out of the two mins (0xFFFF there: a NaN pattern, which no tame
-// block leaves) and in the two maxes (where 0 and 0x8000 are the starting values), count -0 apart, and at the
-// run's end take each sign of zero seen as an extremum and -0 out of the negatives (zeros256). A block that is
+// block leaves; so the minimum |x| those give is over non-zero values) and in the two maxes (a +0 can become the
+// signed max, used only when a non-negative value exists; a -0 the unsigned max, used only as the most negative
+// value: both true values), count -0 apart, and at the run's end take each sign of zero seen as an extremum
+// and -0 out of the negatives (zeros256). A block that is
 // not all zeros and tame goes through the per-lane path, as in avx2_f32_run.
 //
 // avx2_f32_kernel runs avx2_f32_run until the per-lane path has met zeros densely enough (kernel_x86.hpp,
 // avx2_zero_dense and avx2_zero_near: a zero block costs about 1.6 plain blocks, a plain block that fails on
-// a zero and runs again per lane about 4), then this run from the next block until avx2_zero_clear blocks in
+// a zero and runs again per lane about 4, about 6 with zeros in every vector), then this run from the next block until avx2_zero_clear blocks in
 // a row hold no zero, then avx2_f32_run again. Each run keeps its own registers (inlined into one loop, the
 // zero block's took the plain block's accumulators' registers: +5-20 % on data without zeros) and adds into
 // the chunk's output. Which blocks run which way depends only on the chunk's data, so results do not depend
@@ -5595,7 +5600,8 @@ namespace detail {
 // or fewer). Per 8 lanes that is 3 instructions a one-hot vector, plus 5/8 of an add and 15/8 for the moves to
 // nibbles (the 16 slots as nibbles of two registers, with the window subtracted, took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
-// again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
+// again from L1 and its elements outside the window counted one by one (after the kernel's zero block, whose
+// zeros are counted apart, only a non-zero element outside the window makes it so: end_block_zero); the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
 // nibbles show an element in their field (lazy). So the counts are exactly the scalar loop's, for any data.
 /// The hook's state touched once a block or less.
@@ -5687,9 +5693,9 @@ struct hist_hook256 {
     c.s = &s;
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
-    // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted only
-    // by the rescan's bulk count and subnormals only one by one (both also went to the crumbs' slot 0, which the
-    // rescan corrects through corr[0])
+    // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted by
+    // the rescan's bulk count or, after a zero block, by take_zeros, and subnormals one by one (all also went to
+    // the crumbs' slot 0, which those correct through corr[0])
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;

@@ -196,8 +196,8 @@ std::vector<T> poison() {
 /// Checks one view in the given modes on every ISA: against the reference; thread counts bit-identical to the
 /// single-threaded result; and, when `twin` is given (a contiguous view of the same logical data and shape),
 /// bit-identical to the twin's result.
-/// first_difference() ignoring mean, std and m2, and the sign of a zero min/max (which of -0 and +0 comes
-/// first depends on the order the elements are read in).
+/// first_difference() ignoring mean, std and m2, and the sign of a zero min/max (the reference here takes -0
+/// and +0 as equal; nanscope orders -0 below +0 on every kernel, which kernel_zero_test checks).
 std::string first_exact_difference(nanscope::health_result a, nanscope::health_result b) {
   a.mean = b.mean = 0;
   a.std = b.std = 0;

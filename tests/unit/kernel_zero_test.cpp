@@ -46,14 +46,17 @@ std::uint64_t random_ordinary(dtype t, std::mt19937_64& rng, bool neg) {
   return ordinary(t, neg, 8 + static_cast<unsigned>(rng() % 8), static_cast<int>(rng() % 11) - 6);
 }
 
-/// Special values (not zero, not tame) that make a block leave the zero block for the per-lane path.
+/// Values other than the ordinary ones, each alone among ReLU zeros: non-finite (NaN of either sign), subnormal,
+/// the largest finite, and the stats level's fast-range edges (f32 / bf16: 2^-40 and 2^59) with their outer
+/// neighbours. Most send their block through the per-lane path; the rest (the edges inside, 448 in e4m3fn,
+/// 65504 in f16) test the zero block's extrema next to them.
 std::vector<std::uint64_t> specials(dtype t) {
   switch (t) {
     case dtype::f32:
-      return {0x7FC00000u, 0x7F800000u, 0xFF800000u, 0x00000001u, 0x807FFFFFu, 0x5F800001u /* > 2^64 */,
-              0x2A800000u /* 2^-42 */, 0x7F7FFFFFu};
-    case dtype::f16: return {0x7E00u, 0x7C00u, 0xFC00u, 0x0001u, 0x83FFu, 0x7BFFu};
-    case dtype::bf16: return {0x7FC0u, 0x7F80u, 0xFF80u, 0x0001u, 0x807Fu, 0x5F80u, 0x2A80u};
+      return {0x7FC00000u, 0xFFFFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu,
+              0x2B800000u /* 2^-40 */, 0xAB7FFFFFu, 0x5D000000u /* 2^59 */, 0x5D000001u};
+    case dtype::f16: return {0x7E00u, 0xFE00u, 0xFFFFu, 0x7C00u, 0xFC00u, 0x0001u, 0x83FFu, 0x7BFFu};
+    case dtype::bf16: return {0x7FC0u, 0xFFFFu, 0x7F80u, 0xFF80u, 0x0001u, 0x807Fu, 0x2B80u, 0xAB7Fu, 0x5D00u, 0x5D01u};
     default: return {0x7Fu, 0xFFu, 0x01u, 0x87u, 0x7Eu};  // e4m3fn: NaN, -NaN, subnormals, 448
   }
 }
@@ -180,6 +183,27 @@ TEST_CASE("zero blocks: a special value among ReLU zeros sends its block through
         raw[pos] = sp;
         check_data(t, raw, "relu with special " + std::to_string(sp) + " at " + std::to_string(pos));
       }
+    }
+  }
+}
+
+TEST_CASE("zero blocks: the first non-finite value of a chunk whose later runs meet others") {
+  // ReLU zeros, with non-finite values in the plain run's first block, in the zero run, in the plain run after
+  // zero-free blocks, and in the next chunk: first_nonfinite is the first, whichever run met the others
+  for (dtype t : zero_test_types) {
+    const std::uint64_t nan = t == dtype::f32 ? 0x7FC00000u : t == dtype::f8_e4m3fn ? 0x7Fu : t == dtype::f16 ? 0x7E00u : 0x7FC0u;
+    const std::uint64_t inf = t == dtype::f32 ? 0xFF800000u : t == dtype::f16 ? 0xFC00u : t == dtype::bf16 ? 0xFF80u : 0xFFu;
+    const std::vector<std::vector<std::size_t>> layouts = {{5, 3000}, {3000, 6000}, {3000, 5000 + 2 * 128}, {7000, 9000}};
+    for (const auto& at : layouts) {
+      std::mt19937_64 rng(3);
+      std::vector<std::uint64_t> raw(zero_test_n);
+      for (std::size_t i = 0; i < raw.size(); ++i) {
+        const bool clear = i >= 4000 && i < 5000 + 128;  // zero-free blocks: the zero run hands back
+        raw[i] = !clear && rng() % 2 != 0 ? 0 : random_ordinary(t, rng, false);
+      }
+      raw[at[0]] = nan;
+      raw[at[1]] = inf;
+      check_data(t, raw, "non-finite at " + std::to_string(at[0]) + " and " + std::to_string(at[1]));
     }
   }
 }

@@ -54,7 +54,8 @@ namespace detail {
 // or fewer). Per 8 lanes that is 3 instructions a one-hot vector, plus 5/8 of an add and 15/8 for the moves to
 // nibbles (the 16 slots as nibbles of two registers, with the window subtracted, took 8).
 // A block whose min or max |x| lies outside the window (zeros, subnormals, inf, NaN, wide data) is scanned
-// again from L1 and its elements outside the window counted one by one; the margins' dirty boundaries in the
+// again from L1 and its elements outside the window counted one by one (after the kernel's zero block, whose
+// zeros are counted apart, only a non-zero element outside the window makes it so: end_block_zero); the margins' dirty boundaries in the
 // window are compared on every element (the first two: direct) or, any others, looked for in the blocks whose
 // nibbles show an element in their field (lazy). So the counts are exactly the scalar loop's, for any data.
 /// The hook's state touched once a block or less.
@@ -146,9 +147,9 @@ struct hist_hook256 {
     c.s = &s;
     c.h = &h;
     // inf / NaN field outside the window (f16: [w0, w0 + 16) within the normal fields 1..30)
-    // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted only
-    // by the rescan's bulk count and subnormals only one by one (both also went to the crumbs' slot 0, which the
-    // rescan corrects through corr[0])
+    // w >= 1 (hist_pick_window): field 0 (zeros, subnormals) is never in the window, so zeros are counted by
+    // the rescan's bulk count or, after a zero block, by take_zeros, and subnormals one by one (all also went to
+    // the crumbs' slot 0, which those correct through corr[0])
     const unsigned w = hist_pick_window<U, Shift>(s, h, p, n, s.nbins - 17, max_direct);
     h.set_window(s, w, max_direct);
     c.w0 = w;

@@ -28,13 +28,15 @@ namespace detail {
 // ones, out of an unsigned min), and sums the zeros with the rest (0 - k is finite). f32 blocks take min and
 // max over integer keys (key32: -0 below +0) and leave -0 out of the negatives. 16-bit blocks keep the plain
 // block's raw-pattern extrema, with the zeros out of the two mins (0xFFFF there: a NaN pattern, which no tame
-// block leaves) and in the two maxes (where 0 and 0x8000 are the starting values), count -0 apart, and at the
-// run's end take each sign of zero seen as an extremum and -0 out of the negatives (zeros256). A block that is
+// block leaves; so the minimum |x| those give is over non-zero values) and in the two maxes (a +0 can become the
+// signed max, used only when a non-negative value exists; a -0 the unsigned max, used only as the most negative
+// value: both true values), count -0 apart, and at the run's end take each sign of zero seen as an extremum
+// and -0 out of the negatives (zeros256). A block that is
 // not all zeros and tame goes through the per-lane path, as in avx2_f32_run.
 //
 // avx2_f32_kernel runs avx2_f32_run until the per-lane path has met zeros densely enough (kernel_x86.hpp,
 // avx2_zero_dense and avx2_zero_near: a zero block costs about 1.6 plain blocks, a plain block that fails on
-// a zero and runs again per lane about 4), then this run from the next block until avx2_zero_clear blocks in
+// a zero and runs again per lane about 4, about 6 with zeros in every vector), then this run from the next block until avx2_zero_clear blocks in
 // a row hold no zero, then avx2_f32_run again. Each run keeps its own registers (inlined into one loop, the
 // zero block's took the plain block's accumulators' registers: +5-20 % on data without zeros) and adds into
 // the chunk's output. Which blocks run which way depends only on the chunk's data, so results do not depend

@@ -38,7 +38,8 @@ namespace detail {
 
 /// The kernels' optional content-hash hook (hash_x86.hpp): the default does nothing. With a hook H, the main
 /// loop hands each full vector's raw bits to a local H's step() while they are in registers, and stores that
-/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks).
+/// H to *h at the end of the loop (the hashed prefix: the elements of the main loop's full blocks). The AVX2
+/// f32 kernel's runs (avx2_f32_run, avx2_zero_run) each take the local H from *h and store it back.
 struct kernel_no_hash {
   static constexpr bool enabled = false;
 };
@@ -46,9 +47,10 @@ struct kernel_no_hash {
 /// The f32-compute kernels' optional histogram hook (hist_fused_x86.hpp, hist_fused_avx2.hpp): the default does
 /// nothing. With a hook G, the optimistic blocks (counts and stats levels) call a local G's end_block() with the
 /// block's min / max of |x| after each block (AVX-512: 256 elements; AVX2: 128; AVX2 16-bit sources:
-/// end_block16(), with the raw patterns' min / max); AVX-512 also hands each full vector's raw bits to its
-/// step<A>() (AVX2's hook reads the block again from L1: its registers and the kernel's do not fit together).
-/// The local G is stored back at the end.
+/// end_block16(), with the raw patterns' min / max; after an AVX2 zero block: end_block_zero() /
+/// end_block16_zero(), with the non-zero |x| min, the max and the zeros per lane); AVX-512 also hands each full
+/// vector's raw bits to its step<A>() (AVX2's hook reads the block again from L1: its registers and the
+/// kernel's do not fit together). The local G is stored back at the end (AVX2: of each run).
 struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
@@ -953,7 +955,8 @@ inline constexpr unsigned avx2_zero_clear = 8;
 
 /// The AVX2 f32-compute kernel (sources f32, f16, bf16, decoded fp8) on elements [begin, n) of a chunk of n,
 /// begin a multiple of the 128-element block: runs its blocks, and the elements past the last full block,
-/// into o. Returns n, or the start of the block after one that made it stop for zeros (avx2_zero_dense).
+/// into o. Returns n, or the start of the block after one that made it stop for zeros (avx2_zero_dense,
+/// avx2_zero_near).
 template <level L, class Load, class H, class G>
 NANSCOPE_IMPL_TARGET_AVX2 __attribute__((noinline)) std::size_t avx2_f32_run(const void* vp, std::size_t begin,
                                                                              std::size_t n, const kernel_params& kp,
