@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+// A named namespace, not an anonymous one: the unity-build test compiles every test file in one unit.
+namespace zero_blocks_test {
 
 using nanscope::check_mode;
 using nanscope::dtype;
@@ -154,8 +155,6 @@ void check_data(dtype t, const std::vector<std::uint64_t>& raw, const std::strin
   }
 }
 
-}  // namespace
-
 TEST_CASE("zero blocks: ReLU outputs, +0 / -0 mixes, all zeros, sparse and dense stretches, exact") {
   for (dtype t : zero_test_types) {
     for (const pattern& p : patterns()) {
@@ -207,3 +206,5 @@ TEST_CASE("zero blocks: the first non-finite value of a chunk whose later runs m
     }
   }
 }
+
+}  // namespace zero_blocks_test
