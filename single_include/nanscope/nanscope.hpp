@@ -2312,7 +2312,8 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void avx512_f64_kernel(const void* vp, std::s
 }
 
 // ------------------------------------------------------------------------------------------------------
-// AVX2: optimistic blocks of tame lanes; a block with another lane goes through group256_f32's per-lane path.
+// AVX2: optimistic blocks of tame lanes; a block with another lane goes through group256_f32's per-lane path,
+// and where zeros are dense, blocks of zeros and tame lanes (kernel_avx2_zero.hpp).
 // ------------------------------------------------------------------------------------------------------
 struct load256_f32 {
   using src = float;
