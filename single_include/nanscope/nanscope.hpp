@@ -6616,9 +6616,10 @@ NANSCOPE_NAMESPACE_END
 //
 // If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
 // process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
-// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host and a counter):
-// the target itself is untouched until the rename. remove_stale_temporaries() deletes such leftovers whose
-// writer is dead (its pid gone, or reused by a process started at another time) and never those of a live one.
+// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host, boot and pid
+// namespace (host_tag) and a counter): the target itself is untouched until the rename. remove_stale_temporaries()
+// deletes such leftovers whose writer is dead (its pid gone, or reused by a process started at another time) and
+// never those of a live one: it judges only temporaries of its own tag, whose pids name processes it can see.
 // Every failure throws nanscope::error naming the path and the system's reason (strerror). POSIX only; on
 // other platforms the constructor throws "not supported".
 #ifndef NANSCOPE_DETAIL_ATOMIC_FILE_HPP
@@ -6886,16 +6887,32 @@ inline unsigned long long self_start_time() {
   return cached.load(std::memory_order_relaxed);
 }
 
-/// 8 hex digits naming this host (FNV-1a of its name): temporaries of other hosts on a shared file system are
-/// never judged by this host's process table.
+/// 8 hex digits naming the process table this process sees: FNV-1a of the host name, the kernel's boot id and
+/// the pid namespace (Linux: /proc/sys/kernel/random/boot_id, /proc/self/ns/pid). A leftover temporary is judged
+/// only by a writer with the same tag, because only there does its pid name the same process: containers on one
+/// host (often one host name, each its own pid namespace, a shared volume) and hosts with one name on a shared
+/// file system each keep their own. A tag of an earlier boot matches no live writer, so its leftovers stay.
 inline std::string host_tag() {
-  char name[256] = {0};
+  std::string id;
 #if NANSCOPE_IMPL_POSIX_PROCESS
+  char name[256] = {0};
   if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  id = name;
+#endif
+#if defined(__linux__)
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {0};
+    const std::size_t n = std::fread(boot, 1, sizeof boot - 1, f);
+    std::fclose(f);
+    id.append("\nboot:").append(boot, n);
+  }
+  char ns[128];
+  const ssize_t len = ::readlink("/proc/self/ns/pid", ns, sizeof ns);
+  if (len > 0 && static_cast<std::size_t>(len) < sizeof ns) id.append("\nns:").append(ns, static_cast<std::size_t>(len));
 #endif
   std::uint32_t h = 2166136261u;
-  for (const char* p = name; *p != '\0'; ++p) {
-    h ^= static_cast<unsigned char>(*p);
+  for (const char c : id) {
+    h ^= static_cast<unsigned char>(c);
     h *= 16777619u;
   }
   char out[9];
@@ -7033,9 +7050,10 @@ inline bool parse_temp_name(const std::string& name, temp_name_parts& out) {
 }
 
 /// Removes, in `dir`, the temporary files of atomic_file writers that are dead (killed midway): names
-/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host whose `base` is one of `bases` (or starts with
-/// `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live writers, of other hosts
-/// and every other file are left alone. Returns how many were removed; never throws.
+/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host_tag (host, boot and pid namespace) whose `base` is one of
+/// `bases` (or starts with `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live
+/// writers, of other hosts, boots or pid namespaces (containers sharing the directory) and every other file are
+/// left alone. Returns how many were removed; never throws.
 inline std::size_t remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& bases,
                                             const std::string& base_prefix = std::string()) noexcept {
   std::size_t removed = 0;

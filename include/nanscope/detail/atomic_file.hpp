@@ -8,9 +8,10 @@
 //
 // If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
 // process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
-// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host and a counter):
-// the target itself is untouched until the rename. remove_stale_temporaries() deletes such leftovers whose
-// writer is dead (its pid gone, or reused by a process started at another time) and never those of a live one.
+// the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host, boot and pid
+// namespace (host_tag) and a counter): the target itself is untouched until the rename. remove_stale_temporaries()
+// deletes such leftovers whose writer is dead (its pid gone, or reused by a process started at another time) and
+// never those of a live one: it judges only temporaries of its own tag, whose pids name processes it can see.
 // Every failure throws nanscope::error naming the path and the system's reason (strerror). POSIX only; on
 // other platforms the constructor throws "not supported".
 #ifndef NANSCOPE_DETAIL_ATOMIC_FILE_HPP
@@ -142,9 +143,10 @@ inline bool parse_temp_name(const std::string& name, temp_name_parts& out) {
 }
 
 /// Removes, in `dir`, the temporary files of atomic_file writers that are dead (killed midway): names
-/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host whose `base` is one of `bases` (or starts with
-/// `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live writers, of other hosts
-/// and every other file are left alone. Returns how many were removed; never throws.
+/// ".{base}.tmp.{pid}.{start}.{host}.{n}" of this host_tag (host, boot and pid namespace) whose `base` is one of
+/// `bases` (or starts with `base_prefix` when `bases` is empty) and whose process is gone. Temporaries of live
+/// writers, of other hosts, boots or pid namespaces (containers sharing the directory) and every other file are
+/// left alone. Returns how many were removed; never throws.
 inline std::size_t remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& bases,
                                             const std::string& base_prefix = std::string()) noexcept {
   std::size_t removed = 0;

@@ -130,16 +130,32 @@ inline unsigned long long self_start_time() {
   return cached.load(std::memory_order_relaxed);
 }
 
-/// 8 hex digits naming this host (FNV-1a of its name): temporaries of other hosts on a shared file system are
-/// never judged by this host's process table.
+/// 8 hex digits naming the process table this process sees: FNV-1a of the host name, the kernel's boot id and
+/// the pid namespace (Linux: /proc/sys/kernel/random/boot_id, /proc/self/ns/pid). A leftover temporary is judged
+/// only by a writer with the same tag, because only there does its pid name the same process: containers on one
+/// host (often one host name, each its own pid namespace, a shared volume) and hosts with one name on a shared
+/// file system each keep their own. A tag of an earlier boot matches no live writer, so its leftovers stay.
 inline std::string host_tag() {
-  char name[256] = {0};
+  std::string id;
 #if NANSCOPE_IMPL_POSIX_PROCESS
+  char name[256] = {0};
   if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  id = name;
+#endif
+#if defined(__linux__)
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {0};
+    const std::size_t n = std::fread(boot, 1, sizeof boot - 1, f);
+    std::fclose(f);
+    id.append("\nboot:").append(boot, n);
+  }
+  char ns[128];
+  const ssize_t len = ::readlink("/proc/self/ns/pid", ns, sizeof ns);
+  if (len > 0 && static_cast<std::size_t>(len) < sizeof ns) id.append("\nns:").append(ns, static_cast<std::size_t>(len));
 #endif
   std::uint32_t h = 2166136261u;
-  for (const char* p = name; *p != '\0'; ++p) {
-    h ^= static_cast<unsigned char>(*p);
+  for (const char c : id) {
+    h ^= static_cast<unsigned char>(c);
     h *= 16777619u;
   }
   char out[9];
