@@ -9127,10 +9127,12 @@ class recorder {
   void add_listener(scope_listener* l) {
     if (l == nullptr) return;
     std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : listeners_)
+    for (const auto& e : *listeners_)
       if (e->l == l) return;
-    listeners_.push_back(std::make_shared<listener_entry>(l));
-    listener_count_.store(listeners_.size(), std::memory_order_release);
+    auto next = std::make_shared<listener_list>(*listeners_);
+    next->push_back(std::make_shared<listener_entry>(l));
+    listeners_ = std::move(next);
+    listener_count_.store(listeners_->size(), std::memory_order_release);
   }
   /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
   /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
@@ -9138,16 +9140,16 @@ class recorder {
   bool remove_listener(scope_listener* l) {
     std::unique_lock<std::mutex> lk(lm_);
     std::shared_ptr<listener_entry> found;
-    for (auto it = listeners_.begin(); it != listeners_.end(); ++it) {
-      if ((*it)->l == l) {
-        found = *it;
-        listeners_.erase(it);
-        break;
-      }
-    }
+    for (const auto& e : *listeners_)
+      if (e->l == l) found = e;
     if (!found) return false;
+    auto next = std::make_shared<listener_list>();
+    next->reserve(listeners_->size() - 1);
+    for (const auto& e : *listeners_)
+      if (e != found) next->push_back(e);
+    listeners_ = std::move(next);
     found->removed = true;
-    listener_count_.store(listeners_.size(), std::memory_order_release);
+    listener_count_.store(listeners_->size(), std::memory_order_release);
     unsigned mine = 0;
     for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
       if (c->entry == found.get()) ++mine;
@@ -9161,7 +9163,7 @@ class recorder {
     std::vector<scope_listener*> old;
     {
       std::lock_guard<std::mutex> lk(lm_);
-      for (const auto& e : listeners_) old.push_back(e->l);
+      for (const auto& e : *listeners_) old.push_back(e->l);
     }
     for (scope_listener* o : old)
       if (o != l) remove_listener(o);
@@ -9171,13 +9173,13 @@ class recorder {
   /// The most recently attached listener still attached (nullptr if none).
   scope_listener* listener() const {
     std::lock_guard<std::mutex> lk(lm_);
-    return listeners_.empty() ? nullptr : listeners_.back()->l;
+    return listeners_->empty() ? nullptr : listeners_->back()->l;
   }
   /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
   bool listeners_want_reference_stats() const {
     if (listener_count() == 0) return false;
     std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : listeners_)
+    for (const auto& e : *listeners_)
       if (!e->removed && e->l->wants_reference_stats()) return true;
     return false;
   }
@@ -9369,24 +9371,20 @@ class recorder {
     unsigned calling = 0;  ///< calls into l in progress (under lm_)
     bool removed = false;
   };
-  /// Calls fn(listener) for every attached listener, outside the recorder's lock.
+  using listener_list = std::vector<std::shared_ptr<listener_entry>>;
+  /// Calls fn(listener) for every attached listener, outside the recorder's lock. Allocates nothing (the list is
+  /// replaced, never changed, by add_listener / remove_listener: a call holds the one it started with), so it
+  /// cannot throw: ~scope calls it.
   template <class F>
-  void notify(F&& fn) {
+  void notify(F&& fn) noexcept {
     if (listener_count_.load(std::memory_order_acquire) == 0) return;
-    std::shared_ptr<listener_entry> one[4];
-    std::vector<std::shared_ptr<listener_entry>> more;
-    std::size_t n = 0;
+    std::shared_ptr<const listener_list> list;
     {
       std::lock_guard<std::mutex> lk(lm_);
-      n = listeners_.size();
-      if (n <= 4) {
-        for (std::size_t i = 0; i < n; ++i) one[i] = listeners_[i];
-      } else {
-        more = listeners_;
-      }
+      list = listeners_;
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      listener_entry& e = n <= 4 ? *one[i] : *more[i];
+    for (const auto& entry : *list) {
+      listener_entry& e = *entry;
       {
         std::lock_guard<std::mutex> lk(lm_);
         if (e.removed) continue;
@@ -9406,9 +9404,9 @@ class recorder {
     emit(text);
   }
 
-  mutable std::mutex lm_;  // guards listeners_ and the entries' counters
+  mutable std::mutex lm_;  // guards listeners_ (the pointer) and the entries' counters
   std::condition_variable lcv_;
-  std::vector<std::shared_ptr<listener_entry>> listeners_;
+  std::shared_ptr<const listener_list> listeners_ = std::make_shared<const listener_list>();
   std::atomic<std::size_t> listener_count_{0};
   const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};

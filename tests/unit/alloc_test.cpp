@@ -1,6 +1,7 @@
 // "No heap allocation per check": replaces the global operator new of the test binary with a counting one
 // and asserts that, once the thread pool and tables exist, checks allocate nothing — for every mode, dtype,
-// strided views, and the multi-threaded path.
+// strided views, and the multi-threaded path. The same operator new can fail the n-th allocation of a thread
+// (alloc_fail_after): a scope's life survives an allocation failure at any point.
 #include <doctest/doctest.h>
 #include <nanscope/nanscope.hpp>
 
@@ -27,9 +28,11 @@
 #endif
 namespace {
 std::atomic<long> g_allocs{0};
+thread_local long alloc_fail_after = 0;  // > 0: this thread's n-th allocation from now throws std::bad_alloc
 }
 void* operator new(std::size_t n) {
   g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (alloc_fail_after > 0 && --alloc_fail_after == 0) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -64,6 +67,49 @@ TEST_CASE("check: no heap allocation per check (any mode, dtype, layout, thread 
         for (unsigned th : {1u, 2u}) sink = check(v, check_options{}.with_mode(m).with_threads(th).with_parallel_threshold(1)).count;
   CHECK(g_allocs.load() - before == 0);
   CHECK(sink > 0);
+}
+
+namespace alloc_test {
+/// Counts events; allocates nothing.
+struct counting_listener : nanscope::scope_listener {
+  int opened = 0, closed = 0;
+  void scope_opened(const nanscope::frame&, bool) noexcept override { ++opened; }
+  void tensor_recorded(const nanscope::frame&, const nanscope::tensor_record&) noexcept override {}
+  void scope_closed(const nanscope::frame&, bool) noexcept override { ++closed; }
+};
+}  // namespace alloc_test
+
+TEST_CASE("scope: an allocation failure anywhere in a scope's life (six listeners) leaves the chain whole") {
+  // With more than four listeners the event calls copied the list: a failure there left the thread's chain
+  // pointing at a scope whose constructor had thrown (used after it was gone), and in ~scope it ended the
+  // process (std::terminate).
+  nanscope::recorder r;
+  alloc_test::counting_listener ls[6];
+  for (auto& l : ls) r.add_listener(&l);
+  int failures = 0;
+  for (long k = 1; k < 400; ++k) {
+    bool threw = false;
+    alloc_fail_after = k;
+    try {
+      nanscope::scope outer(r, "a_module_name_longer_than_the_small_string_buffer", "AClassNameLongerThanThatBuffer");
+      nanscope::scope inner(r, "an_inner_module_with_a_name_longer_than_that_too", "Linear");
+      CHECK(nanscope::detail::thread_top_scope() == &inner);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    alloc_fail_after = 0;
+    CHECK(nanscope::detail::thread_top_scope() == nullptr);
+    if (!threw) break;  // k is past the last allocation of the sequence
+    ++failures;
+  }
+  CHECK(failures >= 3);  // the long names (the inner path is the outer one plus its own)
+  for (const auto& l : ls) CHECK(l.opened == l.closed);  // a scope heard of opening is heard of closing
+  {
+    nanscope::scope again(r, "again", "X");
+    CHECK(nanscope::detail::thread_top_scope() == &again);
+  }
+  CHECK(nanscope::detail::thread_top_scope() == nullptr);
+  for (auto& l : ls) r.remove_listener(&l);
 }
 #else
 TEST_CASE("check: no heap allocation per check (skipped under sanitizers, which own operator new)") {
