@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if NANSCOPE_TEST_HAVE_JSON
@@ -513,7 +514,7 @@ TEST_CASE("merge core on synthetic files: conflicting sequence numbers and bad f
                        doctest::Contains("conflicting sequence numbers: collective #0 on 'w'"),
                        nanscope_merge::input_error);
   // the same collective twice on one rank
-  auto twice = parse_all({rank_json(0, 1, {coll_ev(0, 0, "all_reduce", false, false), coll_ev(1, 0, "all_reduce", false, false)})});
+  auto twice = parse_all({rank_json(0, 2, {coll_ev(0, 0, "all_reduce", false, false), coll_ev(1, 0, "all_reduce", false, false)})});
   CHECK_THROWS_AS(nanscope_merge::analyse(twice), nanscope_merge::input_error);
   // world sizes disagree; two files for one rank
   CHECK_THROWS_AS(nanscope_merge::analyse(parse_all({rank_json(0, 2, {}),
@@ -532,8 +533,65 @@ TEST_CASE("merge core on synthetic files: conflicting sequence numbers and bad f
   CHECK_THROWS_AS(nanscope_merge::parse_rank_file(nofmt, "f"), nanscope_merge::input_error);
   auto badtype = rank_json(0, 1, {});
   badtype["rank"] = "zero";
-  CHECK_THROWS_WITH_AS(nanscope_merge::parse_rank_file(badtype, "f"), doctest::Contains("\"rank\" has the wrong type"),
+  CHECK_THROWS_WITH_AS(nanscope_merge::parse_rank_file(badtype, "f"), doctest::Contains("\"rank\" is not an integer"),
                        nanscope_merge::input_error);
+}
+
+TEST_CASE("merge core on synthetic files: a wrong type, a non-integer or an out-of-range number is an error naming it") {
+  const auto fails = [](const nlohmann::json& j, const char* what) {
+    CHECK_THROWS_WITH_AS(nanscope_merge::parse_rank_file(j, "f.json"), doctest::Contains(what), nanscope_merge::input_error);
+  };
+  const auto with = [](const char* key, const nlohmann::json& v) {
+    auto j = rank_json(0, 2, {frame_ev(0, 0, "a", false, false)});
+    j[key] = v;
+    return j;
+  };
+  // optional keys with the wrong type (json::value() threw a json::type_error here: the tool aborted)
+  fails(with("host", 5), "\"host\" has the wrong type");
+  fails(with("reason", nlohmann::json::array()), "\"reason\" has the wrong type");
+  fails(with("pid", "x"), "\"pid\" is not an integer");
+  fails(with("dropped_events", -1), "\"dropped_events\" is out of range");
+  const auto event_with = [](const char* key, const nlohmann::json& v, bool in_tensor) {
+    auto e = frame_ev(0, 0, "a", false, false);
+    (in_tensor ? e["tensors"][0][key] : e[key]) = v;
+    return rank_json(0, 2, {e});
+  };
+  fails(event_with("class", 5, false), "\"class\" has the wrong type");
+  fails(event_with("complete", "yes", false), "\"complete\" has the wrong type");
+  fails(event_with("tensor", "no", true), "\"tensor\" has the wrong type");
+  fails(event_with("allowed", 1, true), "\"allowed\" has the wrong type");
+  auto site = coll_ev(0, 0, "all_reduce", false, false);
+  site["site"] = 5;
+  fails(rank_json(0, 2, {site}), "\"site\" has the wrong type");
+  // numbers converted silently before: 2^32 wrapped to rank 0, 0.9 truncated, -5 became 2^64 - 5
+  fails(with("rank", 4294967296LL), "\"rank\" is out of range");
+  fails(with("world_size", 4294967297LL), "\"world_size\" is out of range");
+  fails(with("rank", 0.9), "\"rank\" is not an integer");
+  fails(with("rank", 1e300), "\"rank\" is not an integer");
+  fails(with("version", 1.5), "\"version\" is not an integer");
+  auto neg = frame_ev(0, 0, "a", false, false);
+  neg["step"] = -5;
+  fails(rank_json(0, 2, {neg}), "\"step\" is out of range");
+  // sizes that made the tool allocate per rank (2e9 ranks: about 16 GB, then std::bad_alloc)
+  fails(rank_json(0, 2000000000, {}), "world size 2000000000 is beyond this tool's limit");
+  auto big = coll_ev(0, 0, "all_reduce", false, true);
+  big["comm_size"] = 2000000000;
+  fails(rank_json(0, 2, {big}), "communicator size 2000000000 is impossible in world size 2");
+  auto rank_past = coll_ev(0, 0, "all_reduce", false, false);
+  rank_past["comm_rank"] = 2;
+  fails(rank_json(0, 2, {rank_past}), "rank 2 of communicator size 2 is impossible");
+  auto member = coll_ev(0, 0, "all_reduce", false, false);
+  member["members"] = {0, 7};
+  fails(rank_json(0, 2, {member}), "members[1] is 7, not a rank of world size 2");
+  auto peer = coll_ev(0, 0, "send", false, false);
+  peer["type"] = "send";
+  peer["peer"] = 5;
+  peer["tag"] = 0;
+  fails(rank_json(0, 2, {peer}), "peer 5 is not a rank of communicator size 2");
+  // the same files with good values parse
+  CHECK_NOTHROW(nanscope_merge::parse_rank_file(with("host", "node1"), "f.json"));
+  member["members"] = {0, 1};
+  CHECK_NOTHROW(nanscope_merge::parse_rank_file(rank_json(0, 2, {member}), "f.json"));
 }
 
 TEST_CASE("merge core on synthetic files: happens-before, not file order or clocks, picks the producer") {
@@ -589,6 +647,30 @@ TEST_CASE("merge_dir: no files is exit 3, a missing directory and a damaged file
   const auto r = nanscope_merge::merge_dir(dir);
   CHECK(r.exit == nanscope_merge::error);
   CHECK(r.error.find("nanscope_evidence_rank0of2.json: not valid JSON") != std::string::npos);
+  std::remove((dir + "/nanscope_evidence_rank0of2.json").c_str());
+  // another file whose "format" is not a string is ignored (it threw json::type_error: the tool aborted)
+  {
+    std::ofstream odd(dir + "/odd.json");
+    odd << "{\"format\": 5}";
+  }
+  CHECK(nanscope_merge::merge_dir(dir).exit == nanscope_merge::incomplete);
+  // a FIFO is never opened (the tool blocked in open() for ever): ignored, or an error when it has an evidence name
+  REQUIRE(::mkfifo((dir + "/pipe.json").c_str(), 0600) == 0);
+  CHECK(nanscope_merge::merge_dir(dir).exit == nanscope_merge::incomplete);
+  REQUIRE(::mkfifo((dir + "/nanscope_evidence_rank0of1.json").c_str(), 0600) == 0);
+  const auto f = nanscope_merge::merge_dir(dir);
+  CHECK(f.exit == nanscope_merge::error);
+  CHECK(f.error.find("nanscope_evidence_rank0of1.json: not a regular file") != std::string::npos);
+  std::remove((dir + "/nanscope_evidence_rank0of1.json").c_str());
+  // a wrong-typed optional key in an evidence file is exit 2 naming the file
+  {
+    std::ofstream bad(dir + "/nanscope_evidence_rank0of1.json");
+    bad << "{\"format\": \"nanscope-rank-evidence\", \"version\": 1, \"rank\": 0, \"world_size\": 1, \"host\": 5, "
+           "\"events\": []}";
+  }
+  const auto h = nanscope_merge::merge_dir(dir);
+  CHECK(h.exit == nanscope_merge::error);
+  CHECK(h.error.find("nanscope_evidence_rank0of1.json: \"host\" has the wrong type") != std::string::npos);
 }
 #endif  // NANSCOPE_TEST_HAVE_JSON
 

@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <new>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +37,12 @@ class input_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// The largest world size accepted (the largest MPI jobs run about a million ranks): a damaged file's size
+/// must not make the tool allocate per rank without bound.
+inline constexpr int max_world_size = 1 << 22;
+/// The largest evidence file read (a rank keeps a bounded ring of events: real files are far smaller).
+inline constexpr long long max_file_bytes = 1LL << 30;
 
 enum class ev_type { frame, checkpoint, collective, send, recv };
 
@@ -83,14 +92,54 @@ inline const json& need(const json& j, const char* key, const std::string& where
   if (it == j.end()) throw input_error(where + ": missing \"" + key + "\"");
   return *it;
 }
+/// The value of key as T. Integers must be JSON integers within T's range: 1.5, 1e300, -5 for an unsigned
+/// field or 2^32 for an int are errors, never silently converted.
 template <class T>
 T get_as(const json& j, const char* key, const std::string& where) {
   const json& v = need(j, key, where);
-  try {
-    return v.get<T>();
-  } catch (const json::exception&) {
-    throw input_error(where + ": \"" + key + "\" has the wrong type (" + v.type_name() + ")");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!v.is_number_integer())
+      throw input_error(where + ": \"" + key + "\" is not an integer (" + v.type_name() + ")");
+    bool fits;
+    if (v.is_number_unsigned()) {
+      fits = v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+    } else {
+      const std::int64_t i = v.get<std::int64_t>();
+      if constexpr (std::is_signed_v<T>)
+        fits = i >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+               i <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
+      else
+        fits = i >= 0 && static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+    }
+    if (!fits) throw input_error(where + ": \"" + key + "\" is out of range (" + v.dump() + ")");
+    return v.is_number_unsigned() ? static_cast<T>(v.get<std::uint64_t>()) : static_cast<T>(v.get<std::int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      throw input_error(where + ": \"" + key + "\" has the wrong type (" + v.type_name() + ")");
+    }
   }
+}
+/// get_as for an optional key: `fallback` when it is absent.
+template <class T>
+T opt_as(const json& j, const char* key, T fallback, const std::string& where) {
+  return j.contains(key) ? get_as<T>(j, key, where) : fallback;
+}
+/// Communicator ranks of one event, as world ranks in [0, world).
+inline std::vector<int> get_members(const json& e, int world, const std::string& where) {
+  const json& m = need(e, "members", where);
+  if (!m.is_array()) throw input_error(where + ": \"members\" is not an array");
+  std::vector<int> out;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const json one{{"member", m[i]}};
+    const int r = get_as<int>(one, "member", where + ": members[" + std::to_string(i) + "]");
+    if (r < 0 || r >= world)
+      throw input_error(where + ": members[" + std::to_string(i) + "] is " + std::to_string(r) + ", not a rank of world size " +
+                        std::to_string(world));
+    out.push_back(r);
+  }
+  return out;
 }
 inline bool health_bad(const json& h, const std::string& where) {
   if (!h.is_object()) throw input_error(where + ": a health record is not an object");
@@ -102,9 +151,10 @@ inline bool health_bad(const json& h, const std::string& where) {
 inline rank_file parse_rank_file(const json& j, const std::string& path) {
   using detail::get_as;
   if (!j.is_object()) throw input_error(path + ": not a JSON object");
-  if (j.value("format", std::string()) != "nanscope-rank-evidence")
+  const auto fmt = j.find("format");
+  if (fmt == j.end() || !fmt->is_string() || fmt->get_ref<const std::string&>() != "nanscope-rank-evidence")
     throw input_error(path + ": not a nanscope rank evidence file (\"format\" is not \"nanscope-rank-evidence\")");
-  if (get_as<int>(j, "version", path) != 1) throw input_error(path + ": unsupported version (this tool reads 1)");
+  if (get_as<long long>(j, "version", path) != 1) throw input_error(path + ": unsupported version (this tool reads 1)");
   rank_file f;
   f.path = path;
   f.rank = get_as<int>(j, "rank", path);
@@ -112,10 +162,13 @@ inline rank_file parse_rank_file(const json& j, const std::string& path) {
   if (f.world_size <= 0 || f.rank < 0 || f.rank >= f.world_size)
     throw input_error(path + ": rank " + std::to_string(f.rank) + " of world size " + std::to_string(f.world_size) +
                       " is impossible");
-  f.host = j.value("host", std::string());
-  f.reason = j.value("reason", std::string());
-  f.pid = j.value("pid", 0LL);
-  f.dropped = j.value("dropped_events", std::uint64_t{0});
+  if (f.world_size > max_world_size)
+    throw input_error(path + ": world size " + std::to_string(f.world_size) + " is beyond this tool's limit of " +
+                      std::to_string(max_world_size) + " ranks");
+  f.host = detail::opt_as<std::string>(j, "host", std::string(), path);
+  f.reason = detail::opt_as<std::string>(j, "reason", std::string(), path);
+  f.pid = detail::opt_as<long long>(j, "pid", 0LL, path);
+  f.dropped = detail::opt_as<std::uint64_t>(j, "dropped_events", 0, path);
   if (j.contains("stop") && j["stop"].is_object()) {
     f.stopped = true;
     f.stop_step = get_as<std::uint64_t>(j["stop"], "step", path + ": stop");
@@ -140,16 +193,17 @@ inline rank_file parse_rank_file(const json& j, const std::string& path) {
     if (type == "frame" || type == "checkpoint") {
       ev.type = type == "frame" ? ev_type::frame : ev_type::checkpoint;
       ev.module_path = get_as<std::string>(e, "module_path", where);
-      ev.cls = e.value("class", std::string());
-      ev.complete = e.value("complete", true);
+      ev.cls = detail::opt_as<std::string>(e, "class", std::string(), where);
+      ev.complete = detail::opt_as<bool>(e, "complete", true, where);
       const json& ts = detail::need(e, "tensors", where);
       if (!ts.is_array()) throw input_error(where + ": \"tensors\" is not an array");
       for (const json& t : ts) {
         tensor_ev te;
+        if (!t.is_object()) throw input_error(where + ": a tensor record is not an object");
         te.role = get_as<std::string>(t, "role", where);
         te.context = get_as<std::string>(t, "context", where);
-        if (t.value("tensor", true)) {
-          const bool allowed = t.value("allowed", false);
+        if (detail::opt_as<bool>(t, "tensor", true, where)) {
+          const bool allowed = detail::opt_as<bool>(t, "allowed", false, where);
           te.nonfinite = detail::health_bad(detail::need(t, "health", where), where) && !allowed;
         }
         ev.tensors.push_back(std::move(te));
@@ -162,15 +216,21 @@ inline rank_file parse_rank_file(const json& j, const std::string& path) {
       ev.comm = get_as<std::string>(e, "comm", where);
       ev.comm_size = get_as<int>(e, "comm_size", where);
       ev.comm_rank = get_as<int>(e, "comm_rank", where);
+      if (ev.comm_size <= 0 || ev.comm_size > f.world_size || ev.comm_rank < 0 || ev.comm_rank >= ev.comm_size)
+        throw input_error(where + ": rank " + std::to_string(ev.comm_rank) + " of communicator size " +
+                          std::to_string(ev.comm_size) + " is impossible in world size " + std::to_string(f.world_size));
       ev.seq = get_as<std::uint64_t>(e, "seq", where);
-      ev.site = e.value("site", std::string());
-      if (e.contains("members")) ev.members = get_as<std::vector<int>>(e, "members", where);
+      ev.site = detail::opt_as<std::string>(e, "site", std::string(), where);
+      if (e.contains("members")) ev.members = detail::get_members(e, f.world_size, where);
       if (!ev.members.empty() && static_cast<int>(ev.members.size()) != ev.comm_size)
         throw input_error(where + ": " + std::to_string(ev.members.size()) + " members for communicator size " +
                           std::to_string(ev.comm_size));
       if (ev.type != ev_type::collective) {
         ev.peer = get_as<int>(e, "peer", where);
         ev.tag = get_as<int>(e, "tag", where);
+        if (ev.peer < 0 || ev.peer >= ev.comm_size)
+          throw input_error(where + ": peer " + std::to_string(ev.peer) + " is not a rank of communicator size " +
+                            std::to_string(ev.comm_size));
       }
       if (e.contains("input")) {
         ev.has_input = true;
@@ -631,6 +691,18 @@ inline result merge_dir(const std::string& dir) {
     for (const auto& n : names) {
       const std::string path = dir + "/" + n;
       const bool named = n.rfind("nanscope_evidence_", 0) == 0;
+      // only regular files: a FIFO would block the open or the read, a device never end
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (named) throw input_error(path + ": not a regular file");
+        continue;
+      }
+      if (st.st_size > max_file_bytes) {
+        if (named)
+          throw input_error(path + ": " + std::to_string(st.st_size) + " bytes, beyond this tool's limit of " +
+                            std::to_string(max_file_bytes));
+        continue;
+      }
       std::ifstream in(path, std::ios::binary);
       if (!in) {
         if (named) throw input_error(path + ": cannot be read");
@@ -641,8 +713,15 @@ inline result merge_dir(const std::string& dir) {
         if (named) throw input_error(path + ": not valid JSON (truncated or damaged)");
         continue;
       }
-      if (!named && (!j.is_object() || j.value("format", std::string()) != "nanscope-rank-evidence")) continue;
-      files.push_back(parse_rank_file(j, path));
+      if (!named) {
+        const auto fmt = j.is_object() ? j.find("format") : j.end();
+        if (fmt == j.end() || !fmt->is_string() || fmt->get_ref<const std::string&>() != "nanscope-rank-evidence") continue;
+      }
+      try {
+        files.push_back(parse_rank_file(j, path));
+      } catch (const json::exception& e) {  // a shape parse_rank_file did not foresee
+        throw input_error(path + ": " + e.what());
+      }
     }
     std::sort(files.begin(), files.end(), [](const rank_file& a, const rank_file& b) { return a.rank < b.rank; });
     result a = analyse(files);
@@ -652,6 +731,11 @@ inline result merge_dir(const std::string& dir) {
     r.exit = error;
     r.verdict = "error";
     r.error = e.what();
+    return r;
+  } catch (const std::bad_alloc&) {
+    r.exit = error;
+    r.verdict = "error";
+    r.error = dir + ": out of memory while reading the evidence";
     return r;
   }
 }
