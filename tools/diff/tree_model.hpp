@@ -152,9 +152,31 @@ inline bool parse_number(std::string_view s, double& out) {
   double x = 0;
   const auto r = std::from_chars(body.data(), body.data() + body.size(), x, std::chars_format::general);
   if (r.ec == std::errc::result_out_of_range) {
-    // from_chars leaves x unset on over/underflow: recompute by hand (a file may hold 1e400 or 1e-400)
-    const bool big = body.find("e-") == std::string_view::npos && body.find("E-") == std::string_view::npos;
-    x = big ? std::numeric_limits<double>::infinity() : 0.0;
+    // from_chars leaves x unset on overflow and on underflow to zero (1e400, 1e-400, 0.000...0001): the value is
+    // 0.d... x 10^(lead + exp), lead being the digits before the point or minus the zeros after it
+    const std::size_t epos = body.find_first_of("eE");
+    const std::string_view mant = body.substr(0, epos);
+    long long lead = 0;
+    bool point = false, nonzero = false;
+    for (const char c : mant) {
+      if (c == '.') {
+        point = true;
+      } else if (!nonzero && c == '0') {
+        if (point) --lead;
+      } else {
+        nonzero = true;
+        if (!point) ++lead;
+      }
+    }
+    long long e10 = 0;
+    if (epos != std::string_view::npos) {
+      std::string_view ex = body.substr(epos + 1);
+      const bool eneg = !ex.empty() && ex.front() == '-';
+      if (!ex.empty() && (ex.front() == '-' || ex.front() == '+')) ex.remove_prefix(1);
+      for (const char c : ex) e10 = e10 < 1000000000LL ? e10 * 10 + (c - '0') : e10;  // digits: from_chars checked
+      if (eneg) e10 = -e10;
+    }
+    x = nonzero && lead + e10 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
   } else if (r.ec != std::errc() || r.ptr != body.data() + body.size()) {
     return false;
   }
