@@ -259,6 +259,14 @@ def screenshot(page, out, size="1400,1400"):
     expect(ok, f"chromium --screenshot {out}: exit {p.returncode}, {p.stderr.decode('utf-8', 'replace')[-300:]}")
 
 
+def make_fifo(name):
+    p = path(name)
+    if os.path.exists(p):
+        os.remove(p)
+    os.mkfifo(p)
+    return p
+
+
 def rows(dom):
     return [e for e in dom.iter() if "row" in e.classes() and "data-node" in e.attrs]
 
@@ -295,6 +303,14 @@ def group_errors():
         (write_json("badhealth.json", node("M", [dict(tensor(), health={"nan": -1})])), "health"),
         (write_text("badutf8.json", b'{"module_path": "M\xff"}', "wb"), "UTF-8"),
         (write_text("badutf8.jsonl", b'{"kind":"summary"}\n{"kind":"tensor","file":"a\xfe.npy"}\n', "wb"), "line 2"),
+        # hostile inputs: deep nesting overflowed the stack (SIGSEGV); a pipe without a writer hung; /dev/zero was
+        # read until memory ran out
+        (write_text("deep.json", '{"site": "a", "step": 1, "log2_abs_max": 1, "x": ' + "[" * 200000 + "]" * 200000 + "}"),
+         "nested more than 512 levels deep"),
+        (write_text("deep.jsonl", '{"site": "a", "step": 1, "log2_abs_max": 1}\n{"site": "a", "x": ' + "[" * 100000 +
+                    "]" * 100000 + "}\n"), "line 2: nested more than"),
+        (make_fifo("nowriter.json"), "a named pipe (FIFO) with no writer"),
+        ("/dev/zero", "not a JSON document"),
     ]
     for bad, needle in cases:
         rc, so, se = run("report", good, bad, "-o", out)
@@ -559,6 +575,12 @@ def group_history():
     expect(any(t.startswith("bf16 limit 128.0") for t in texts), f"the bf16 limit is not named: {texts[:20]}")
     cols = [t for t in texts if t in ("0", "10", "20", "30")]
     expect(cols[-4:] == ["0", "10", "20", "30"], f"heatmap columns {cols}")
+    # a finite value near the double's limit stays a number in the page's data (rounding it to 3 decimals
+    # overflowed: "inf")
+    big = write_text("big.jsonl", '{"site": "a", "step": 1, "log2_abs_max": 1e308}\n{"site": "a", "step": 2, "log2_abs_max": 3}\n')
+    with open(report("big.html", big), encoding="utf-8") as f:
+        m = re.search(r'"rows":\[\["a",\[([^\]]*)\]', f.read())
+    expect(m is not None and m.group(1) == "1e+308,3", f"heatmap data of a 1e308 cell: {m.group(1) if m else None!r}")
 
 
 def group_large():

@@ -164,7 +164,8 @@ inline std::string heatmap_json(const heatmap& h) {
     for (std::size_t j = 0; j < h.cols.size(); ++j) {
       const double x = h.v[i][j];
       s += (j ? "," : "");
-      s += std::isfinite(x) ? json_number(std::round(x * 1000.0) / 1000.0) : std::string("null");
+      // rounded to 3 decimals where that cannot overflow (x * 1000 of 1e308 is inf)
+      s += std::isfinite(x) ? json_number(std::fabs(x) < 1e300 ? std::round(x * 1000.0) / 1000.0 : x) : std::string("null");
     }
     s += "],[";
     for (std::size_t j = 0; j < h.cols.size(); ++j) s += (j ? "," : "") + std::string(h.bad[i][j] ? "1" : "0");

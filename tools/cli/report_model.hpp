@@ -82,17 +82,31 @@ struct model {
 
 // ---------------------------------------------------------------------------------------------------------
 
+/// The whole input file, read as nanscope-diff reads its inputs (tools/diff/input.hpp): a pipe without a writer
+/// fails after a bounded wait, an input past 512 MiB or one that cannot start a JSON text (/dev/zero) stops.
 inline std::string read_whole_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw input_error("nanscope: file '" + path + "': cannot open: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw input_error("nanscope: file '" + path + "': is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw input_error("nanscope: file '" + path + "': cannot open: " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw input_error("nanscope: file '" + path + "': read error");
-  return buf.str();
+  std::string out;
+  try {
+    nsdiff::input_file in(path, nsdiff::input_limits{});
+    // straight from the buffer: a stream's operator<< would swallow the buffer's exceptions (the limits)
+    char chunk[1 << 16];
+    for (std::streamsize n; (n = in.sgetn(chunk, sizeof chunk)) > 0;) out.append(chunk, static_cast<std::size_t>(n));
+  } catch (const nsdiff::bad_input& e) {
+    throw input_error("nanscope: file '" + path + "': " + e.what());
+  }
+  return out;
+}
+
+/// Parses one JSON text, refusing nesting deeper than nanscope-diff's limit while parsing (a deep document
+/// overflowed the stack). `where` names the file (and line) in the error.
+inline json parse_bounded(std::string_view text, const std::string& where) {
+  const json::parser_callback_t depth_guard = [&where](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= nsdiff::max_nesting)
+      throw input_error(where + ": nested more than " + std::to_string(nsdiff::max_nesting) + " levels deep");
+    return true;
+  };
+  return json::parse(text, depth_guard);
 }
 
 /// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
@@ -390,7 +404,7 @@ inline void read_input(model& m, const std::string& path) {
   bool whole = true;
   std::string whole_error;
   try {
-    doc = json::parse(text);
+    doc = parse_bounded(text, "nanscope: file '" + path + "'");
   } catch (const json::exception& e) {
     whole = false;
     whole_error = json_message(e);
@@ -404,7 +418,8 @@ inline void read_input(model& m, const std::string& path) {
                       "': not a layer tree (no object with \"module_path\"), `nanscope scan --json` output (no "
                       "\"kind\") or site history (no \"site\")");
   if (whole) {  // one JSON Lines record, possibly spread over lines
-    std::vector<std::pair<std::size_t, json>> one{{1, std::move(doc)}};
+    std::vector<std::pair<std::size_t, json>> one;
+    one.emplace_back(1, std::move(doc));  // (a braced list would copy the document)
     if (one.front().second.contains("kind")) return read_scan(m, path, one);
     return read_history(m, path, one);
   }
@@ -420,7 +435,7 @@ inline void read_input(model& m, const std::string& path) {
     if (line.empty()) continue;
     json o;
     try {
-      o = json::parse(line);
+      o = parse_bounded(line, "nanscope: file '" + path + "': line " + std::to_string(lineno));
     } catch (const json::exception& e) {
       // the first line already fails: report the file as one broken JSON document (a truncated tree file)
       if (lines.empty() && !whole_error.empty())
