@@ -109,7 +109,8 @@ struct tensor_result {
   double rtol = 0, atol = 0;
   double stats_atol = 0;       ///< the atol for mean and std (smaller than atol when not every value was compared)
   double numel = 0;            ///< elements of A's tensor
-  std::size_t elided = 0;      ///< elements torch's print left out (the "..." part), when both show the same layout
+  double elided = 0;           ///< elements torch's print left out (the "..." part), when both show the same layout
+                               ///< (a double like numel: a shape's product can pass 2^64)
   std::size_t stats_compared = 0, stats_failed = 0, values_compared = 0, values_failed = 0;
   std::string values_skipped;  ///< why shown values were not compared although both sides have some
   bool has_worst = false;
@@ -438,7 +439,7 @@ class differ {
     for (const std::int64_t d : a.shape) t.numel *= static_cast<double>(d);
     const bool same_layout = a.has_values && b.has_values && a.values.layout == b.values.layout;
     if (same_layout && a.values.layout.find('e') != std::string::npos && t.numel > static_cast<double>(a.values.v.size()))
-      t.elided = static_cast<std::size_t>(t.numel) - a.values.v.size();
+      t.elided = t.numel - static_cast<double>(a.values.v.size());
     const bool every_value = same_layout && a.values.layout.find('e') == std::string::npos;
     t.stats_atol = t.atol;
     if (!o_.atol_set && !every_value && t.numel > 1) t.stats_atol = t.atol / std::min(std::sqrt(t.numel), 64.0);

@@ -228,10 +228,22 @@ std::string plural(std::size_t n, const char* one, const char* many) {
 }
 
 /// Why a tensor whose shown values agree still diverged.
+/// An element count held as a double: exact below 2^53, else 6 significant digits (a shape's product can pass
+/// 2^64, where a cast to an integer is undefined).
+std::string count_text(double n) {
+  if (n < 9007199254740992.0) return std::to_string(static_cast<std::uint64_t>(n));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", n);
+  return buf;
+}
+nlohmann::json count_json(double n) {
+  if (n < 9007199254740992.0) return static_cast<std::uint64_t>(n);
+  return n;
+}
+
 std::string elided_text(const nsdiff::tensor_result& t) {
   return "its " + std::to_string(t.values_compared) + " shown values agree, torch's print elided " +
-         std::to_string(t.elided) + " of " + std::to_string(static_cast<std::size_t>(t.numel)) +
-         ": the verdict rests on its statistics";
+         count_text(t.elided) + " of " + count_text(t.numel) + ": the verdict rests on its statistics";
 }
 
 /// What went wrong with one diverged tensor, in a few words.
@@ -451,7 +463,7 @@ json tensor_json(const nsdiff::report& r, const nsdiff::tensor_result& t) {
   if (t.dtype_changed) j["dtype"] = {t.dtype_a, t.dtype_b};
   if (!t.values_skipped.empty()) j["values_skipped"] = t.values_skipped;
   if (t.stats_atol != t.atol) j["stats_atol"] = jnum(t.stats_atol);
-  if (t.elided) j["elided_values"] = t.elided;
+  if (t.elided > 0) j["elided_values"] = count_json(t.elided);
   // what the verdict on this tensor rests on: "values" (a shown value differs), "statistics" (only mean/std/min/
   // max differ), "structure" (shape/dtype), "health"; "elided" says the statistics cover values the files elide
   if (t.diverged()) {
