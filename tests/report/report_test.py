@@ -581,6 +581,19 @@ def group_history():
     with open(report("big.html", big), encoding="utf-8") as f:
         m = re.search(r'"rows":\[\["a",\[([^\]]*)\]', f.read())
     expect(m is not None and m.group(1) == "1e+308,3", f"heatmap data of a 1e308 cell: {m.group(1) if m else None!r}")
+    # bounded pages from hostile inputs: 8000 sites over 8000 steps made a dense 64M-cell heatmap (1.9 GB, a 450 MB
+    # page); a 40 KB dotted tensor name made a node per prefix, each holding its prefix (2 GB, a 400 MB page)
+    many = write_text("many.jsonl", "".join(json.dumps({"site": f"s{i}", "step": i, "log2_abs_max": 1}) + "\n"
+                                            for i in range(8000)))
+    page = report("many.html", many)
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    expect(len(text) < 16 << 20, f"the page of an 8000 x 8000 history is {len(text)} bytes")
+    expect("20 steps a column, the largest value" in text and "6000 more are left out" in text,
+           "the bounded heatmap does not say how it was bounded")
+    dots = write_text("dots.jsonl", json.dumps({"kind": "tensor", "file": "f", "name": "a." * 20000}) + "\n")
+    page = report("dots.html", dots)
+    expect(os.path.getsize(page) < 4 << 20, f"the page of a 40 KB dotted name is {os.path.getsize(page)} bytes")
 
 
 def group_large():

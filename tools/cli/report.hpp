@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,12 @@ inline heatmap tree_heatmap(const model& m) {
   return h;
 }
 
+/// A history heatmap's bounds: past max_heat_cols steps, consecutive steps share a column (the largest value);
+/// past max_heat_rows sites, the later sites are left out (the title says how many). A history of 8000 sites
+/// over 8000 steps made a dense 64M-cell matrix (1.9 GB, a 450 MB page).
+inline constexpr std::size_t max_heat_cols = 400;
+inline constexpr std::size_t max_heat_rows = 2000;
+
 inline heatmap history_heatmap(const history_file& f) {
   heatmap h;
   h.title = "site \u00d7 step, from " + f.source;
@@ -146,12 +153,25 @@ inline heatmap history_heatmap(const history_file& f) {
   for (const auto& p : f.points) steps.push_back(p.step);
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  for (long s : steps) h.cols.push_back(std::to_string(s));
-  std::map<std::string, std::size_t> row_of;
-  for (const auto& p : f.points) {
-    const auto col = static_cast<std::size_t>(std::lower_bound(steps.begin(), steps.end(), p.step) - steps.begin());
-    heat_put(h, row_of, p.site, col, p.log2_abs_max, p.nan + p.pos_inf + p.neg_inf > 0);
+  const std::size_t per = steps.size() > max_heat_cols ? (steps.size() + max_heat_cols - 1) / max_heat_cols : 1;
+  for (std::size_t c = 0; c < steps.size(); c += per) {
+    const std::size_t last = std::min(c + per, steps.size()) - 1;
+    h.cols.push_back(last == c ? std::to_string(steps[c]) : std::to_string(steps[c]) + "\u2013" + std::to_string(steps[last]));
   }
+  std::map<std::string, std::size_t> row_of;
+  std::set<std::string> left_out;
+  for (const auto& p : f.points) {
+    if (h.sites.size() >= max_heat_rows && row_of.count(p.site) == 0) {
+      left_out.insert(p.site);
+      continue;
+    }
+    const auto idx = static_cast<std::size_t>(std::lower_bound(steps.begin(), steps.end(), p.step) - steps.begin());
+    heat_put(h, row_of, p.site, idx / per, p.log2_abs_max, p.nan + p.pos_inf + p.neg_inf > 0);
+  }
+  if (per > 1) h.title += " (" + std::to_string(per) + " steps a column, the largest value)";
+  if (!left_out.empty())
+    h.title += " (the first " + std::to_string(max_heat_rows) + " sites; " + std::to_string(left_out.size()) +
+               " more are left out)";
   return h;
 }
 

@@ -237,6 +237,12 @@ inline double json_double(const json& j) {
 
 /// `nanscope scan --json` output: one view, root = the scan file, then one node per scanned file, then the dotted
 /// tensor names as a hierarchy.
+/// Tensor names of a scan are grouped by their dotted components up to this depth (deeper ones stay in the last
+/// group's name) ...
+inline constexpr std::size_t max_name_levels = 32;
+/// ... and not at all past this length.
+inline constexpr std::size_t max_split_name = 4096;
+
 inline void read_scan(model& m, const std::string& path, const std::vector<std::pair<std::size_t, json>>& lines) {
   tree_view v;
   v.source = path;
@@ -255,9 +261,13 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
     } else {
       cur = it->second;
     }
+    // a node per dotted prefix, at most max_name_levels of them, and none for a name past max_split_name bytes:
+    // each node holds its whole prefix, so 'a.a.a....' of 40 KB took 2 GB and a 400 MB page
     std::size_t pos = 0;
+    std::size_t levels = 0;
+    const bool split = name.size() <= max_split_name;
     while (pos < name.size()) {
-      std::size_t dot = name.find('.', pos);
+      std::size_t dot = split && ++levels < max_name_levels ? name.find('.', pos) : std::string::npos;
       if (dot == std::string::npos) dot = name.size();
       const std::string prefix = name.substr(0, dot);
       key = file + '\0' + prefix;
