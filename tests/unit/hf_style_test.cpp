@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -572,3 +573,25 @@ TEST_CASE("hf style: an exception thrown by the detection callback is raised lat
   CHECK_NOTHROW(rec.raise_pending());  // raised once
 }
 #endif
+
+TEST_CASE("hf style: an integer input holding its type's minimum prints torch's wrapped abs") {
+  // HF's report takes var.abs().min() / .max(); torch.abs(int8 -128) is -128, so the frame line is
+  // "-1.28e+02 5.00e+00 input[0]" (format(-128, "8.2e")), as for int64's minimum.
+  nsrec::capture c;
+  nanscope::recorder_options o;
+  o.style = nanscope::report_style::hf;
+  o.sink = c.sink();
+  o.policy = on_detect::print_and_continue;
+  recorder rec(o);
+  const std::vector<std::int8_t> ids{-128, 5};
+  const std::vector<std::int64_t> wide{std::numeric_limits<std::int64_t>::min(), 7};
+  const vec nan{nsrec::qnan()};
+  {
+    scope s(rec, "embed", "Embedding");
+    s.input(ids);
+    s.input(wide);
+    s.output(nan);
+  }
+  CHECK(c.str().find("-1.28e+02 5.00e+00 input[0]\n") != std::string::npos);
+  CHECK(c.str().find("-9.22e+18 7.00e+00 input[1]\n") != std::string::npos);
+}

@@ -17,9 +17,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -766,6 +768,32 @@ TEST_CASE("recorder: integer tensors are recorded with abs min/max, never classi
   CHECK(h2.count == 4);
   CHECK(s.current().tensors.size() == 1);  // left out of the frame
   CHECK(rec.detections() == 0);
+}
+
+TEST_CASE("recorder: integer abs min/max follow torch.abs, which wraps the most negative value") {
+  // torch computes abs in the tensor's type: abs(int8 -128) is -128, so HF's report prints -1.28e+02 as abs min.
+  // Reference: every int8 pair, wrapped with the two's-complement negation torch's kernel does.
+  nsrec::capture out;
+  recorder rec(opts(out, on_detect::throw_exception));
+  scope s(rec, "embed", "Embedding");
+  const auto wrap8 = [](int x) { return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(x < 0 ? -x : x))); };
+  int checked = 0;
+  for (int a = -128; a < 128; a += 3)
+    for (int b = -128; b < 128; b += 5) {
+      const std::vector<std::int8_t> v{static_cast<std::int8_t>(a), static_cast<std::int8_t>(b)};
+      const nanscope::health_result h = s.input(v);
+      CHECK(h.abs_min == std::min(wrap8(a), wrap8(b)));
+      CHECK(h.abs_max == std::max(wrap8(a), wrap8(b)));
+      ++checked;
+    }
+  CHECK(checked > 2000);
+  const std::vector<std::int8_t> only_min{-128, -128};
+  CHECK(s.input(only_min).abs_max == -128.0);  // every |x| is -128: so is the max
+  const std::vector<std::int64_t> i64{std::numeric_limits<std::int64_t>::min(), 3};
+  CHECK(s.input(i64).abs_min == -9223372036854775808.0);
+  CHECK(s.input(i64).abs_max == 3.0);
+  const std::vector<std::int32_t> i32{std::numeric_limits<std::int32_t>::min() + 1, 0};
+  CHECK(s.input(i32).abs_max == 2147483647.0);  // one above the minimum: an ordinary abs
 }
 
 // ---------------------------------------------------------------------------------------------------------
