@@ -11926,21 +11926,26 @@ class tree_writer final : public scope_listener {
     w.add("}");
   }
 
+  /// The kwargs object. HF's SUMMARY is FULL_TENSORS with every "value" key removed from the objects under
+  /// inputs and outputs (its strip_values), so a kwarg named "value" (an attention module's) is not in the
+  /// SUMMARY file, and its object is left as {} when it was the only one.
   static void write_named(detail::tree_text& w, const std::vector<detail::tree_io>& items, int level) {
-    if (items.empty()) {
-      w.add("{}");
-      return;
+    for (const bool full : {false, true}) {
+      if (!(full ? w.with_full : w.with_summary)) continue;
+      std::string& out = full ? w.full : w.summary;
+      out += '{';
+      std::size_t shown = 0;
+      for (const auto& item : items) {
+        if (!full && item.name == "value") continue;
+        if (shown++ != 0) out += ',';
+        out += detail::indent(level + 1);
+        out += detail::py_json_quote(item.name);
+        out += ": ";
+        item.render(out, level + 1, full);
+      }
+      if (shown != 0) out += detail::indent(level);
+      out += '}';
     }
-    w.add("{");
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (i) w.add(",");
-      w.add(detail::indent(level + 1));
-      w.add(detail::py_json_quote(items[i].name));
-      w.add(": ");
-      w.add_io(items[i], level + 1);
-    }
-    w.add(detail::indent(level));
-    w.add("}");
   }
 
   void write_outputs(detail::tree_text& w, const node& n, int k) {

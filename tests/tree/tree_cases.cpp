@@ -82,6 +82,8 @@ void block(nanscope::recorder& rec, const data& d, int i, const std::string& nam
   {
     scope a(rec, "attn", "Attention");
     a.input(view(d.f32.data() + i, dtype::f32, {2, 16}));
+    // a kwarg named "value": HF's SUMMARY drops it with the tensors' "value" lists (kwargs left as {})
+    a.input(view(d.f32.data() + 1, dtype::f32, {2, 16}), "value");
     a.parameter(view(d.f32.data(), dtype::f32, {4}), "weight");
     a.output(view(d.f32.data() + 2 * i, dtype::f32, {2, 16}), 0);
     a.output(view(d.bf16.data(), dtype::bf16, {8}), 1);
