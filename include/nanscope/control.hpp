@@ -917,7 +917,7 @@ class controller : public check_gate {
     }
     if (e.empty()) return;
     if (opts_.on_error) {
-      opts_.on_error(e);
+      detail::call_text_callback(opts_.on_error, e, "controller_options::on_error");
     } else if (rec_ != nullptr) {
       rec_->write_to_sink(e);
     } else {

@@ -285,6 +285,30 @@ class check_gate {
 };
 
 namespace detail {
+/// Hands `text` to a user's text callback (a recorder's sink, a tree writer's or controller's on_error). One that
+/// throws (a logger whose disk is full) must not lose the text nor end the process from a destructor (~scope
+/// completes frames through the sink): the text goes to stderr with a line saying what the callback threw.
+inline void call_text_callback(const std::function<void(std::string_view)>& fn, std::string_view text,
+                               const char* who) noexcept {
+#if NANSCOPE_IMPL_EXCEPTIONS
+  std::string why;
+  try {
+    fn(text);
+    return;
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an exception that is not a std::exception";
+  }
+  std::fprintf(stderr, "nanscope: %s threw (%s); the text it was given follows\n", who, why.c_str());
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+#else
+  (void)who;
+  fn(text);
+#endif
+}
+
 inline bool glob_match(std::string_view pat, std::string_view s) {
   std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
   while (i < s.size()) {
@@ -697,7 +721,7 @@ class recorder {
   void emit(std::string_view text) const {
     if (text.empty()) return;
     if (opts_.sink) {
-      opts_.sink(text);
+      detail::call_text_callback(opts_.sink, text, "the recorder's sink");
     } else {
       std::FILE* to = opts_.style == report_style::hf ? stdout : stderr;  // HF prints with print()
       std::fwrite(text.data(), 1, text.size(), to);

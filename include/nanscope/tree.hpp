@@ -354,7 +354,7 @@ class tree_writer final : public scope_listener {
     last_error_ = msg;
     const std::string line = "nanscope: tree_writer: " + msg + "\n";
     if (opts_.on_error) {
-      opts_.on_error(line);
+      detail::call_text_callback(opts_.on_error, line, "tree_options::on_error");
     } else {
       std::fwrite(line.data(), 1, line.size(), stderr);
       std::fflush(stderr);

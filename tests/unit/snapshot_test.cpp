@@ -16,11 +16,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace {
@@ -304,4 +308,83 @@ TEST_CASE("snapshot: an existing file of the same name is never overwritten") {
     CHECK(visible_files(dir).size() == (npy_taken ? 4u : 3u));
     remove_tree(dir);
   }
+}
+
+namespace snapshot_test {
+/// stderr of this process into a file while alive (POSIX).
+struct stderr_to_file {
+  explicit stderr_to_file(const std::string& path) {
+    std::fflush(stderr);
+    saved = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~stderr_to_file() {
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+  }
+  stderr_to_file(const stderr_to_file&) = delete;
+  stderr_to_file& operator=(const stderr_to_file&) = delete;
+  int saved = -1;
+};
+}  // namespace snapshot_test
+
+TEST_CASE("recorder: a sink that throws loses no text, ends no process and changes no policy") {
+  // A throwing sink ended the process from ~scope (std::terminate, via the trace and stop texts), and at a
+  // detection its exception left before the snapshot and the policy: no snapshot, no detection_error.
+  const std::string dir = nstest::make_temp_dir("sink_throws");
+  nanscope::recorder_options o;
+  o.policy = nanscope::on_detect::throw_exception;
+  o.sink = [](std::string_view) { throw std::runtime_error("log disk full"); };
+  o.trace_steps = {0};  // step 0's frames are traced through the sink from ~scope
+  o.snapshot_dir = dir;
+  nanscope::recorder rec(o);
+  const std::vector<float> ok{1.0f, 2.0f};
+  const std::vector<float> bad{1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const std::string err = dir + "/stderr.txt";
+  {
+    snapshot_test::stderr_to_file capture(err);
+    {
+      nanscope::scope s(rec, "traced", "Linear");
+      s.output(ok);
+    }  // the trace goes through the throwing sink here, in the destructor
+    nanscope::scope s(rec, "broken", "Linear");
+    CHECK_THROWS_AS(s.output(bad), nanscope::detection_error);  // the policy, not the sink's exception
+  }
+  const std::string text = nstest::read_text(err);
+  CHECK(text.find("nanscope: the recorder's sink threw (log disk full); the text it was given follows") != std::string::npos);
+  CHECK(text.find("traced") != std::string::npos);  // the trace is on stderr instead
+  CHECK(text.find("broken") != std::string::npos);  // so is the detection's report
+  bool snapshot = false;
+  for (const auto& e : nstest::list_dir(dir)) snapshot = snapshot || e.find(".npy") != std::string::npos ||
+                                                         e.find("nanscope_") == 0;
+  CHECK(snapshot);  // the evidence was written
+}
+
+TEST_CASE("tree_writer: an on_error that throws ends no process; the error goes to stderr") {
+  // on_error is called from the writer's noexcept scope hooks: a throwing one ended the process.
+  const std::string dir = nstest::make_temp_dir("tree_on_error_throws");
+  nanscope::recorder_options ro;
+  ro.sink = [](std::string_view) {};
+  nanscope::recorder rec(ro);
+  nanscope::tree_options to = nanscope::tree_options{}.in(dir).with_rank(0);
+  to.on_error = [](std::string_view) { throw std::runtime_error("no log either"); };
+  nanscope::tree_writer w(rec, to);
+  const std::vector<float> x{1.0f};
+  REQUIRE(::chmod(dir.c_str(), 0500) == 0);  // the pass cannot create its files
+  bool root = ::access(dir.c_str(), W_OK) == 0;  // root writes anyway: make the directory vanish instead
+  if (root) REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
+  {
+    snapshot_test::stderr_to_file capture("/tmp/nanscope_tree_on_error_stderr.txt");
+    nanscope::scope s(rec, "", "M");
+    s.output(x);
+  }
+  const std::string text = nstest::read_text("/tmp/nanscope_tree_on_error_stderr.txt");
+  CHECK(text.find("nanscope: tree_options::on_error threw (no log either)") != std::string::npos);
+  CHECK(text.find("nanscope: tree_writer: ") != std::string::npos);
+  std::remove("/tmp/nanscope_tree_on_error_stderr.txt");
+  if (!root) (void)::chmod(dir.c_str(), 0700);
+  (void)std::system(("rm -rf '" + dir + "'").c_str());
 }
