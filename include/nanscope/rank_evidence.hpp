@@ -160,12 +160,14 @@ class rank_evidence : public scope_listener {
   /// Writes the file now (atomically); `reason` is stored in it. Throws nanscope::error when the write fails.
   void write(std::string_view reason) {
     std::string text;
+    std::uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lk(m_);
       text = json_locked(reason, nullptr);
+      gen = ++built_;
       ++writes_;
     }
-    commit(text);
+    commit(text, gen);
   }
 
   // --- transfers (collective_call / p2p_call use these) ---
@@ -182,6 +184,7 @@ class rank_evidence : public scope_listener {
   /// Appends a completed transfer record in program order; rewrites the file when it carried a non-finite value.
   void add_transfer(collective_record c) {
     std::string text;
+    std::uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lk(m_);
       const bool bad = c.input_nonfinite() || c.output_nonfinite();
@@ -198,11 +201,12 @@ class rank_evidence : public scope_listener {
         }
         if (writes_ < opts_.max_writes) {
           text = json_locked("transfer", nullptr);
+          gen = ++built_;
           ++writes_;
         }
       }
     }
-    if (!text.empty()) try_commit(text);
+    if (!text.empty()) try_commit(text, gen);
   }
 
   // --- scope_listener ---
@@ -213,6 +217,7 @@ class rank_evidence : public scope_listener {
     if (next_ != nullptr) next_->tensor_recorded(f, r);
     const bool bad = r.is_tensor && r.health.has_nonfinite() && !r.allowed;
     std::string text;
+    std::uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lk(m_);
       if (f.checkpoint) {  // a checkpoint frame is complete with its one tensor; it has no scope_closed
@@ -232,11 +237,12 @@ class rank_evidence : public scope_listener {
                      "\", \"transfer\": false}";
         if (writes_ < opts_.max_writes) {
           text = json_locked("detection", f.checkpoint ? nullptr : &f);
+          gen = ++built_;
           ++writes_;
         }
       }
     }
-    if (!text.empty()) try_commit(text);
+    if (!text.empty()) try_commit(text, gen);
   }
   void scope_closed(const frame& f, bool outermost) noexcept override {
     if (next_ != nullptr) next_->scope_closed(f, outermost);
@@ -348,31 +354,40 @@ class rank_evidence : public scope_listener {
     return out;
   }
 
-  void commit(const std::string& text) const {
-    ::mkdir(opts_.dir.c_str(), 0777);  // EEXIST is fine; other failures surface when the file is written
+  /// Writes text number `gen` (numbered under m_ as it was built: a later one holds every event an earlier one
+  /// does). Commits are serialised and one older than the text on disk is skipped: two threads writing at once
+  /// (a detection and a transfer) could otherwise rename the older text last and lose the newer events.
+  void commit(const std::string& text, std::uint64_t gen) {
+    std::lock_guard<std::mutex> lk(commit_m_);
+    if (gen < committed_) return;
+    if (!detail::make_directories(opts_.dir))
+      detail::file_fail(opts_.dir, "rank_evidence_options::dir: not a directory and cannot be created");
     detail::write_file_atomically(path(), text.data(), text.size());
+    committed_ = gen;
   }
-  void try_commit(const std::string& text) noexcept {
+  void try_commit(const std::string& text, std::uint64_t gen) noexcept {
 #if NANSCOPE_IMPL_EXCEPTIONS
     try {
-      commit(text);
+      commit(text, gen);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lk(m_);
       last_error_ = e.what();
       std::fprintf(stderr, "nanscope: rank evidence not written: %s\n", e.what());
     }
 #else
-    commit(text);
+    commit(text, gen);
 #endif
   }
   void try_write(std::string_view reason) noexcept {
     std::string text;
+    std::uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lk(m_);
       text = json_locked(reason, nullptr);
+      gen = ++built_;
       ++writes_;
     }
-    try_commit(text);
+    try_commit(text, gen);
   }
 
   recorder& rec_;
@@ -380,6 +395,9 @@ class rank_evidence : public scope_listener {
   std::string rank_source_;
   scope_listener* next_ = nullptr;
   mutable std::mutex m_;
+  std::uint64_t built_ = 0;      ///< texts built (under m_)
+  std::mutex commit_m_;          ///< serialises commits
+  std::uint64_t committed_ = 0;  ///< the number of the text on disk (under commit_m_)
   std::deque<detail::evidence_event> ring_;
   std::uint64_t order_ = 0;
   std::uint64_t dropped_ = 0;

@@ -6614,6 +6614,7 @@ NANSCOPE_NAMESPACE_END
 //   f.commit();      // fsync the data, rename over out/x.npy, fsync the directory
 //   // or f.commit_new(): the same, but never replaces an existing out/x.npy (returns false instead)
 //
+// A target that exists as a pipe, device or socket is refused (a symbolic link is replaced, not followed).
 // If commit() is not reached (an exception, an early return), the destructor removes the temporary file. A
 // process killed midway leaves its temporary file behind under a name that is never the target's (a dot,
 // the target's name, ".tmp.", the writer's pid, the process's start time, a tag of the host, boot and pid
@@ -7116,6 +7117,12 @@ class atomic_file {
       if (S_ISDIR(st.st_mode)) file_fail(path, "the path names a directory, not a file");
       mode = st.st_mode & 07777;
     }
+    // A pipe, device or socket is not replaced by a file (as root, "/dev/null" would be); a symbolic link is
+    // (the rename replaces the link, never what it points to).
+    if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+      file_fail(path, S_ISFIFO(st.st_mode)  ? "exists and is a named pipe, not a regular file"
+                      : S_ISSOCK(st.st_mode) ? "exists and is a socket, not a regular file"
+                                            : "exists and is a device or special file, not a regular file");
     for (int attempt = 0; attempt < 1000; ++attempt) {
       temp_ = prefix + std::to_string(next_serial());
       fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);

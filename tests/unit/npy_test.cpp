@@ -27,8 +27,10 @@
 #define NANSCOPE_TEST_POSIX 1
 #include <dirent.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #else
@@ -473,6 +475,39 @@ TEST_CASE("npy: write errors") {
   CHECK_THROWS_AS(nanscope::write_npy(d.file("adir") + "/", nanscope::view_of(x, 2)), nanscope::error);
   // nothing but the directory is left behind: no temporary files
   CHECK(list_dir(d.path) == std::vector<std::string>{"adir"});
+  // a named pipe is refused, not replaced by a file (nor is a device: as root "/dev/null" would have been)
+  REQUIRE(::mkfifo(d.file("pipe.npy").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(nanscope::write_npy(d.file("pipe.npy"), nanscope::view_of(x, 2)),
+                       doctest::Contains("pipe.npy': exists and is a named pipe, not a regular file"), nanscope::error);
+  struct stat fifo_st;
+  REQUIRE(::lstat(d.file("pipe.npy").c_str(), &fifo_st) == 0);
+  CHECK(S_ISFIFO(fifo_st.st_mode));
+  REQUIRE(::unlink(d.file("pipe.npy").c_str()) == 0);
+  // a socket too (a file of our own: a regression must not replace a real device such as /dev/null)
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string sock = d.file("s.npy");
+    REQUIRE(sock.size() < sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    CHECK_THROWS_WITH_AS(nanscope::write_npy(sock, nanscope::view_of(x, 2)),
+                         doctest::Contains("s.npy': exists and is a socket, not a regular file"), nanscope::error);
+    ::close(fd);
+    REQUIRE(::unlink(sock.c_str()) == 0);
+  }
+  // a symbolic link is replaced by the file; what it pointed to is untouched
+  nanscope::write_npy(d.file("real.npy"), nanscope::view_of(x, 2));
+  REQUIRE(::symlink("real.npy", d.file("link.npy").c_str()) == 0);
+  nanscope::write_npy(d.file("link.npy"), nanscope::view_of(x, 1));
+  CHECK(nanscope::read_npy(d.file("real.npy")).numel() == 2);
+  CHECK(nanscope::read_npy(d.file("link.npy")).numel() == 1);
+  REQUIRE(::lstat(d.file("link.npy").c_str(), &fifo_st) == 0);
+  CHECK(S_ISREG(fifo_st.st_mode));
+  REQUIRE(::unlink(d.file("link.npy").c_str()) == 0);
+  REQUIRE(::unlink(d.file("real.npy").c_str()) == 0);
   // an existing file keeps its permissions when replaced
   const std::string p = d.file("perm.npy");
   nanscope::write_npy(p, nanscope::view_of(x, 2));
