@@ -849,6 +849,7 @@ class controller : public check_gate {
 
   /// Stats the file; on a change (or `force`) re-reads and applies it, the environment on top. Returns true when
   /// a configuration was applied.
+  static constexpr long long max_config_bytes = 1 << 20;
   bool poll_file_locked(std::string& errs, bool force) {
     if (opts_.config_path.empty()) {
       if (!force) return false;
@@ -871,11 +872,21 @@ class controller : public check_gate {
     file_state_ = now;
     control_config c = opts_.base;
     if (now.exists) {
-      std::ifstream in(opts_.config_path, std::ios::binary);
-      std::stringstream ss;
-      if (in) ss << in.rdbuf();
       std::string error;
-      if (!in || !parse_control_toml(ss.str(), opts_.config_path, c, error)) {
+      std::stringstream ss;
+      // only a regular file of a config's size: a pipe would block the step boundary until a writer came, a
+      // directory read as an empty file (the defaults, silently), a device would never end
+      if (!S_ISREG(sb.st_mode)) {
+        error = opts_.config_path + ": not a regular file";
+      } else if (sb.st_size > max_config_bytes) {
+        error = opts_.config_path + ": " + std::to_string(sb.st_size) + " bytes, more than a config file's limit of " +
+                std::to_string(max_config_bytes);
+      } else {
+        std::ifstream in(opts_.config_path, std::ios::binary);
+        if (in) ss << in.rdbuf();
+        if (!in || in.bad()) error = opts_.config_path + ": cannot be read";
+      }
+      if (!error.empty() || !parse_control_toml(ss.str(), opts_.config_path, c, error)) {
         if (error.empty()) error = opts_.config_path + ": cannot be read";
         note_error_locked(errs, "nanscope: config " + error + "; keeping the previous configuration\n");
         if (!cfg_) {  // nothing to keep yet: the base and the environment

@@ -12,9 +12,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -361,6 +363,37 @@ TEST_CASE("control: attached late (the recorder's step already far on), the gaps
   const auto r = ctl.report();
   CHECK(r.checks == 15);
   CHECK(r.max_gap == 0);
+}
+
+TEST_CASE("control: a config path that is a pipe, a directory or too large is reported, never read"
+          * doctest::skip(NANSCOPE_HAS_TOML == 0)) {
+#if NANSCOPE_HAS_TOML
+  // a pipe blocked the constructor (and each step boundary) until a writer came; a directory read as an empty
+  // file: the defaults, silently
+  const std::string base = temp_path("special");
+  const std::string fifo = base + ".fifo", dir = base + ".dir", big = base + ".toml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  write_file(big, "enabled = true\n# " + std::string(std::size_t{1} << 20, 'x') + "\n");
+  for (const auto& [path, what] : {std::make_pair(fifo, "not a regular file"), std::make_pair(dir, "not a regular file"),
+                                   std::make_pair(big, "more than a config file's limit")}) {
+    std::string err;
+    controller_options co;
+    co.read_environment = false;
+    co.config_path = path;
+    co.on_error = [&](std::string_view s) { err.append(s); };
+    controller ctl(co);  // returns at once
+    nanscope::recorder rec;
+    ctl.attach(rec);
+    CHECK_MESSAGE(err.find("nanscope: config " + path + ": ") != std::string::npos, err);
+    CHECK_MESSAGE(err.find(what) != std::string::npos, err);
+    CHECK(ctl.report().errors == 1);
+    ctl.detach();
+  }
+  std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
+  std::remove(big.c_str());
+#endif
 }
 
 TEST_CASE("control: a bad regex keeps the previous configuration") {
