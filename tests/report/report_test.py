@@ -332,6 +332,14 @@ def group_errors():
     rc, so, se = run("report", "-o", out, "--")
     expect(rc == 2 and "inputs" in se, f"report -o OUT --: exit {rc}, stderr {se!r}")
     write_text("errors.html", "old report")
+    # the output is one of the inputs (by another name too): refused, the input intact
+    os.link(good, path("good_link.json"))
+    for dest in (good, path("good_link.json")):
+        before = open(good, "rb").read()
+        rc, so, se = run("report", good, "-o", dest)
+        expect(rc == 2 and "it is the input" in se, f"report -o {dest} (an input): exit {rc}, stderr {se!r}")
+        expect(open(good, "rb").read() == before, f"report -o {dest}: the input was replaced")
+    os.remove(path("good_link.json"))
     # output errors
     for dest, needle in [(path("no/such/dir/r.html"), "cannot create a temporary file"),
                          (WORK, "not a regular file"), ("/dev/null", "not a regular file")]:

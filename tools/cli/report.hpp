@@ -357,6 +357,14 @@ inline std::string write_atomically(const std::string& path, const std::string& 
     ::unlink(tmp.c_str());
     return std::string("cannot rename the temporary file into place: ") + std::strerror(err);
   }
+  // the rename itself survives a crash once the directory is synced (file systems that cannot: accepted)
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0 && err != EINVAL && err != ENOTSUP) return std::string("cannot sync the directory: ") + std::strerror(err);
+  }
   return std::string();
 }
 
@@ -409,6 +417,18 @@ inline int run_report(const report_args& args, const std::string& version) {
     std::fprintf(stderr, "nanscope: cannot write the report '%s': it exists and is not a regular file (exit 2)\n",
                  nanscope_cli::text_escape(args.output).c_str());
     return 2;
+  }
+  // never over one of its own inputs (the same file by device and inode: another name, a link): that would
+  // replace the evidence with the page
+  if (::stat(args.output.c_str(), &st) == 0) {
+    for (const std::string& in : args.inputs) {
+      struct stat si {};
+      if (::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino) {
+        std::fprintf(stderr, "nanscope: cannot write the report '%s': it is the input '%s' (exit 2)\n",
+                     nanscope_cli::text_escape(args.output).c_str(), nanscope_cli::text_escape(in).c_str());
+        return 2;
+      }
+    }
   }
   const std::string err = write_atomically(args.output, page);
   if (!err.empty()) {
