@@ -847,9 +847,9 @@ class controller : public check_gate {
     report_.last_error = e;
   }
 
+  static constexpr long long max_config_bytes = 1 << 20;  ///< a larger config file is refused
   /// Stats the file; on a change (or `force`) re-reads and applies it, the environment on top. Returns true when
   /// a configuration was applied.
-  static constexpr long long max_config_bytes = 1 << 20;
   bool poll_file_locked(std::string& errs, bool force) {
     if (opts_.config_path.empty()) {
       if (!force) return false;

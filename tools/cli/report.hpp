@@ -10,6 +10,7 @@
 
 
 #include <CLI/CLI.hpp>
+#include <nanscope/detail/atomic_file.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -358,12 +359,10 @@ inline std::string write_atomically(const std::string& path, const std::string& 
     return std::string("cannot rename the temporary file into place: ") + std::strerror(err);
   }
   // the rename itself survives a crash once the directory is synced (file systems that cannot: accepted)
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    const int rc = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0 && err != EINVAL && err != ENOTSUP) return std::string("cannot sync the directory: ") + std::strerror(err);
+  try {
+    nanscope::detail::fsync_directory(dir, path);
+  } catch (const std::exception& e) {
+    return e.what();
   }
   return std::string();
 }

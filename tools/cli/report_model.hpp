@@ -100,13 +100,11 @@ inline std::string read_whole_file(const std::string& path) {
 /// Parses one JSON text, refusing nesting deeper than nanscope-diff's limit while parsing (a deep document
 /// overflowed the stack). `where` names the file (and line) in the error.
 inline json parse_bounded(std::string_view text, const std::string& where) {
-  const json::parser_callback_t depth_guard = [&where](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= nsdiff::max_nesting)
-      throw input_error(where + ": nested more than " + std::to_string(nsdiff::max_nesting) + " levels deep");
-    return true;
-  };
-  return json::parse(text, depth_guard);
+  try {
+    return json::parse(text, nsdiff::nesting_guard());
+  } catch (const nsdiff::bad_input& e) {
+    throw input_error(where + ": " + e.what());
+  }
 }
 
 /// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
@@ -235,14 +233,14 @@ inline double json_double(const json& j) {
   return nan_value;
 }
 
-/// `nanscope scan --json` output: one view, root = the scan file, then one node per scanned file, then the dotted
-/// tensor names as a hierarchy.
 /// Tensor names of a scan are grouped by their dotted components up to this depth (deeper ones stay in the last
 /// group's name) ...
 inline constexpr std::size_t max_name_levels = 32;
 /// ... and not at all past this length.
 inline constexpr std::size_t max_split_name = 4096;
 
+/// `nanscope scan --json` output: one view, root = the scan file, then one node per scanned file, then the dotted
+/// tensor names as a hierarchy.
 inline void read_scan(model& m, const std::string& path, const std::vector<std::pair<std::size_t, json>>& lines) {
   tree_view v;
   v.source = path;

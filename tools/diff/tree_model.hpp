@@ -648,6 +648,17 @@ class tree_loader {
 
 /// Reads and parses one file (streamed, within `limits`). Throws bad_input with a message for the user (without
 /// the file name).
+/// A parser callback that refuses nesting deeper than max_nesting while parsing, before it costs memory or
+/// stack: throws bad_input.
+inline json::parser_callback_t nesting_guard() {
+  return [](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_nesting)
+      throw bad_input("nested more than " + std::to_string(max_nesting) + " levels deep");
+    return true;
+  };
+}
+
 inline tree_file load_tree_file(const std::string& path, const input_limits& limits = input_limits{}) {
   tree_file f;
   f.file = path;
@@ -655,15 +666,8 @@ inline tree_file load_tree_file(const std::string& path, const input_limits& lim
   {
     input_file in(path, limits);
     std::istream is(&in);
-    // refuse deep nesting while parsing, before it costs memory
-    const json::parser_callback_t depth_guard = [](int depth, json::parse_event_t event, json&) {
-      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-          depth >= max_nesting)
-        throw bad_input("nested more than " + std::to_string(max_nesting) + " levels deep");
-      return true;
-    };
     try {
-      doc = json::parse(is, depth_guard);
+      doc = json::parse(is, nesting_guard());
     } catch (const json::exception& e) {
       std::string msg = e.what();
       if (!msg.empty() && msg.front() == '[') {  // drop nlohmann's "[json.exception.parse_error.101] "
