@@ -333,7 +333,7 @@ inline bool glob_match(std::string_view pat, std::string_view s) {
 /// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
 template <class T>
 inline double torch_int_abs(T x) {
-  return x == std::numeric_limits<T>::min() ? double(x) : (x < 0 ? -double(x) : double(x));
+  return x == (std::numeric_limits<T>::min)() ? double(x) : (x < 0 ? -double(x) : double(x));
 }
 
 /// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too), as torch's
