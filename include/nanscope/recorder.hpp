@@ -27,10 +27,10 @@
 #include "rank.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
+#include "detail/listener_set.hpp"
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -291,16 +291,16 @@ namespace detail {
 inline void call_text_callback(const std::function<void(std::string_view)>& fn, std::string_view text,
                                const char* who) noexcept {
 #if NANSCOPE_IMPL_EXCEPTIONS
-  std::string why;
+  // no allocation on this path (a callback failing for want of memory must not make it throw again)
   try {
     fn(text);
     return;
   } catch (const std::exception& e) {
-    why = e.what();
+    std::fprintf(stderr, "nanscope: %s threw (%s); the text it was given follows\n", who, e.what());
   } catch (...) {
-    why = "an exception that is not a std::exception";
+    std::fprintf(stderr, "nanscope: %s threw (an exception that is not a std::exception); the text it was given "
+                 "follows\n", who);
   }
-  std::fprintf(stderr, "nanscope: %s threw (%s); the text it was given follows\n", who, why.c_str());
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
 #else
@@ -398,21 +398,6 @@ inline scope*& thread_top_scope() {
   thread_local scope* top = nullptr;
   return top;
 }
-
-/// Marks a call into a listener in progress on this thread (remove_listener does not wait for the calls of its
-/// own thread: a listener may detach itself, or another one, from inside a callback).
-struct listener_call {
-  const void* entry;
-  listener_call* prev;
-  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
-  ~listener_call() { top() = prev; }
-  listener_call(const listener_call&) = delete;
-  listener_call& operator=(const listener_call&) = delete;
-  static listener_call*& top() {
-    thread_local listener_call* t = nullptr;
-    return t;
-  }
-};
 
 /// A process-wide serial number for recorders (1, 2, ...).
 inline std::uint64_t next_recorder_id() {
@@ -538,67 +523,29 @@ class recorder {
   /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
   /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
   /// scopes ignores closes it never saw open, as the tree writer does).
-  void add_listener(scope_listener* l) {
-    if (l == nullptr) return;
-    std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : *listeners_)
-      if (e->l == l) return;
-    auto next = std::make_shared<listener_list>(*listeners_);
-    next->push_back(std::make_shared<listener_entry>(l));
-    listeners_ = std::move(next);
-    listener_count_.store(listeners_->size(), std::memory_order_release);
-  }
+  void add_listener(scope_listener* l) { listeners_.add(l); }
   /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
   /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
   /// callback — is not waited for). Afterwards the recorder never touches it again.
-  bool remove_listener(scope_listener* l) {
-    std::unique_lock<std::mutex> lk(lm_);
-    std::shared_ptr<listener_entry> found;
-    for (const auto& e : *listeners_)
-      if (e->l == l) found = e;
-    if (!found) return false;
-    auto next = std::make_shared<listener_list>();
-    next->reserve(listeners_->size() - 1);
-    for (const auto& e : *listeners_)
-      if (e != found) next->push_back(e);
-    listeners_ = std::move(next);
-    found->removed = true;
-    listener_count_.store(listeners_->size(), std::memory_order_release);
-    unsigned mine = 0;
-    for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
-      if (c->entry == found.get()) ++mine;
-    lcv_.wait(lk, [&] { return found->calling <= mine; });
-    return true;
-  }
+  bool remove_listener(scope_listener* l) { return listeners_.remove(l); }
   /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
   /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
   /// is still alive; add_listener / remove_listener need no such care.
   scope_listener* set_listener(scope_listener* l) {
-    std::vector<scope_listener*> old;
-    {
-      std::lock_guard<std::mutex> lk(lm_);
-      for (const auto& e : *listeners_) old.push_back(e->l);
-    }
+    const std::vector<scope_listener*> old = listeners_.snapshot();
     for (scope_listener* o : old)
-      if (o != l) remove_listener(o);
-    add_listener(l);
+      if (o != l) listeners_.remove(o);
+    listeners_.add(l);
     return old.empty() ? nullptr : old.back();
   }
   /// The most recently attached listener still attached (nullptr if none).
-  scope_listener* listener() const {
-    std::lock_guard<std::mutex> lk(lm_);
-    return listeners_->empty() ? nullptr : listeners_->back()->l;
-  }
+  scope_listener* listener() const { return listeners_.newest(); }
   /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
   bool listeners_want_reference_stats() const {
-    if (listener_count() == 0) return false;
-    std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : *listeners_)
-      if (!e->removed && e->l->wants_reference_stats()) return true;
-    return false;
+    return listeners_.any_of([](const scope_listener& l) { return l.wants_reference_stats(); });
   }
   /// How many listeners are attached.
-  std::size_t listener_count() const { return listener_count_.load(std::memory_order_acquire); }
+  std::size_t listener_count() const { return listeners_.size(); }
 
   /// A number unique to this recorder within the process (snapshot file names carry it).
   std::uint64_t id() const { return id_; }
@@ -778,39 +725,11 @@ class recorder {
 #if NANSCOPE_IMPL_EXCEPTIONS
   std::exception_ptr pending_callback_error_;  ///< hf style: what the callback threw, raised like a detection
 #endif
-  // listeners: entries are shared so that a call in progress keeps its entry while it is detached
-  struct listener_entry {
-    explicit listener_entry(scope_listener* p) : l(p) {}
-    scope_listener* l;
-    unsigned calling = 0;  ///< calls into l in progress (under lm_)
-    bool removed = false;
-  };
-  using listener_list = std::vector<std::shared_ptr<listener_entry>>;
-  /// Calls fn(listener) for every attached listener, outside the recorder's lock. Allocates nothing (the list is
-  /// replaced, never changed, by add_listener / remove_listener: a call holds the one it started with), so it
+  /// Calls fn(listener) for every attached listener, outside the recorder's locks; allocates nothing, so it
   /// cannot throw: ~scope calls it.
   template <class F>
   void notify(F&& fn) noexcept {
-    if (listener_count_.load(std::memory_order_acquire) == 0) return;
-    std::shared_ptr<const listener_list> list;
-    {
-      std::lock_guard<std::mutex> lk(lm_);
-      list = listeners_;
-    }
-    for (const auto& entry : *list) {
-      listener_entry& e = *entry;
-      {
-        std::lock_guard<std::mutex> lk(lm_);
-        if (e.removed) continue;
-        ++e.calling;
-      }
-      {
-        detail::listener_call mark(&e);
-        fn(*e.l);
-      }
-      std::lock_guard<std::mutex> lk(lm_);
-      if (--e.calling == 0 && e.removed) lcv_.notify_all();
-    }
+    listeners_.for_each(fn);
   }
   /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
   void report_misuse(const std::string& text) {
@@ -818,10 +737,7 @@ class recorder {
     emit(text);
   }
 
-  mutable std::mutex lm_;  // guards listeners_ (the pointer) and the entries' counters
-  std::condition_variable lcv_;
-  std::shared_ptr<const listener_list> listeners_ = std::make_shared<const listener_list>();
-  std::atomic<std::size_t> listener_count_{0};
+  detail::listener_set<scope_listener> listeners_;
   const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};
   std::atomic<bool> enabled_{true};

@@ -8652,10 +8652,159 @@ NANSCOPE_NAMESPACE_END
 // #include "rank.hpp": inlined above
 // #include "view.hpp": inlined above
 // #include "detail/atomic_file.hpp": inlined above
+// ---- begin nanscope/detail/listener_set.hpp ----
+// nanscope — detail/listener_set.hpp: a recorder's listeners: attach and detach from any thread, call them
+// outside any lock without allocating, and let a detach wait for the calls into that listener on other threads.
+#ifndef NANSCOPE_DETAIL_LISTENER_SET_HPP
+#define NANSCOPE_DETAIL_LISTENER_SET_HPP
+
+// #include "../config.hpp": inlined above
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Marks a call into a listener in progress on this thread (remove() does not wait for the calls of its own
+/// thread: a listener may detach itself, or another one, from inside a callback).
+struct listener_call {
+  const void* entry;
+  listener_call* prev;
+  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
+  ~listener_call() { top() = prev; }
+  listener_call(const listener_call&) = delete;
+  listener_call& operator=(const listener_call&) = delete;
+  static listener_call*& top() {
+    thread_local listener_call* t = nullptr;
+    return t;
+  }
+};
+
+/// The listeners of one recorder (L: scope_listener). The list is replaced, never changed in place, by add() and
+/// remove(): a call in progress keeps the list it started with, and its entries, alive. Each entry counts the
+/// calls into its listener in progress, so remove() can wait for them.
+template <class L>
+class listener_set {
+ public:
+  /// Attaches `l` (nullptr and a listener attached already: no effect).
+  void add(L* l) {
+    if (l == nullptr) return;
+    std::lock_guard<std::mutex> lk(m_);
+    for (const auto& e : *list_)
+      if (e->l == l) return;
+    auto next = std::make_shared<list_type>(*list_);
+    next->push_back(std::make_shared<entry>(l));
+    publish(std::move(next));
+  }
+
+  /// Detaches `l`; returns whether it was attached. Waits until every call into it on other threads has returned
+  /// (a call on this thread still running, `l` detaching itself from its own callback, is not waited for).
+  bool remove(L* l) {
+    std::unique_lock<std::mutex> lk(m_);
+    std::shared_ptr<entry> found;
+    for (const auto& e : *list_)
+      if (e->l == l) found = e;
+    if (!found) return false;
+    auto next = std::make_shared<list_type>();
+    next->reserve(list_->size() - 1);
+    for (const auto& e : *list_)
+      if (e != found) next->push_back(e);
+    publish(std::move(next));
+    found->removed = true;
+    unsigned mine = 0;
+    for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
+      if (c->entry == found.get()) ++mine;
+    cv_.wait(lk, [&] { return found->calling <= mine; });
+    return true;
+  }
+
+  /// The listeners attached now, oldest first.
+  std::vector<L*> snapshot() const {
+    std::vector<L*> out;
+    std::lock_guard<std::mutex> lk(m_);
+    out.reserve(list_->size());
+    for (const auto& e : *list_) out.push_back(e->l);
+    return out;
+  }
+
+  /// The most recently attached listener still attached (nullptr if none).
+  L* newest() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return list_->empty() ? nullptr : list_->back()->l;
+  }
+
+  /// Whether pred(listener) holds for an attached listener (called under the set's lock: pred must be quick and
+  /// must not touch the set).
+  template <class P>
+  bool any_of(P&& pred) const {
+    if (size() == 0) return false;
+    std::lock_guard<std::mutex> lk(m_);
+    for (const auto& e : *list_)
+      if (!e->removed && pred(*e->l)) return true;
+    return false;
+  }
+
+  std::size_t size() const { return count_.load(std::memory_order_acquire); }
+
+  /// Calls fn(listener) for every attached listener, outside the lock, in attach order. A listener detached
+  /// meanwhile is skipped. Allocates nothing, so it cannot throw (~scope calls it); fn must not throw.
+  template <class F>
+  void for_each(F&& fn) const noexcept {
+    if (size() == 0) return;
+    std::shared_ptr<const list_type> list;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      list = list_;
+    }
+    for (const auto& held : *list) {
+      entry& e = *held;
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (e.removed) continue;
+        ++e.calling;
+      }
+      {
+        listener_call mark(&e);
+        fn(*e.l);
+      }
+      std::lock_guard<std::mutex> lk(m_);
+      if (--e.calling == 0 && e.removed) cv_.notify_all();
+    }
+  }
+
+ private:
+  struct entry {
+    explicit entry(L* p) : l(p) {}
+    L* l;
+    unsigned calling = 0;  ///< calls into l in progress (under m_)
+    bool removed = false;  ///< (under m_)
+  };
+  using list_type = std::vector<std::shared_ptr<entry>>;
+
+  void publish(std::shared_ptr<const list_type> next) {  // under m_
+    list_ = std::move(next);
+    count_.store(list_->size(), std::memory_order_release);
+  }
+
+  mutable std::mutex m_;  // guards list_ (the pointer) and the entries' counters
+  mutable std::condition_variable cv_;
+  std::shared_ptr<const list_type> list_ = std::make_shared<const list_type>();
+  std::atomic<std::size_t> count_{0};
+};
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_LISTENER_SET_HPP
+// ---- end nanscope/detail/listener_set.hpp ----
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -8916,16 +9065,16 @@ namespace detail {
 inline void call_text_callback(const std::function<void(std::string_view)>& fn, std::string_view text,
                                const char* who) noexcept {
 #if NANSCOPE_IMPL_EXCEPTIONS
-  std::string why;
+  // no allocation on this path (a callback failing for want of memory must not make it throw again)
   try {
     fn(text);
     return;
   } catch (const std::exception& e) {
-    why = e.what();
+    std::fprintf(stderr, "nanscope: %s threw (%s); the text it was given follows\n", who, e.what());
   } catch (...) {
-    why = "an exception that is not a std::exception";
+    std::fprintf(stderr, "nanscope: %s threw (an exception that is not a std::exception); the text it was given "
+                 "follows\n", who);
   }
-  std::fprintf(stderr, "nanscope: %s threw (%s); the text it was given follows\n", who, why.c_str());
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
 #else
@@ -9023,21 +9172,6 @@ inline scope*& thread_top_scope() {
   thread_local scope* top = nullptr;
   return top;
 }
-
-/// Marks a call into a listener in progress on this thread (remove_listener does not wait for the calls of its
-/// own thread: a listener may detach itself, or another one, from inside a callback).
-struct listener_call {
-  const void* entry;
-  listener_call* prev;
-  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
-  ~listener_call() { top() = prev; }
-  listener_call(const listener_call&) = delete;
-  listener_call& operator=(const listener_call&) = delete;
-  static listener_call*& top() {
-    thread_local listener_call* t = nullptr;
-    return t;
-  }
-};
 
 /// A process-wide serial number for recorders (1, 2, ...).
 inline std::uint64_t next_recorder_id() {
@@ -9163,67 +9297,29 @@ class recorder {
   /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
   /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
   /// scopes ignores closes it never saw open, as the tree writer does).
-  void add_listener(scope_listener* l) {
-    if (l == nullptr) return;
-    std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : *listeners_)
-      if (e->l == l) return;
-    auto next = std::make_shared<listener_list>(*listeners_);
-    next->push_back(std::make_shared<listener_entry>(l));
-    listeners_ = std::move(next);
-    listener_count_.store(listeners_->size(), std::memory_order_release);
-  }
+  void add_listener(scope_listener* l) { listeners_.add(l); }
   /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
   /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
   /// callback — is not waited for). Afterwards the recorder never touches it again.
-  bool remove_listener(scope_listener* l) {
-    std::unique_lock<std::mutex> lk(lm_);
-    std::shared_ptr<listener_entry> found;
-    for (const auto& e : *listeners_)
-      if (e->l == l) found = e;
-    if (!found) return false;
-    auto next = std::make_shared<listener_list>();
-    next->reserve(listeners_->size() - 1);
-    for (const auto& e : *listeners_)
-      if (e != found) next->push_back(e);
-    listeners_ = std::move(next);
-    found->removed = true;
-    listener_count_.store(listeners_->size(), std::memory_order_release);
-    unsigned mine = 0;
-    for (const detail::listener_call* c = detail::listener_call::top(); c != nullptr; c = c->prev)
-      if (c->entry == found.get()) ++mine;
-    lcv_.wait(lk, [&] { return found->calling <= mine; });
-    return true;
-  }
+  bool remove_listener(scope_listener* l) { return listeners_.remove(l); }
   /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
   /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
   /// is still alive; add_listener / remove_listener need no such care.
   scope_listener* set_listener(scope_listener* l) {
-    std::vector<scope_listener*> old;
-    {
-      std::lock_guard<std::mutex> lk(lm_);
-      for (const auto& e : *listeners_) old.push_back(e->l);
-    }
+    const std::vector<scope_listener*> old = listeners_.snapshot();
     for (scope_listener* o : old)
-      if (o != l) remove_listener(o);
-    add_listener(l);
+      if (o != l) listeners_.remove(o);
+    listeners_.add(l);
     return old.empty() ? nullptr : old.back();
   }
   /// The most recently attached listener still attached (nullptr if none).
-  scope_listener* listener() const {
-    std::lock_guard<std::mutex> lk(lm_);
-    return listeners_->empty() ? nullptr : listeners_->back()->l;
-  }
+  scope_listener* listener() const { return listeners_.newest(); }
   /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
   bool listeners_want_reference_stats() const {
-    if (listener_count() == 0) return false;
-    std::lock_guard<std::mutex> lk(lm_);
-    for (const auto& e : *listeners_)
-      if (!e->removed && e->l->wants_reference_stats()) return true;
-    return false;
+    return listeners_.any_of([](const scope_listener& l) { return l.wants_reference_stats(); });
   }
   /// How many listeners are attached.
-  std::size_t listener_count() const { return listener_count_.load(std::memory_order_acquire); }
+  std::size_t listener_count() const { return listeners_.size(); }
 
   /// A number unique to this recorder within the process (snapshot file names carry it).
   std::uint64_t id() const { return id_; }
@@ -9403,39 +9499,11 @@ class recorder {
 #if NANSCOPE_IMPL_EXCEPTIONS
   std::exception_ptr pending_callback_error_;  ///< hf style: what the callback threw, raised like a detection
 #endif
-  // listeners: entries are shared so that a call in progress keeps its entry while it is detached
-  struct listener_entry {
-    explicit listener_entry(scope_listener* p) : l(p) {}
-    scope_listener* l;
-    unsigned calling = 0;  ///< calls into l in progress (under lm_)
-    bool removed = false;
-  };
-  using listener_list = std::vector<std::shared_ptr<listener_entry>>;
-  /// Calls fn(listener) for every attached listener, outside the recorder's lock. Allocates nothing (the list is
-  /// replaced, never changed, by add_listener / remove_listener: a call holds the one it started with), so it
+  /// Calls fn(listener) for every attached listener, outside the recorder's locks; allocates nothing, so it
   /// cannot throw: ~scope calls it.
   template <class F>
   void notify(F&& fn) noexcept {
-    if (listener_count_.load(std::memory_order_acquire) == 0) return;
-    std::shared_ptr<const listener_list> list;
-    {
-      std::lock_guard<std::mutex> lk(lm_);
-      list = listeners_;
-    }
-    for (const auto& entry : *list) {
-      listener_entry& e = *entry;
-      {
-        std::lock_guard<std::mutex> lk(lm_);
-        if (e.removed) continue;
-        ++e.calling;
-      }
-      {
-        detail::listener_call mark(&e);
-        fn(*e.l);
-      }
-      std::lock_guard<std::mutex> lk(lm_);
-      if (--e.calling == 0 && e.removed) lcv_.notify_all();
-    }
+    listeners_.for_each(fn);
   }
   /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
   void report_misuse(const std::string& text) {
@@ -9443,10 +9511,7 @@ class recorder {
     emit(text);
   }
 
-  mutable std::mutex lm_;  // guards listeners_ (the pointer) and the entries' counters
-  std::condition_variable lcv_;
-  std::shared_ptr<const listener_list> listeners_ = std::make_shared<const listener_list>();
-  std::atomic<std::size_t> listener_count_{0};
+  detail::listener_set<scope_listener> listeners_;
   const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};
   std::atomic<bool> enabled_{true};

@@ -6,9 +6,15 @@
 #include <nanscope/nanscope.hpp>
 
 #include <atomic>
+#include <cstdio>
+#include <functional>
+#include <string_view>
 #include <cstdlib>
 #include <new>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define NANSCOPE_TEST_COUNT_ALLOCS 0
@@ -110,6 +116,36 @@ TEST_CASE("scope: an allocation failure anywhere in a scope's life (six listener
   }
   CHECK(nanscope::detail::thread_top_scope() == nullptr);
   for (auto& l : ls) r.remove_listener(&l);
+}
+
+namespace alloc_test {
+/// What a logger out of memory might throw: its what() allocates nothing.
+struct out_of_memory : std::exception {
+  const char* what() const noexcept override { return "the logger ran out of memory (a long reason)"; }
+};
+}  // namespace alloc_test
+
+TEST_CASE("a user's text callback that throws while memory is short: its text still goes to stderr, no terminate") {
+  // call_text_callback copied what() into a std::string: with the next allocation failing, that copy threw
+  // std::bad_alloc out of the noexcept function (std::terminate).
+  const std::function<void(std::string_view)> sink = [](std::string_view) {
+    alloc_fail_after = 1;  // the next allocation on this thread fails
+    throw alloc_test::out_of_memory();
+  };
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  REQUIRE(saved >= 0);
+  const int null_fd = ::open("/dev/null", O_WRONLY);
+  REQUIRE(null_fd >= 0);
+  ::dup2(null_fd, 2);
+  nanscope::detail::call_text_callback(sink, "the frames of the report\n", "the test's sink");
+  const long left = alloc_fail_after;
+  alloc_fail_after = 0;
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(null_fd);
+  CHECK(left == 1);  // nothing was allocated after the callback threw
 }
 #else
 TEST_CASE("check: no heap allocation per check (skipped under sanitizers, which own operator new)") {
