@@ -18,18 +18,17 @@
 #include "config.hpp"
 #include "health.hpp"
 #include "recorder.hpp"
+#include "detail/read_file.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -872,21 +871,13 @@ class controller : public check_gate {
     file_state_ = now;
     control_config c = opts_.base;
     if (now.exists) {
-      std::string error;
-      std::stringstream ss;
-      // only a regular file of a config's size: a pipe would block the step boundary until a writer came, a
-      // directory read as an empty file (the defaults, silently), a device would never end
-      if (!S_ISREG(sb.st_mode)) {
-        error = opts_.config_path + ": not a regular file";
-      } else if (sb.st_size > max_config_bytes) {
-        error = opts_.config_path + ": " + std::to_string(sb.st_size) + " bytes, more than a config file's limit of " +
-                std::to_string(max_config_bytes);
-      } else {
-        std::ifstream in(opts_.config_path, std::ios::binary);
-        if (in) ss << in.rdbuf();
-        if (!in || in.bad()) error = opts_.config_path + ": cannot be read";
-      }
-      if (!error.empty() || !parse_control_toml(ss.str(), opts_.config_path, c, error)) {
+      std::string error, text;
+      // only a regular file of a config's size, checked on the open descriptor: a pipe would block the step
+      // boundary until a writer came, a directory read as an empty file (the defaults, silently), a device
+      // would never end
+      const detail::read_result rd = detail::read_regular_file(opts_.config_path, max_config_bytes, text);
+      if (!rd.ok()) error = opts_.config_path + ": " + detail::read_failure_text(rd, max_config_bytes, "a config file's limit");
+      if (!error.empty() || !parse_control_toml(text, opts_.config_path, c, error)) {
         if (error.empty()) error = opts_.config_path + ": cannot be read";
         note_error_locked(errs, "nanscope: config " + error + "; keeping the previous configuration\n");
         if (!cfg_) {  // nothing to keep yet: the base and the environment

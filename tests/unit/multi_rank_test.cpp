@@ -620,6 +620,10 @@ TEST_CASE("merge core on synthetic files: a wrong type, a non-integer or an out-
   auto member = coll_ev(0, 0, "all_reduce", false, false);
   member["members"] = {0, 7};
   fails(rank_json(0, 2, {member}), "members[1] is 7, not a rank of world size 2");
+  member["members"] = {0, {1}};
+  fails(rank_json(0, 2, {member}), "members[1] is not an integer (array)");
+  member["members"] = {0, 1.0};
+  fails(rank_json(0, 2, {member}), "members[1] is not an integer (number)");
   auto peer = coll_ev(0, 0, "send", false, false);
   peer["type"] = "send";
   peer["peer"] = 5;
@@ -708,6 +712,21 @@ TEST_CASE("merge_dir: no files is exit 3, a missing directory and a damaged file
   const auto h = nanscope_merge::merge_dir(dir);
   CHECK(h.exit == nanscope_merge::error);
   CHECK(h.error.find("nanscope_evidence_rank0of1.json: \"host\" has the wrong type") != std::string::npos);
+  // a member nested a million levels deep (2 MB): an error naming the file, not a stack overflow (the member
+  // was copied into a new JSON value, a recursion per level)
+  {
+    auto ev = coll_ev(0, 0, "all_reduce", false, false);
+    ev["members"] = "DEEP";
+    std::string text = rank_json(0, 2, {ev}).dump();
+    const std::size_t at = text.find("\"DEEP\"");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, 6, std::string(1000000, '[') + std::string(1000000, ']'));
+    std::ofstream deep(dir + "/nanscope_evidence_rank0of1.json");
+    deep << text;
+  }
+  const auto d = nanscope_merge::merge_dir(dir);
+  CHECK(d.exit == nanscope_merge::error);
+  CHECK(d.error.find("nanscope_evidence_rank0of1.json: nested more than 64 levels deep") != std::string::npos);
 }
 #endif  // NANSCOPE_TEST_HAVE_JSON
 

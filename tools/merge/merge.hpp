@@ -5,6 +5,7 @@
 #ifndef NANSCOPE_TOOLS_MERGE_HPP
 #define NANSCOPE_TOOLS_MERGE_HPP
 
+#include <nanscope/detail/read_file.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -87,6 +88,17 @@ struct rank_file {
 };
 
 namespace detail {
+/// Evidence files nest a few levels; deeper input is refused while it is parsed (copying or comparing a deeply
+/// nested value recurses once per level).
+inline constexpr int max_nesting = 64;
+inline json::parser_callback_t nesting_guard() {
+  return [](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_nesting)
+      throw input_error("nested more than " + std::to_string(max_nesting) + " levels deep");
+    return true;
+  };
+}
 inline const json& need(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) throw input_error(where + ": missing \"" + key + "\"");
@@ -94,12 +106,12 @@ inline const json& need(const json& j, const char* key, const std::string& where
 }
 /// The value of key as T. Integers must be JSON integers within T's range: 1.5, 1e300, -5 for an unsigned
 /// field or 2^32 for an int are errors, never silently converted.
+/// The value v (named `what` in errors: where + ": \"key\"") as T. Integers must be JSON integers within T's
+/// range: 1.5, 1e300, -5 for an unsigned field or 2^32 for an int are errors, never silently converted.
 template <class T>
-T get_as(const json& j, const char* key, const std::string& where) {
-  const json& v = need(j, key, where);
+T value_as(const json& v, const std::string& what) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (!v.is_number_integer())
-      throw input_error(where + ": \"" + key + "\" is not an integer (" + v.type_name() + ")");
+    if (!v.is_number_integer()) throw input_error(what + " is not an integer (" + v.type_name() + ")");
     bool fits;
     if (v.is_number_unsigned()) {
       fits = v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
@@ -111,15 +123,20 @@ T get_as(const json& j, const char* key, const std::string& where) {
       else
         fits = i >= 0 && static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
     }
-    if (!fits) throw input_error(where + ": \"" + key + "\" is out of range (" + v.dump() + ")");
+    if (!fits) throw input_error(what + " is out of range (" + v.dump() + ")");
     return v.is_number_unsigned() ? static_cast<T>(v.get<std::uint64_t>()) : static_cast<T>(v.get<std::int64_t>());
   } else {
     try {
       return v.get<T>();
     } catch (const json::exception&) {
-      throw input_error(where + ": \"" + key + "\" has the wrong type (" + v.type_name() + ")");
+      throw input_error(what + " has the wrong type (" + v.type_name() + ")");
     }
   }
+}
+/// The value of key as T (value_as).
+template <class T>
+T get_as(const json& j, const char* key, const std::string& where) {
+  return value_as<T>(need(j, key, where), where + ": \"" + key + "\"");
 }
 /// get_as for an optional key: `fallback` when it is absent.
 template <class T>
@@ -132,8 +149,7 @@ inline std::vector<int> get_members(const json& e, int world, const std::string&
   if (!m.is_array()) throw input_error(where + ": \"members\" is not an array");
   std::vector<int> out;
   for (std::size_t i = 0; i < m.size(); ++i) {
-    const json one{{"member", m[i]}};
-    const int r = get_as<int>(one, "member", where + ": members[" + std::to_string(i) + "]");
+    const int r = value_as<int>(m[i], where + ": members[" + std::to_string(i) + "]");
     if (r < 0 || r >= world)
       throw input_error(where + ": members[" + std::to_string(i) + "] is " + std::to_string(r) + ", not a rank of world size " +
                         std::to_string(world));
@@ -691,24 +707,26 @@ inline result merge_dir(const std::string& dir) {
     for (const auto& n : names) {
       const std::string path = dir + "/" + n;
       const bool named = n.rfind("nanscope_evidence_", 0) == 0;
-      // only regular files: a FIFO would block the open or the read, a device never end
-      struct stat st;
-      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        if (named) throw input_error(path + ": not a regular file");
-        continue;
-      }
-      if (st.st_size > max_file_bytes) {
+      // only regular files, checked on the open descriptor: a FIFO would block the open or the read, a device
+      // never end
+      std::string text;
+      const nanscope::detail::read_result rd =
+          nanscope::detail::read_regular_file(path, static_cast<std::uint64_t>(max_file_bytes), text);
+      if (!rd.ok()) {
         if (named)
-          throw input_error(path + ": " + std::to_string(st.st_size) + " bytes, beyond this tool's limit of " +
-                            std::to_string(max_file_bytes));
+          throw input_error(path + ": " +
+                            nanscope::detail::read_failure_text(rd, static_cast<std::uint64_t>(max_file_bytes),
+                                                                "this tool's limit"));
         continue;
       }
-      std::ifstream in(path, std::ios::binary);
-      if (!in) {
-        if (named) throw input_error(path + ": cannot be read");
+      json j;
+      try {
+        j = json::parse(text, detail::nesting_guard(), false);
+      } catch (const input_error& e) {
+        if (named) throw input_error(path + ": " + e.what());
         continue;
       }
-      json j = json::parse(in, nullptr, false);
+      text = std::string();
       if (j.is_discarded()) {
         if (named) throw input_error(path + ": not valid JSON (truncated or damaged)");
         continue;
