@@ -151,6 +151,7 @@ inline bool parse_number(std::string_view s, double& out) {
   if (body.empty() || !((body.front() >= '0' && body.front() <= '9') || body.front() == '.')) return false;
   double x = 0;
   const auto r = std::from_chars(body.data(), body.data() + body.size(), x, std::chars_format::general);
+  if (r.ptr != body.data() + body.size()) return false;  // "1e400x": not a number, in range or not
   if (r.ec == std::errc::result_out_of_range) {
     // from_chars leaves x unset on overflow and on underflow to zero (1e400, 1e-400, 0.000...0001): the value is
     // 0.d... x 10^(lead + exp), lead being the digits before the point or minus the zeros after it
@@ -173,11 +174,11 @@ inline bool parse_number(std::string_view s, double& out) {
       std::string_view ex = body.substr(epos + 1);
       const bool eneg = !ex.empty() && ex.front() == '-';
       if (!ex.empty() && (ex.front() == '-' || ex.front() == '+')) ex.remove_prefix(1);
-      for (const char c : ex) e10 = e10 < 1000000000LL ? e10 * 10 + (c - '0') : e10;  // digits: from_chars checked
+      for (const char c : ex) e10 = e10 < 1000000000LL ? e10 * 10 + (c - '0') : e10;  // digits: from_chars read them all
       if (eneg) e10 = -e10;
     }
     x = nonzero && lead + e10 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
-  } else if (r.ec != std::errc() || r.ptr != body.data() + body.size()) {
+  } else if (r.ec != std::errc()) {
     return false;
   }
   out = neg ? -x : x;
@@ -640,6 +641,12 @@ class tree_loader {
     count("neg_inf", t.health.neg_inf);
     count("pos_inf", t.health.pos_inf);
     count("nan", t.health.nan);
+    const health_counts& c = t.health;
+    std::uint64_t sum = 0;
+    for (const std::uint64_t x : {c.negative, c.zero, c.positive, c.neg_inf, c.pos_inf, c.nan}) {
+      if (x > UINT64_MAX - sum) fail_at(hp, "the counts add up to more than 18446744073709551615 elements");
+      sum += x;
+    }
     t.has_health = true;
   }
 

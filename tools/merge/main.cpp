@@ -18,7 +18,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    const int rc = app.exit(e);  // --help prints on stdout: a failed write there is an error too
+    std::cout.flush();
+    if (rc == 0 && (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
+      std::fputs("nanscope-merge: error: cannot write the output\n", stderr);
+      return 2;
+    }
     return rc == 0 ? 0 : 2;
   }
   const nanscope_merge::result r = nanscope_merge::merge_dir(dir);
