@@ -316,6 +316,9 @@ def group_errors():
         rc, so, se = run("report", good, bad, "-o", out)
         expect(rc == 2, f"report with {bad}: exit {rc}, expected 2 (stderr {se!r})")
         expect(bad in se and needle in se, f"report with {bad}: stderr {se!r} should name the file and say {needle!r}")
+        # the report has no --fifo-wait / --max-input-size (nanscope-diff's options): its messages name none
+        expect("--fifo-wait" not in se and "--max-input-size" not in se and "tree file" not in se,
+               f"report with {bad}: stderr {se!r} names an option or input kind of nanscope-diff")
         with open(out) as f:
             expect(f.read() == "old report", f"report with {bad}: the old output was touched")
     # usage

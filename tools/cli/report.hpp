@@ -362,7 +362,8 @@ inline std::string write_atomically(const std::string& path, const std::string& 
   try {
     nanscope::detail::fsync_directory(dir, path);
   } catch (const std::exception& e) {
-    return e.what();
+    return std::string("the page is in place, but its directory could not be synced (a crash now may lose the "
+                       "rename): ") + e.what();
   }
   return std::string();
 }

@@ -87,7 +87,13 @@ struct model {
 inline std::string read_whole_file(const std::string& path) {
   std::string out;
   try {
-    nsdiff::input_file in(path, nsdiff::input_limits{});
+    nsdiff::input_limits limits;  // the report has no options for these limits: its messages name none
+    limits.size_option = "";
+    limits.size_option_in = "";
+    limits.wait_option = "";
+    limits.expected = "an input file";
+    limits.starts_with = "the report's inputs (JSON, JSON lines) start with '{'";
+    nsdiff::input_file in(path, limits);
     // straight from the buffer: a stream's operator<< would swallow the buffer's exceptions (the limits)
     char chunk[1 << 16];
     for (std::streamsize n; (n = in.sgetn(chunk, sizeof chunk)) > 0;) out.append(chunk, static_cast<std::size_t>(n));

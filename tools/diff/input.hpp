@@ -29,6 +29,13 @@ struct bad_input : std::runtime_error {
 struct input_limits {
   std::uint64_t max_bytes = std::uint64_t{512} << 20;  ///< 0: no limit (--max-input-size)
   double fifo_wait_s = 5.0;                           ///< how long a pipe may stay without a writer (--fifo-wait)
+  /// How messages name the options that set the limits (" (--max-input-size)"; empty: the tool has none) and
+  /// what an input should be ("a tree file").
+  const char* size_option = " (--max-input-size)";
+  const char* size_option_in = "--max-input-size; ";
+  const char* wait_option = " (--fifo-wait)";
+  const char* expected = "a tree file";
+  const char* starts_with = "a layer-tree file starts with '{'";
 };
 
 /// "1 GiB", "512 MiB", "123 bytes".
@@ -90,10 +97,10 @@ class input_file : public std::streambuf {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail_errno("cannot stat");
     mode_ = st.st_mode;
-    if (S_ISDIR(st.st_mode)) fail("is a directory, not a tree file");
+    if (S_ISDIR(st.st_mode)) fail(std::string("is a directory, not ") + limits_.expected);
     if (S_ISREG(st.st_mode) && limits_.max_bytes && static_cast<std::uint64_t>(st.st_size) > limits_.max_bytes)
       fail("is " + std::to_string(st.st_size) + " bytes, larger than the input limit of " +
-           byte_size_text(limits_.max_bytes) + " (--max-input-size)");
+           byte_size_text(limits_.max_bytes) + limits_.size_option);
     // Regular files and devices are read blocking from here on. A pipe stays non-blocking until a writer is seen.
     if (!S_ISFIFO(st.st_mode)) set_blocking();
   }
@@ -109,7 +116,7 @@ class input_file : public std::streambuf {
         char extra = 0;
         if (read_some(&extra, 1) == 0) return at_end();
         fail("more than " + byte_size_text(limits_.max_bytes) + " without the end of the JSON document: stopped at " +
-             "the input limit (--max-input-size; is it " + std::string(file_kind(mode_)) + " that never ends?)");
+             "the input limit (" + limits_.size_option_in + "is it " + std::string(file_kind(mode_)) + " that never ends?)");
       }
       if (limits_.max_bytes - total_ < want) want = static_cast<std::size_t>(limits_.max_bytes - total_);
     }
@@ -160,7 +167,7 @@ class input_file : public std::streambuf {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%g", limits_.fifo_wait_s);
         fail(std::string("a named pipe (FIFO) with no writer: nothing connected to it within ") + secs +
-             " s (--fifo-wait); start the program that writes it first, or pass a regular file");
+             " s" + limits_.wait_option + "; start the program that writes it first, or pass a regular file");
       }
     }
   }
@@ -208,7 +215,7 @@ class input_file : public std::streambuf {
       if (c >= 0x21 && c < 0x7F) what += std::string(" '") + static_cast<char>(c) + "'";
       std::string msg = std::string(file_kind(mode_)) + ", not a JSON document: its first";
       msg += at > bom_ ? " non-blank byte (at offset " + std::to_string(at) + ")" : " byte";
-      msg += " is " + what + "; a layer-tree file starts with '{'";
+      msg += " is " + what + "; " + limits_.starts_with;
       if (c == 0x1f && i + 1 < n && static_cast<unsigned char>(buf_[i + 1]) == 0x8b)
         msg += " (this looks gzip-compressed: decompress it first, e.g. <(zcat FILE))";
       fail(msg);
