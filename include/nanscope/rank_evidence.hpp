@@ -158,6 +158,8 @@ class rank_evidence : public scope_listener {
   }
 
   /// Writes the file now (atomically); `reason` is stored in it. Throws nanscope::error when the write fails.
+  /// A text built later on another thread (a transfer, a detection) holds every event this one does and
+  /// replaces it on disk, with its own reason, even when it is committed first.
   void write(std::string_view reason) {
     std::string text;
     std::uint64_t gen = 0;
