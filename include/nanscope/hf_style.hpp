@@ -79,11 +79,12 @@ class hf_machine {
       }
     }
     ring_.push_back(std::move(f));
-    while (ring_.size() > (max_frames == 0 ? 1 : max_frames)) ring_.pop_front();
-    if (trace) {                                       // 5.
+    if (trace) {                                       // 5. (the ring held this frame only)
       o.trace = true;
       o.traced = std::move(ring_.back());
       ring_.clear();
+    } else {
+      while (ring_.size() > max_frames) ring_.pop_front();  // max_frames 0: none kept, "Last 0 forward frames"
     }
     if (is_root) banner_ += hf_banner(batch);          // 6.
     o.report = detected_ && !trace;                    // 7.

@@ -208,7 +208,7 @@ struct site_rule {
 };
 
 struct recorder_options {
-  std::size_t max_frames = 21;                 ///< frames kept (HuggingFace's max_frames_to_save)
+  std::size_t max_frames = 21;                 ///< frames kept (HuggingFace's max_frames_to_save; 0: none)
   std::vector<std::uint64_t> trace_steps;       ///< print every frame of these steps as it completes
   std::int64_t abort_after_step = -1;          ///< stop once this step has completed (-1: never)
   bool auto_step = true;                        ///< the step advances when an outermost scope completes
@@ -486,17 +486,13 @@ inline const char* role_word(tensor_role r) {
 class recorder {
  public:
   recorder() { ring_.resize(opts_.max_frames); }
-  explicit recorder(recorder_options o) : opts_(std::move(o)) {
-    if (opts_.max_frames == 0) opts_.max_frames = 1;
-    ring_.resize(opts_.max_frames);
-  }
+  explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
 
   /// Replaces the options (clears the saved frames when max_frames changes).
   void set_options(recorder_options o) {
     std::lock_guard<std::mutex> lk(m_);
-    if (o.max_frames == 0) o.max_frames = 1;
     if (o.max_frames != opts_.max_frames) {
       ring_.assign(o.max_frames, frame{});
       head_ = count_ = 0;
@@ -1105,8 +1101,8 @@ inline void recorder::detect(frame& current, const tensor_record& rec) {
     d->health = rec.health;
     d->where = rec.where;
     d->produced_here = current.inputs_finite();
-    d->frames = saved_locked();
-    if (d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
+    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
+    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
     d->frames.push_back(current);
     for (auto& f : d->frames)
       for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
@@ -1161,11 +1157,13 @@ inline void recorder::complete(frame&& f, bool outermost) {
         banner_step_ = s;
       }
     }
-    frame& slot = ring_[head_];
-    slot = std::move(f);
-    for (auto& t : slot.tensors) t.view.data = nullptr;
-    head_ = (head_ + 1) % ring_.size();
-    if (count_ < ring_.size()) ++count_;
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      frame& slot = ring_[head_];
+      slot = std::move(f);
+      for (auto& t : slot.tensors) t.view.data = nullptr;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
     if (!trace.empty()) emit(trace);
     if (outermost && opts_.auto_step) {
       finished_step = step_.load(std::memory_order_relaxed);
@@ -1237,9 +1235,11 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
     std::lock_guard<std::mutex> lk(m_);
     f.sequence = sequence_++;
     for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
-    ring_[head_] = f;
-    head_ = (head_ + 1) % ring_.size();
-    if (count_ < ring_.size()) ++count_;
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      ring_[head_] = f;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
     if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
     const bool is_root = outermost && opts_.auto_step;
     std::uint64_t batch = step_.load(std::memory_order_relaxed);

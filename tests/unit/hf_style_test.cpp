@@ -143,10 +143,11 @@ struct hf_model {
     for (std::size_t i = 0; i < frame.size(); ++i) f += (i ? "\n" : "") + frame[i];
     frame.clear();
     frames.push_back(f);
-    while (frames.size() > max_frames) frames.pop_front();  // nanscope: bounded even after a trace
-    if (trace) {                                            // 5
+    if (trace) {                                            // 5: HF's frames are a list since step 1 (unbounded)
       print(join(frames));
       frames.clear();
+    } else {
+      while (frames.size() > max_frames) frames.pop_front();  // a deque(maxlen=max_frames): 0 keeps none
     }
     if (is_root) banner();                                  // 6
     if (detected && !trace) {                               // 7
@@ -317,6 +318,20 @@ TEST_CASE("hf style: the banner frame is shown while it is in the ring, and fall
     m.max_frames = max_frames;
     compare({clean(), model(ok, ok2, with_inf(), ok2, ok)}, m);
   }
+}
+
+TEST_CASE("hf style: max_frames_to_save=0 keeps no frame: \"Last 0 forward frames:\", a traced frame still prints") {
+  // HF's frames are collections.deque([], 0): nothing is saved, and the report lists no frame (nanscope kept one)
+  hf_model m;
+  m.max_frames = 0;
+  compare({clean(), model(ok, ok2, with_nan(), ok2, ok)}, m);
+  compare({model(with_nan(), ok2, ok, ok2, ok)}, m);
+  const real_run r = run_real({model(ok, with_inf(), ok, ok2, ok)}, m);
+  CHECK(r.out.find("Last 0 forward frames:\nabs min  abs max  metadata\n\n\n\n\n") != std::string::npos);
+  hf_model t;  // in a traced batch HF's frames became a list: the traced frame prints
+  t.max_frames = 0;
+  t.trace_batch_nums = {0};
+  compare({model(ok, ok2, with_nan(), ok2, ok), clean()}, t);
 }
 
 TEST_CASE("hf style: NaN in the model's input is reported at the first leaf that receives it") {

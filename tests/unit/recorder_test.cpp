@@ -232,14 +232,30 @@ TEST_CASE("recorder: ring wrap-around keeps exactly the last max_frames frames, 
   CHECK(saved.back().module_path == "h6");
 }
 
-TEST_CASE("recorder: max_frames 0 is treated as 1") {
+TEST_CASE("recorder: max_frames 0 keeps no frame (HF's max_frames_to_save=0); a native report still shows the detecting one") {
   nsrec::capture out;
-  nanscope::recorder_options o = opts(out, on_detect::print_and_continue);
+  nanscope::recorder_options o = opts(out, on_detect::callback);
   o.max_frames = 0;
+  std::shared_ptr<nanscope::detection> d;
+  o.callback = [&d](const nanscope::detection& x) { d = std::make_shared<nanscope::detection>(x); };
   recorder rec(o);
   for (int i = 0; i < 3; ++i) scope s(rec, "f" + std::to_string(i), "F");
-  REQUIRE(rec.frames().size() == 1);
-  CHECK(rec.frames()[0].module_path == "f2");
+  CHECK(rec.frames().empty());
+  {
+    scope s(rec, "bad", "B");
+    s.output(vec{nsrec::qnan()});
+  }
+  CHECK(rec.frames().empty());
+  REQUIRE(static_cast<bool>(d));
+  REQUIRE(d->frames.size() == 1);
+  CHECK(d->frames[0].module_path == "bad");
+  // and back to a ring of 2 through set_options
+  nanscope::recorder_options o2 = rec.options();
+  o2.max_frames = 2;
+  rec.set_options(o2);
+  for (int i = 0; i < 3; ++i) scope s(rec, "g" + std::to_string(i), "G");
+  REQUIRE(rec.frames().size() == 2);
+  CHECK(rec.frames()[1].module_path == "g2");
 }
 
 TEST_CASE("recorder: frames are recorded when they complete — children before parents — with their paths") {
