@@ -105,7 +105,8 @@ inline std::string rank_tag() {
   return "rank" + std::to_string(r.rank) + "of" + std::to_string(r.world_size);
 }
 
-/// The line a detection report ends with in a run of several processes: "nanscope: rank 2 of 4 (source)\n";
+/// The line a detection report of the native styles ends with in a run of several processes (the hf style adds
+/// none: HuggingFace's bytes): "nanscope: rank 2 of 4 (source)\n";
 /// "" for a single process. At the end, so that the report's first line (an exception's what()) is unchanged.
 inline std::string rank_report_line() {
   const rank_info r = process_rank();

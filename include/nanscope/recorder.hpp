@@ -1291,7 +1291,8 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
         } else {
           d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
         }
-        d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
+        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
+        // prints them
         if (policy != on_detect::callback) text += d->report;
         cb = opts_.callback;
         if (policy == on_detect::throw_exception) {

@@ -6751,7 +6751,8 @@ inline std::string rank_tag() {
   return "rank" + std::to_string(r.rank) + "of" + std::to_string(r.world_size);
 }
 
-/// The line a detection report ends with in a run of several processes: "nanscope: rank 2 of 4 (source)\n";
+/// The line a detection report of the native styles ends with in a run of several processes (the hf style adds
+/// none: HuggingFace's bytes): "nanscope: rank 2 of 4 (source)\n";
 /// "" for a single process. At the end, so that the report's first line (an exception's what()) is unchanged.
 inline std::string rank_report_line() {
   const rank_info r = process_rank();
@@ -10066,7 +10067,8 @@ inline void recorder::complete_hf(frame&& f, bool outermost) {
         } else {
           d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
         }
-        d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
+        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
+        // prints them
         if (policy != on_detect::callback) text += d->report;
         cb = opts_.callback;
         if (policy == on_detect::throw_exception) {

@@ -173,6 +173,30 @@ TEST_CASE("a detection report ends with the rank in a multi-process run, and onl
   CHECK(multi.compare(0, single.size(), single) == 0);  // the report itself is unchanged
 }
 
+TEST_CASE("the hf style's report is HuggingFace's bytes in a multi-process run too: no rank line") {
+  env_guard g;
+  for (const char* v : launcher_vars) g.unset(v);
+  auto hf_output = [] {
+    std::string printed;
+    nanscope::recorder_options o;
+    o.style = nanscope::report_style::hf;
+    o.policy = nanscope::on_detect::print_and_continue;
+    o.sink = [&printed](std::string_view t) { printed.append(t.data(), t.size()); };
+    nanscope::recorder rec(o);
+    std::vector<float> x(2, std::numeric_limits<float>::quiet_NaN());
+    {
+      nanscope::scope s(rec, "", "M");
+      s.output(x);
+    }
+    return printed;
+  };
+  const std::string single = hf_output();
+  REQUIRE(single.find("\nDetected inf/nan during batch_number=1\n") != std::string::npos);
+  g.set("OMPI_COMM_WORLD_RANK", "2");
+  g.set("OMPI_COMM_WORLD_SIZE", "4");
+  CHECK(hf_output() == single);
+}
+
 TEST_CASE("collective kinds round-trip through their names") {
   for (int i = 0; i <= static_cast<int>(nanscope::collective_kind::recv); ++i) {
     const auto k = static_cast<nanscope::collective_kind>(i);
