@@ -10,6 +10,7 @@
 #include <nanscope/detail/atomic_file.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -103,15 +104,17 @@ bool unshare_works(const std::vector<const char*>& args) {
     std::_Exit(127);
   }
   int status = 0;
-  while (::waitpid(p, &status, 0) < 0 && errno == EINTR) {
+  pid_t got;
+  while ((got = ::waitpid(p, &status, 0)) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return got == p && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "writer") == 0) return writer(argv[2]);
+  std::signal(SIGCHLD, SIG_DFL);  // inherited as ignored, waitpid would find no child to report
 
   char tmpl[] = "/tmp/nanscope_pidns_XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {

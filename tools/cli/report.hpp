@@ -321,6 +321,8 @@ inline std::string page_data(model& m, const std::vector<std::string>& inputs, c
   return s;
 }
 
+/// write_atomically's error text starts with this when only the directory sync after the rename failed.
+inline constexpr const char* synced_marker = "\x01synced-late: ";
 /// Writes `text` to `path` atomically: a temporary file in the same directory, then rename(). Returns an empty
 /// string, or the error.
 inline std::string write_atomically(const std::string& path, const std::string& text) {
@@ -362,8 +364,7 @@ inline std::string write_atomically(const std::string& path, const std::string& 
   try {
     nanscope::detail::fsync_directory(dir, path);
   } catch (const std::exception& e) {
-    return std::string("the page is in place, but its directory could not be synced (a crash now may lose the "
-                       "rename): ") + e.what();
+    return std::string(synced_marker) + e.what();
   }
   return std::string();
 }
@@ -431,6 +432,16 @@ inline int run_report(const report_args& args, const std::string& version) {
     }
   }
   const std::string err = write_atomically(args.output, page);
+  if (err.compare(0, std::strlen(synced_marker), synced_marker) == 0) {
+    // the library's text: "nanscope: file '...': written, but <why>"
+    std::string why = err.substr(std::strlen(synced_marker));
+    const std::size_t at = why.find("written, but ");
+    if (at != std::string::npos) why = why.substr(at + 13);
+    std::fprintf(stderr,
+                 "nanscope: the report '%s' is written, but %s (a crash now may lose its new name; exit 2)\n",
+                 nanscope_cli::text_escape(args.output).c_str(), why.c_str());
+    return 2;
+  }
   if (!err.empty()) {
     std::fprintf(stderr, "nanscope: cannot write the report '%s': %s (exit 2)\n",
                  nanscope_cli::text_escape(args.output).c_str(), err.c_str());

@@ -104,8 +104,6 @@ inline const json& need(const json& j, const char* key, const std::string& where
   if (it == j.end()) throw input_error(where + ": missing \"" + key + "\"");
   return *it;
 }
-/// The value of key as T. Integers must be JSON integers within T's range: 1.5, 1e300, -5 for an unsigned
-/// field or 2^32 for an int are errors, never silently converted.
 /// The value v (named `what` in errors: where + ": \"key\"") as T. Integers must be JSON integers within T's
 /// range: 1.5, 1e300, -5 for an unsigned field or 2^32 for an int are errors, never silently converted.
 template <class T>
