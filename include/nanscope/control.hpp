@@ -21,6 +21,7 @@
 #include "detail/read_file.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -618,7 +619,7 @@ class controller : public check_gate {
   /// Becomes `r`'s check gate and applies the configuration to the current step. Do it between steps.
   void attach(recorder& r) {
     detach();
-    rec_ = &r;
+    rec_.store(&r, std::memory_order_release);
     r.set_gate(this);
     bool on = true;
     {
@@ -630,12 +631,17 @@ class controller : public check_gate {
     flush_errors();
   }
   void detach() {
-    if (rec_ == nullptr) return;
-    if (rec_->gate() == this) {
-      rec_->set_gate(nullptr);
-      rec_->set_enabled(true);
+    recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel);
+    if (r == nullptr) return;
+    if (r->gate() == this) {
+      r->set_gate(nullptr);
+      r->set_enabled(true);
     }
-    rec_ = nullptr;
+  }
+  /// The recorder ended first (check_gate): nothing to detach from any more.
+  void recorder_destroyed(recorder& r) noexcept override {
+    recorder* expected = &r;
+    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
   }
 
   /// Re-reads the file if it changed (what every step boundary does). Returns true when a new configuration was
@@ -745,7 +751,7 @@ class controller : public check_gate {
       on = cfg_->cfg.step_on(next);
       report_.enabled = on;
     }
-    if (rec_ != nullptr) rec_->set_enabled(on);
+    if (recorder* r = rec_.load(std::memory_order_acquire)) r->set_enabled(on);
     flush_errors();
   }
 
@@ -920,8 +926,8 @@ class controller : public check_gate {
     if (e.empty()) return;
     if (opts_.on_error) {
       detail::call_text_callback(opts_.on_error, e, "controller_options::on_error");
-    } else if (rec_ != nullptr) {
-      rec_->write_to_sink(e);
+    } else if (recorder* r = rec_.load(std::memory_order_acquire)) {
+      r->write_to_sink(e);
     } else {
       std::fwrite(e.data(), 1, e.size(), stderr);
       std::fflush(stderr);
@@ -944,7 +950,7 @@ class controller : public check_gate {
   control_report report_;
   std::uint64_t last_boundary_ns_ = 0;
   std::uint64_t step_checks_ = 0, step_skipped_ = 0, step_bytes_ = 0, step_check_ns_ = 0;
-  recorder* rec_ = nullptr;
+  std::atomic<recorder*> rec_{nullptr};
 };
 
 NANSCOPE_NAMESPACE_END

@@ -45,6 +45,7 @@ class deferred_log {
       e.text.assign(name.data(), name.size());
       e.text2.assign(class_name.data(), class_name.size());
       e.where = where;
+      log_.make_room();
       log_.events_.push_back(std::move(e));
       ++log_.depth_;
     }
@@ -53,7 +54,7 @@ class deferred_log {
     ~scope() {
       event e;
       e.what = kind::close;
-      log_.events_.push_back(std::move(e));
+      log_.events_.push_back(std::move(e));  // no reallocation: make_room kept a place for every open scope's close
       --log_.depth_;
     }
 
@@ -79,6 +80,7 @@ class deferred_log {
       event e;
       e.what = kind::non_tensor;
       e.is_none = is_none;
+      log_.make_room();
       log_.events_.push_back(std::move(e));
     }
     /// A non-tensor positional argument with its text.
@@ -86,6 +88,7 @@ class deferred_log {
       event e;
       e.what = kind::value;
       e.text.assign(repr.data(), repr.size());
+      log_.make_room();
       log_.events_.push_back(std::move(e));
     }
 
@@ -164,8 +167,15 @@ class deferred_log {
     e.view.name = nullptr;  // the caller's name may not outlive the step; contexts name tensors in reports
     e.result = std::move(r);
     e.where = where;
+    make_room();
     events_.push_back(std::move(e));
     ++tensors_;
+  }
+  /// Before an event is added (it may throw, there): room for it, one more open scope and the close of every
+  /// open scope, so that ~scope appends its close without allocating (a destructor must not throw).
+  void make_room() {
+    const std::size_t need = events_.size() + static_cast<std::size_t>(depth_) + 2;
+    if (events_.capacity() < need) events_.reserve(need > 2 * events_.capacity() ? need : 2 * events_.capacity());
   }
 
   recorder* rec_;

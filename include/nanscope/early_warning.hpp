@@ -48,33 +48,40 @@ struct early_warning {
   double steps_to_overflow = -1.0; ///< estimate; -1 when there is none
 
   std::string text() const {
-    char buf[512];
+    // the site is joined as a string (any length); the numbers around it fit the buffers
+    char head[64];
+    std::snprintf(head, sizeof head, "nanscope: early warning at step %llu: ", static_cast<unsigned long long>(step));
+    char tail[1024] = "";  // two %.1f of the largest doubles take about 620
     switch (rule) {
       case warning_rule::overflow_steps:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s will overflow %s in ~%.1f steps (abs_max %.6g, "
-                      "headroom %.2f bits, trend %+.3f bits/step over %u steps, r2 %.2f)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), lp_format_name(target), steps_to_overflow, abs_max,
-                      headroom_bits, slope_bits, trend_points, fit_r2);
+        std::snprintf(tail, sizeof tail,
+                      " will overflow %s in ~%.1f steps (abs_max %.6g, headroom %.2f bits, trend %+.3f bits/step over "
+                      "%u steps, r2 %.2f)\n",
+                      lp_format_name(target), steps_to_overflow, abs_max, headroom_bits, slope_bits, trend_points,
+                      fit_r2);
         break;
       case warning_rule::jump:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s jumped: abs_max %.6g is %.1fx its EMA %.6g (%s "
-                      "headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
+        std::snprintf(tail, sizeof tail,
+                      " jumped: abs_max %.6g is %.1fx its EMA %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
+                      abs_max, ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target),
+                      headroom_bits, slope_bits);
         break;
       case warning_rule::warmup:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s is large against warm-up: abs_max %.6g is %.1fx the "
-                      "warm-up max %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
+        std::snprintf(tail, sizeof tail,
+                      " is large against warm-up: abs_max %.6g is %.1fx the warm-up max %.6g (%s headroom %.2f bits, "
+                      "trend %+.3f bits/step)\n",
+                      abs_max, warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target),
+                      headroom_bits, slope_bits);
+        break;
+      default:
+        std::snprintf(tail, sizeof tail, ": a warning of unknown rule %d (abs_max %.6g)\n", static_cast<int>(rule),
+                      abs_max);
         break;
     }
-    return buf;
+    std::string out = head;
+    out += site;
+    out += tail;
+    return out;
   }
 };
 

@@ -21,6 +21,7 @@
 #include "recorder.hpp"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -257,14 +258,13 @@ class history : public scope_listener {
   /// Adds this history to `r`'s listeners (it detaches from a previous recorder first).
   void attach(recorder& r) {
     detach();
-    rec_ = &r;
+    rec_.store(&r, std::memory_order_release);
     r.add_listener(this);
   }
-  /// Leaves the recorder's listeners (waits for calls in progress on other threads).
+  /// Leaves the recorder's listeners (waits for calls in progress on other threads). Call it before the
+  /// recorder is destroyed, or let the recorder's destructor detach this history.
   void detach() {
-    if (rec_ == nullptr) return;
-    rec_->remove_listener(this);
-    rec_ = nullptr;
+    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
   }
 
   /// Feeds one observation of `site` (standalone use, or a site the recorder does not see). Returns the
@@ -315,20 +315,27 @@ class history : public scope_listener {
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     if (rec.is_tensor && rec.health.is_float() && rec.health.reads_data() &&
         (!opts_.outputs_only || rec.role == tensor_role::output || rec.role == tensor_role::checkpoint)) {
+#if NANSCOPE_IMPL_EXCEPTIONS
+      try {  // a listener must not throw: a failing sink, or memory running out, loses the warning, not the run
+        std::string key = f.module_path;
+        key += ':';
+        key += rec.context;
+        forward(f, observe(key, f.step, rec.health.abs_max, rms_of(rec.health)));
+      } catch (...) {
+      }
+#else
       std::string key = f.module_path;
       key += ':';
       key += rec.context;
-#if NANSCOPE_IMPL_EXCEPTIONS
-      try {
-        forward(f, observe(key, f.step, rec.health.abs_max, rms_of(rec.health)));
-      } catch (...) {  // a listener must not throw: a failing sink loses the warning, not the run
-      }
-#else
       forward(f, observe(key, f.step, rec.health.abs_max, rms_of(rec.health)));
 #endif
     }
   }
   void scope_closed(const frame&, bool) noexcept override {}
+  void recorder_destroyed(recorder& r) noexcept override {
+    recorder* expected = &r;
+    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  }
 
  private:
   site_history& site_locked(std::string_view site) {
@@ -345,8 +352,9 @@ class history : public scope_listener {
   /// The warnings raised by a tensor recorded into `f` go to the attached recorder's listeners (the layer tree
   /// writes them into the node of `f`).
   void forward(const frame& f, const std::vector<early_warning>& ws) {
-    if (rec_ == nullptr) return;
-    for (const auto& w : ws) rec_->notify_warning(f, w);
+    recorder* r = rec_.load(std::memory_order_acquire);
+    if (r == nullptr) return;
+    for (const auto& w : ws) r->notify_warning(f, w);
   }
   void deliver(const early_warning& w) {
     if (opts_.on_warning) {
@@ -354,8 +362,8 @@ class history : public scope_listener {
       return;
     }
     const std::string t = w.text();
-    if (rec_ != nullptr) {
-      rec_->write_to_sink(t);
+    if (recorder* r = rec_.load(std::memory_order_acquire)) {
+      r->write_to_sink(t);
     } else {
       std::fwrite(t.data(), 1, t.size(), stderr);
       std::fflush(stderr);
@@ -366,7 +374,7 @@ class history : public scope_listener {
   mutable std::mutex m_;
   std::unordered_map<std::string, site_history> sites_;
   std::vector<early_warning> all_;
-  recorder* rec_ = nullptr;
+  std::atomic<recorder*> rec_{nullptr};  ///< read by observe() on any thread, without m_
 };
 
 NANSCOPE_NAMESPACE_END

@@ -22,6 +22,7 @@
 #include "recorder.hpp"
 #include "detail/atomic_file.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -122,8 +123,15 @@ class rank_evidence : public scope_listener {
   rank_evidence(const rank_evidence&) = delete;
   rank_evidence& operator=(const rank_evidence&) = delete;
   ~rank_evidence() override {
-    detail::evidence_detach(rec_, this, next_, 0);
+    if (rec_alive_.load(std::memory_order_acquire)) detail::evidence_detach(rec_, this, next_, 0);
     if (opts_.write_at_exit) try_write("exit");
+  }
+  /// The recorder ended first: the evidence keeps its last step, and its exit write still happens.
+  void recorder_destroyed(recorder& r) noexcept override {
+    if (&r != &rec_) return;
+    std::lock_guard<std::mutex> lk(m_);
+    last_step_ = r.step();
+    rec_alive_.store(false, std::memory_order_release);
   }
 
   int rank() const { return opts_.rank; }
@@ -329,7 +337,7 @@ class rank_evidence : public scope_listener {
     out += "  \"rank\": " + std::to_string(opts_.rank) + ",\n  \"world_size\": " + std::to_string(opts_.world_size) +
            ",\n  \"rank_source\": " + detail::json_quote(rank_source_) + ",\n  \"host\": " + detail::json_quote(host) +
            ",\n  \"pid\": " + std::to_string(pid) + ",\n  \"reason\": " + detail::json_quote(std::string(reason)) +
-           ",\n  \"step\": " + std::to_string(rec_.step()) + ",\n  \"dropped_events\": " + std::to_string(dropped_) +
+           ",\n  \"step\": " + std::to_string(rec_alive_.load(std::memory_order_acquire) ? rec_.step() : last_step_) + ",\n  \"dropped_events\": " + std::to_string(dropped_) +
            ",\n  \"detection\": " + (detected_ ? detection_ : std::string("null")) + ",\n  \"stop\": ";
     if (stopped_) {
       out += "{\"step\": " + std::to_string(stop_step_) + ", \"reason\": " + detail::json_quote(stop_reason_) + "}";
@@ -392,7 +400,9 @@ class rank_evidence : public scope_listener {
     try_commit(text, gen);
   }
 
-  recorder& rec_;
+  recorder& rec_;  ///< not touched once rec_alive_ is false (owner() still names it)
+  std::atomic<bool> rec_alive_{true};
+  std::uint64_t last_step_ = 0;  ///< the recorder's step when it was destroyed (under m_)
   rank_evidence_options opts_;
   std::string rank_source_;
   scope_listener* next_ = nullptr;

@@ -267,6 +267,9 @@ class scope_listener {
     (void)f;
     (void)w;
   }
+  /// The recorder `r` is being destroyed while this listener is still attached (a recorder that ends before
+  /// the objects attached to it): it has been detached already and must not touch `r` again.
+  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
@@ -282,6 +285,8 @@ class check_gate {
   virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
   /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
   virtual void step_boundary(std::uint64_t next) noexcept = 0;
+  /// The recorder `r` is being destroyed with this gate installed: it has been removed and must not touch `r`.
+  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
 
 namespace detail {
@@ -489,6 +494,15 @@ class recorder {
   explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
+  /// Detaches the listeners and the gate still attached, telling each (scope_listener::recorder_destroyed,
+  /// check_gate::recorder_destroyed), so that one destroyed later does not touch this recorder.
+  ~recorder() {
+    for (scope_listener* l : listeners_.snapshot()) {
+      listeners_.remove(l);
+      l->recorder_destroyed(*this);
+    }
+    if (check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel)) g->recorder_destroyed(*this);
+  }
 
   /// Replaces the options (clears the saved frames when max_frames changes).
   void set_options(recorder_options o) {
@@ -741,8 +755,9 @@ class recorder {
 
 /// The process-wide default recorder used by the macros.
 inline recorder& default_recorder() {
-  static recorder r;
-  return r;
+  // never destroyed: objects with static storage attached to it (a history, a tree writer) may end after it
+  static recorder* const r = new recorder();
+  return *r;
 }
 
 /// RAII module scope: names a module (path components nest with '.'), collects its tensors, and hands the

@@ -190,7 +190,7 @@ inline bool layer_number(const std::string& path, std::string& number) {
 /// destroyed in any order.
 class tree_writer final : public scope_listener {
  public:
-  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
+  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(&r), opts_(std::move(o)) {
     rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
     if (rank_ < 0) rank_ = 0;
     active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
@@ -200,13 +200,15 @@ class tree_writer final : public scope_listener {
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
     run_id_ = detail::unique_run_id();
-    rec_.add_listener(this);
+    r.add_listener(this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
   /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
   /// abandoned: its temporary files are removed and the previous files stay.
-  ~tree_writer() override { rec_.remove_listener(this); }
+  ~tree_writer() override {
+    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
+  }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -242,10 +244,14 @@ class tree_writer final : public scope_listener {
   const tree_options& options() const { return opts_; }
 
   void scope_opened(const frame& f, bool outermost) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!active_) return;
       if (outermost) {
+        if (in_pass_ && std::this_thread::get_id() == thread_) {
+          // the pass's own thread opens an outermost scope: the pass's root closed unheard (the writer was
+          // detached meanwhile, e.g. set_listener(nullptr) and back); that pass can never complete
+          abandon("the outermost scope of the pass closed while the writer was detached");
+        }
         if (in_pass_) return;  // another thread's outermost scope while a pass runs
         begin_pass(f);
         return;
@@ -256,8 +262,7 @@ class tree_writer final : public scope_listener {
   }
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       node& n = nodes_.back();
       if (n.fp != &f) return;
@@ -266,17 +271,21 @@ class tree_writer final : public scope_listener {
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
+  /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
+  void recorder_destroyed(recorder& r) noexcept override {
+    recorder* expected = &r;
+    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  }
 
   /// An early warning (history.hpp, attached to the same recorder) about a tensor of frame `f`: written, with
   /// extras, as "nanscope_warnings" on f's node and into the root's "nanscope" object (docs/tree.md).
   void warning_raised(const frame& f, const early_warning& w) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || !opts_.extras || std::this_thread::get_id() != thread_) return;
       // the node of f; for a checkpoint, the node of the scope it was taken in (the innermost open one)
       node* at = nullptr;
       if (f.checkpoint) {
-        if (!nodes_.empty() && nodes_.back().fp->module_path == f.module_path) at = &nodes_.back();
+        if (!nodes_.empty() && nodes_.back().module_path == f.module_path) at = &nodes_.back();
       } else {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
           if (it->fp == &f) at = &*it;
@@ -288,8 +297,7 @@ class tree_writer final : public scope_listener {
 
   void scope_closed(const frame& f, bool outermost) noexcept override {
     (void)outermost;
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       bool open = false;
       for (const node& n : nodes_) open = open || n.fp == &f;
@@ -316,7 +324,8 @@ class tree_writer final : public scope_listener {
     bool layer;
   };
   struct node {
-    const frame* fp = nullptr;
+    const frame* fp = nullptr;  ///< compared, never read through (the frame may be gone after a detach)
+    std::string module_path;    ///< the frame's
     std::string path;
     int depth = 0;
     bool numbered = false;
@@ -335,6 +344,25 @@ class tree_writer final : public scope_listener {
     source_location where;
   };
 
+  /// A listener hook: fn under the lock (an exception abandons the pass); the error texts it left are handed
+  /// to on_error after the lock is released, so that on_error may call the writer (last_error(), ...).
+  template <class F>
+  void hook(F&& fn) noexcept {
+    std::string errors;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      guarded(fn);
+      errors.swap(pending_errors_);
+    }
+    if (errors.empty()) return;
+    if (opts_.on_error) {
+      detail::call_text_callback(opts_.on_error, errors, "tree_options::on_error");
+    } else {
+      std::fwrite(errors.data(), 1, errors.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+
   template <class F>
   void guarded(F&& fn) noexcept {
 #if NANSCOPE_IMPL_EXCEPTIONS
@@ -350,18 +378,23 @@ class tree_writer final : public scope_listener {
 #endif
   }
 
+  /// Records an error (under m_): last_error() and the text the hook hands to on_error.
   void report(const std::string& msg) {
     last_error_ = msg;
-    const std::string line = "nanscope: tree_writer: " + msg + "\n";
-    if (opts_.on_error) {
-      detail::call_text_callback(opts_.on_error, line, "tree_options::on_error");
-    } else {
-      std::fwrite(line.data(), 1, line.size(), stderr);
-      std::fflush(stderr);
-    }
+    pending_errors_ += "nanscope: tree_writer: " + msg + "\n";
   }
-  void abandon(const std::string& why) {
-    report(why + " (this pass's tree files are not written)");
+  /// Ends the pass without writing its files (the previous ones stay). Allocates only for the message: when that
+  /// fails too (memory is short), the message goes to stderr as it is.
+  void abandon(const char* why) noexcept {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      report(std::string(why) + " (this pass's tree files are not written)");
+    } catch (...) {
+      std::fprintf(stderr, "nanscope: tree_writer: %s (this pass's tree files are not written)\n", why);
+    }
+#else
+    report(std::string(why) + " (this pass's tree files are not written)");
+#endif
     nodes_.clear();
     root_.clear();
     pass_warnings_.clear();
@@ -410,6 +443,7 @@ class tree_writer final : public scope_listener {
     pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
     r.fp = &f;
+    r.module_path = f.module_path;
     r.path = class_name_;
     r.depth = 0;
     r.where = f.where;
@@ -452,6 +486,7 @@ class tree_writer final : public scope_listener {
     }
     node c;
     c.fp = &f;
+    c.module_path = f.module_path;
     c.path = hf_path(f.module_path);
     c.depth = parent.depth + 1;
     c.where = f.where;
@@ -869,7 +904,7 @@ class tree_writer final : public scope_listener {
     return r.run(0, 0);
   }
 
-  recorder& rec_;
+  std::atomic<recorder*> rec_;  ///< nullptr once the recorder is destroyed
   tree_options opts_;
   std::string run_id_;
   std::uint64_t pass_ = 0;
@@ -892,6 +927,7 @@ class tree_writer final : public scope_listener {
   std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
   std::uint64_t written_ = 0;
   std::string last_error_;
+  std::string pending_errors_;  ///< error lines for on_error, handed over after the lock is released
 };
 
 NANSCOPE_NAMESPACE_END

@@ -9043,6 +9043,9 @@ class scope_listener {
     (void)f;
     (void)w;
   }
+  /// The recorder `r` is being destroyed while this listener is still attached (a recorder that ends before
+  /// the objects attached to it): it has been detached already and must not touch `r` again.
+  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
@@ -9058,6 +9061,8 @@ class check_gate {
   virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
   /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
   virtual void step_boundary(std::uint64_t next) noexcept = 0;
+  /// The recorder `r` is being destroyed with this gate installed: it has been removed and must not touch `r`.
+  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
 
 namespace detail {
@@ -9265,6 +9270,15 @@ class recorder {
   explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
+  /// Detaches the listeners and the gate still attached, telling each (scope_listener::recorder_destroyed,
+  /// check_gate::recorder_destroyed), so that one destroyed later does not touch this recorder.
+  ~recorder() {
+    for (scope_listener* l : listeners_.snapshot()) {
+      listeners_.remove(l);
+      l->recorder_destroyed(*this);
+    }
+    if (check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel)) g->recorder_destroyed(*this);
+  }
 
   /// Replaces the options (clears the saved frames when max_frames changes).
   void set_options(recorder_options o) {
@@ -9517,8 +9531,9 @@ class recorder {
 
 /// The process-wide default recorder used by the macros.
 inline recorder& default_recorder() {
-  static recorder r;
-  return r;
+  // never destroyed: objects with static storage attached to it (a history, a tree writer) may end after it
+  static recorder* const r = new recorder();
+  return *r;
 }
 
 /// RAII module scope: names a module (path components nest with '.'), collects its tensors, and hands the
@@ -11039,33 +11054,40 @@ struct early_warning {
   double steps_to_overflow = -1.0; ///< estimate; -1 when there is none
 
   std::string text() const {
-    char buf[512];
+    // the site is joined as a string (any length); the numbers around it fit the buffers
+    char head[64];
+    std::snprintf(head, sizeof head, "nanscope: early warning at step %llu: ", static_cast<unsigned long long>(step));
+    char tail[1024] = "";  // two %.1f of the largest doubles take about 620
     switch (rule) {
       case warning_rule::overflow_steps:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s will overflow %s in ~%.1f steps (abs_max %.6g, "
-                      "headroom %.2f bits, trend %+.3f bits/step over %u steps, r2 %.2f)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), lp_format_name(target), steps_to_overflow, abs_max,
-                      headroom_bits, slope_bits, trend_points, fit_r2);
+        std::snprintf(tail, sizeof tail,
+                      " will overflow %s in ~%.1f steps (abs_max %.6g, headroom %.2f bits, trend %+.3f bits/step over "
+                      "%u steps, r2 %.2f)\n",
+                      lp_format_name(target), steps_to_overflow, abs_max, headroom_bits, slope_bits, trend_points,
+                      fit_r2);
         break;
       case warning_rule::jump:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s jumped: abs_max %.6g is %.1fx its EMA %.6g (%s "
-                      "headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
+        std::snprintf(tail, sizeof tail,
+                      " jumped: abs_max %.6g is %.1fx its EMA %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
+                      abs_max, ema_abs_max > 0 ? abs_max / ema_abs_max : 0.0, ema_abs_max, lp_format_name(target),
+                      headroom_bits, slope_bits);
         break;
       case warning_rule::warmup:
-        std::snprintf(buf, sizeof buf,
-                      "nanscope: early warning at step %llu: %s is large against warm-up: abs_max %.6g is %.1fx the "
-                      "warm-up max %.6g (%s headroom %.2f bits, trend %+.3f bits/step)\n",
-                      static_cast<unsigned long long>(step), site.c_str(), abs_max,
-                      warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target), headroom_bits,
-                      slope_bits);
+        std::snprintf(tail, sizeof tail,
+                      " is large against warm-up: abs_max %.6g is %.1fx the warm-up max %.6g (%s headroom %.2f bits, "
+                      "trend %+.3f bits/step)\n",
+                      abs_max, warmup_max > 0 ? abs_max / warmup_max : 0.0, warmup_max, lp_format_name(target),
+                      headroom_bits, slope_bits);
+        break;
+      default:
+        std::snprintf(tail, sizeof tail, ": a warning of unknown rule %d (abs_max %.6g)\n", static_cast<int>(rule),
+                      abs_max);
         break;
     }
-    return buf;
+    std::string out = head;
+    out += site;
+    out += tail;
+    return out;
   }
 };
 
@@ -11694,7 +11716,7 @@ inline bool layer_number(const std::string& path, std::string& number) {
 /// destroyed in any order.
 class tree_writer final : public scope_listener {
  public:
-  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(r), opts_(std::move(o)) {
+  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(&r), opts_(std::move(o)) {
     rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
     if (rank_ < 0) rank_ = 0;
     active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
@@ -11704,13 +11726,15 @@ class tree_writer final : public scope_listener {
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
     run_id_ = detail::unique_run_id();
-    rec_.add_listener(this);
+    r.add_listener(this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
   /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
   /// abandoned: its temporary files are removed and the previous files stay.
-  ~tree_writer() override { rec_.remove_listener(this); }
+  ~tree_writer() override {
+    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
+  }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -11746,10 +11770,14 @@ class tree_writer final : public scope_listener {
   const tree_options& options() const { return opts_; }
 
   void scope_opened(const frame& f, bool outermost) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!active_) return;
       if (outermost) {
+        if (in_pass_ && std::this_thread::get_id() == thread_) {
+          // the pass's own thread opens an outermost scope: the pass's root closed unheard (the writer was
+          // detached meanwhile, e.g. set_listener(nullptr) and back); that pass can never complete
+          abandon("the outermost scope of the pass closed while the writer was detached");
+        }
         if (in_pass_) return;  // another thread's outermost scope while a pass runs
         begin_pass(f);
         return;
@@ -11760,8 +11788,7 @@ class tree_writer final : public scope_listener {
   }
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       node& n = nodes_.back();
       if (n.fp != &f) return;
@@ -11770,17 +11797,21 @@ class tree_writer final : public scope_listener {
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
+  /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
+  void recorder_destroyed(recorder& r) noexcept override {
+    recorder* expected = &r;
+    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  }
 
   /// An early warning (history.hpp, attached to the same recorder) about a tensor of frame `f`: written, with
   /// extras, as "nanscope_warnings" on f's node and into the root's "nanscope" object (docs/tree.md).
   void warning_raised(const frame& f, const early_warning& w) noexcept override {
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || !opts_.extras || std::this_thread::get_id() != thread_) return;
       // the node of f; for a checkpoint, the node of the scope it was taken in (the innermost open one)
       node* at = nullptr;
       if (f.checkpoint) {
-        if (!nodes_.empty() && nodes_.back().fp->module_path == f.module_path) at = &nodes_.back();
+        if (!nodes_.empty() && nodes_.back().module_path == f.module_path) at = &nodes_.back();
       } else {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
           if (it->fp == &f) at = &*it;
@@ -11792,8 +11823,7 @@ class tree_writer final : public scope_listener {
 
   void scope_closed(const frame& f, bool outermost) noexcept override {
     (void)outermost;
-    std::lock_guard<std::mutex> lk(m_);
-    guarded([&] {
+    hook([&] {
       if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       bool open = false;
       for (const node& n : nodes_) open = open || n.fp == &f;
@@ -11820,7 +11850,8 @@ class tree_writer final : public scope_listener {
     bool layer;
   };
   struct node {
-    const frame* fp = nullptr;
+    const frame* fp = nullptr;  ///< compared, never read through (the frame may be gone after a detach)
+    std::string module_path;    ///< the frame's
     std::string path;
     int depth = 0;
     bool numbered = false;
@@ -11839,6 +11870,25 @@ class tree_writer final : public scope_listener {
     source_location where;
   };
 
+  /// A listener hook: fn under the lock (an exception abandons the pass); the error texts it left are handed
+  /// to on_error after the lock is released, so that on_error may call the writer (last_error(), ...).
+  template <class F>
+  void hook(F&& fn) noexcept {
+    std::string errors;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      guarded(fn);
+      errors.swap(pending_errors_);
+    }
+    if (errors.empty()) return;
+    if (opts_.on_error) {
+      detail::call_text_callback(opts_.on_error, errors, "tree_options::on_error");
+    } else {
+      std::fwrite(errors.data(), 1, errors.size(), stderr);
+      std::fflush(stderr);
+    }
+  }
+
   template <class F>
   void guarded(F&& fn) noexcept {
 #if NANSCOPE_IMPL_EXCEPTIONS
@@ -11854,18 +11904,23 @@ class tree_writer final : public scope_listener {
 #endif
   }
 
+  /// Records an error (under m_): last_error() and the text the hook hands to on_error.
   void report(const std::string& msg) {
     last_error_ = msg;
-    const std::string line = "nanscope: tree_writer: " + msg + "\n";
-    if (opts_.on_error) {
-      detail::call_text_callback(opts_.on_error, line, "tree_options::on_error");
-    } else {
-      std::fwrite(line.data(), 1, line.size(), stderr);
-      std::fflush(stderr);
-    }
+    pending_errors_ += "nanscope: tree_writer: " + msg + "\n";
   }
-  void abandon(const std::string& why) {
-    report(why + " (this pass's tree files are not written)");
+  /// Ends the pass without writing its files (the previous ones stay). Allocates only for the message: when that
+  /// fails too (memory is short), the message goes to stderr as it is.
+  void abandon(const char* why) noexcept {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      report(std::string(why) + " (this pass's tree files are not written)");
+    } catch (...) {
+      std::fprintf(stderr, "nanscope: tree_writer: %s (this pass's tree files are not written)\n", why);
+    }
+#else
+    report(std::string(why) + " (this pass's tree files are not written)");
+#endif
     nodes_.clear();
     root_.clear();
     pass_warnings_.clear();
@@ -11914,6 +11969,7 @@ class tree_writer final : public scope_listener {
     pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
     r.fp = &f;
+    r.module_path = f.module_path;
     r.path = class_name_;
     r.depth = 0;
     r.where = f.where;
@@ -11956,6 +12012,7 @@ class tree_writer final : public scope_listener {
     }
     node c;
     c.fp = &f;
+    c.module_path = f.module_path;
     c.path = hf_path(f.module_path);
     c.depth = parent.depth + 1;
     c.where = f.where;
@@ -12373,7 +12430,7 @@ class tree_writer final : public scope_listener {
     return r.run(0, 0);
   }
 
-  recorder& rec_;
+  std::atomic<recorder*> rec_;  ///< nullptr once the recorder is destroyed
   tree_options opts_;
   std::string run_id_;
   std::uint64_t pass_ = 0;
@@ -12396,6 +12453,7 @@ class tree_writer final : public scope_listener {
   std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
   std::uint64_t written_ = 0;
   std::string last_error_;
+  std::string pending_errors_;  ///< error lines for on_error, handed over after the lock is released
 };
 
 NANSCOPE_NAMESPACE_END
@@ -12450,6 +12508,7 @@ class deferred_log {
       e.text.assign(name.data(), name.size());
       e.text2.assign(class_name.data(), class_name.size());
       e.where = where;
+      log_.make_room();
       log_.events_.push_back(std::move(e));
       ++log_.depth_;
     }
@@ -12458,7 +12517,7 @@ class deferred_log {
     ~scope() {
       event e;
       e.what = kind::close;
-      log_.events_.push_back(std::move(e));
+      log_.events_.push_back(std::move(e));  // no reallocation: make_room kept a place for every open scope's close
       --log_.depth_;
     }
 
@@ -12484,6 +12543,7 @@ class deferred_log {
       event e;
       e.what = kind::non_tensor;
       e.is_none = is_none;
+      log_.make_room();
       log_.events_.push_back(std::move(e));
     }
     /// A non-tensor positional argument with its text.
@@ -12491,6 +12551,7 @@ class deferred_log {
       event e;
       e.what = kind::value;
       e.text.assign(repr.data(), repr.size());
+      log_.make_room();
       log_.events_.push_back(std::move(e));
     }
 
@@ -12569,8 +12630,15 @@ class deferred_log {
     e.view.name = nullptr;  // the caller's name may not outlive the step; contexts name tensors in reports
     e.result = std::move(r);
     e.where = where;
+    make_room();
     events_.push_back(std::move(e));
     ++tensors_;
+  }
+  /// Before an event is added (it may throw, there): room for it, one more open scope and the close of every
+  /// open scope, so that ~scope appends its close without allocating (a destructor must not throw).
+  void make_room() {
+    const std::size_t need = events_.size() + static_cast<std::size_t>(depth_) + 2;
+    if (events_.capacity() < need) events_.reserve(need > 2 * events_.capacity() ? need : 2 * events_.capacity());
   }
 
   recorder* rec_;

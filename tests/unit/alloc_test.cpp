@@ -3,11 +3,13 @@
 // strided views, and the multi-threaded path. The same operator new can fail the n-th allocation of a thread
 // (alloc_fail_after): a scope's life survives an allocation failure at any point.
 #include <doctest/doctest.h>
+#include <nanscope/history.hpp>
 #include <nanscope/nanscope.hpp>
 
 #include <atomic>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <cstdlib>
 #include <new>
@@ -116,6 +118,74 @@ TEST_CASE("scope: an allocation failure anywhere in a scope's life (six listener
   }
   CHECK(nanscope::detail::thread_top_scope() == nullptr);
   for (auto& l : ls) r.remove_listener(&l);
+}
+
+namespace alloc_test {
+/// A host result for deferred_log.
+struct host_result {
+  nanscope::health_result h;
+  nanscope::health_result get() const { return h; }
+};
+}  // namespace alloc_test
+
+TEST_CASE("memory running out inside a tree writer, a history or a deferred scope ends no process") {
+  // Each path allocated in a noexcept function (the tree writer's abandon message, the history's site key,
+  // deferred_log's close event in ~scope): std::bad_alloc there was std::terminate. Every allocation of the
+  // sequence fails in turn; the run goes on.
+  char tmpl[] = "/tmp/nanscope_alloc_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  nanscope::recorder_options ro;
+  ro.policy = nanscope::on_detect::print_and_continue;
+  ro.sink = [](std::string_view) {};
+  nanscope::recorder r(ro);
+  nanscope::tree_options to = nanscope::tree_options{}.in(dir).with_rank(0);
+  to.on_error = [](std::string_view) {};
+  nanscope::tree_writer w(r, to);
+  nanscope::history h;
+  h.attach(r);
+  std::vector<float> x(16, 1.5f);
+  int failures = 0;
+  for (long k = 1; k < 3000; ++k) {
+    bool threw = false;
+    alloc_fail_after = k;
+    try {
+      nanscope::scope root(r, "", "AModelClassNameLongerThanTheSmallBuffer");
+      nanscope::scope layer(r, "model.layers.0.self_attn.o_proj", "Linear");
+      layer.output(x);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool reached = alloc_fail_after == 0;  // the k-th allocation happened (and failed)
+    alloc_fail_after = 0;
+    if (!threw && !reached) break;  // k is past the last allocation of the sequence
+    ++failures;
+  }
+  CHECK(failures > 10);
+  {  // the writer still works
+    nanscope::scope root(r, "", "Again");
+    nanscope::scope layer(r, "l", "L");
+    layer.output(x);
+  }
+  CHECK(w.trees_written() >= 1);
+  h.detach();
+
+  nanscope::deferred_log<alloc_test::host_result> log(r);
+  for (long k = 1; k < 50; ++k) {
+    bool threw = false;
+    try {
+      nanscope::deferred_log<alloc_test::host_result>::scope s(log, "a_scope_name_longer_than_the_buffer", "Linear");
+      alloc_fail_after = k;  // from here: ~scope appends the close event
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    alloc_fail_after = 0;
+    CHECK_FALSE(threw);
+  }
+  log.replay();
+  CHECK(log.empty());
+  const int rc = std::system(("rm -rf '" + dir + "'").c_str());
+  (void)rc;
 }
 
 namespace alloc_test {

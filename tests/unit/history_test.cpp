@@ -311,3 +311,30 @@ TEST_CASE("history: per-site rules are resolved by glob on the site") {
 }
 
 }  // namespace
+
+TEST_CASE("early_warning::text: a long site is written whole with its numbers and the newline") {
+  // text() formatted into a 512-byte buffer: a long site cut the numbers and the '\n' (the next sink line ran on)
+  nanscope::early_warning w;
+  w.site = "model." + std::string(600, 'm') + ":output";
+  w.step = 12;
+  w.abs_max = 3000.0;
+  w.ema_abs_max = 100.0;
+  w.headroom_bits = 4.45;
+  w.slope_bits = 0.5;
+  for (auto rule : {nanscope::warning_rule::jump, nanscope::warning_rule::warmup, nanscope::warning_rule::overflow_steps}) {
+    w.rule = rule;
+    w.warmup_max = 100.0;
+    w.steps_to_overflow = 1e300;  // the largest estimate prints 301 digits
+    const std::string t = w.text();
+    CAPTURE(t);
+    CHECK(t.rfind("nanscope: early warning at step 12: " + w.site + " ", 0) == 0);
+    REQUIRE_FALSE(t.empty());
+    CHECK(t.back() == '\n');
+    CHECK(t.find("abs_max 3000") != std::string::npos);
+    CHECK(t.find("bits/step") != std::string::npos);
+  }
+  w.rule = static_cast<nanscope::warning_rule>(7);  // not a rule: a text, not an uninitialised buffer
+  const std::string t = w.text();
+  CHECK(t.find("unknown rule 7") != std::string::npos);
+  CHECK(t.back() == '\n');
+}

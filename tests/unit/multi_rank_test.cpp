@@ -3,6 +3,7 @@
 // written by four in-process "ranks" and on hand-made rank files (missing ranks, conflicting sequence numbers).
 #include "support/files.hpp"
 #include <nanscope/collective.hpp>
+#include <nanscope/control.hpp>
 #include <nanscope/rank.hpp>
 #include <nanscope/rank_evidence.hpp>
 #include <nanscope/report.hpp>
@@ -772,4 +773,28 @@ TEST_CASE("process_rank: file names and reports take the rank from one resolutio
   g.unset("WORLD_SIZE");
   CHECK_FALSE(nanscope::rank_from_environment().known());
   CHECK(nanscope::detail::parse_env_rank() == 1);
+}
+
+TEST_CASE("rank_evidence and controller: the recorder destroyed first is not touched again; the exit write happens") {
+  // The evidence read the recorder's step in its exit write, and both detached from it, after it was freed
+  // (ASan: heap-use-after-free).
+  auto rec = std::make_unique<nanscope::recorder>(silent_options());
+  nanscope::rank_evidence_options eo;
+  eo.dir = temp_dir("gone");
+  eo.rank = 0;
+  eo.world_size = 1;
+  eo.write_at_exit = true;
+  auto ev = std::make_unique<nanscope::rank_evidence>(*rec, eo);
+  auto ctl = std::make_unique<nanscope::controller>();
+  ctl->attach(*rec);
+  rec->set_step(7);
+  const std::string path = ev->path();
+  rec.reset();
+  ev.reset();
+  ctl.reset();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("\"reason\": \"exit\"") != std::string::npos);
+  CHECK(text.str().find("\"step\": 7") != std::string::npos);
 }

@@ -10,6 +10,7 @@
 // under SIGKILL is in tree_kill_test.cpp.
 #include <doctest/doctest.h>
 #include <nanscope/nanscope.hpp>
+#include <nanscope/history.hpp>
 
 #include "support/json_files.hpp"
 #include "support/reference.hpp"
@@ -17,6 +18,8 @@
 #if NANSCOPE_TEST_HAVE_JSON
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -635,6 +638,67 @@ TEST_CASE("tree: directory and write errors") {
     REQUIRE(::mkdir(dir.c_str(), 0777) == 0);
     small_model{}.run(rec);
     CHECK(w.trees_written() == 1);
+  }
+}
+
+TEST_CASE("tree: on_error may call the writer; a root closed while detached; a recorder that ends first") {
+  SUBCASE("on_error calls the writer's accessors (it ran under the writer's lock: a deadlock)") {
+    nanscope::recorder rec(quiet());
+    const std::string dir = nstest::make_temp_dir("tree") + "/gone";
+    std::vector<std::string> seen;
+    nanscope::tree_writer* wp = nullptr;
+    nanscope::tree_options o = nanscope::tree_options{}.in(dir).with_rank(0);
+    o.on_error = [&](std::string_view m) {
+      seen.push_back(std::string(m) + "|" + wp->last_error() + "|" + std::to_string(wp->trees_written()));
+    };
+    nanscope::tree_writer w(rec, o);
+    wp = &w;
+    REQUIRE(::rmdir(dir.c_str()) == 0);
+    std::atomic<bool> done{false};
+    std::thread watchdog([&done] {
+      for (int i = 0; i < 400 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!done.load()) {
+        std::fprintf(stderr, "tree_test: on_error calling the writer did not return in 20 s (deadlock)\n");
+        std::_Exit(1);
+      }
+    });
+    small_model{}.run(rec);
+    done.store(true);
+    watchdog.join();
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].find("not written") != std::string::npos);
+    CHECK(seen[0].find("|0") != std::string::npos);  // trees_written() answered inside on_error
+  }
+  SUBCASE("the pass's root closed while the writer was detached: that pass is abandoned, the next is written") {
+    nanscope::recorder rec(quiet());
+    const std::string dir = nstest::make_temp_dir("tree");
+    std::vector<std::string> errors;
+    nanscope::tree_options o = nanscope::tree_options{}.in(dir).with_rank(0);
+    o.on_error = [&](std::string_view m) { errors.emplace_back(m); };
+    nanscope::tree_writer w(rec, o);
+    {
+      scope root(rec, "", "TinyNet");
+      REQUIRE(rec.remove_listener(&w));  // as set_listener(nullptr) and back does
+    }
+    rec.add_listener(&w);
+    small_model{}.run(rec);
+    CHECK(w.trees_written() == 1);  // the stale pass blocked every later one
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find("closed while the writer was detached") != std::string::npos);
+    CHECK(exists(dir + "/TinyNet_debug_tree_SUMMARY.json"));
+  }
+  SUBCASE("the recorder is destroyed before the writer and a history attached to it") {
+    auto rec = std::make_unique<nanscope::recorder>(quiet());
+    const std::string dir = nstest::make_temp_dir("tree");
+    auto w = std::make_unique<nanscope::tree_writer>(*rec, nanscope::tree_options{}.in(dir).with_rank(0));
+    nanscope::history h;
+    h.attach(*rec);
+    small_model{}.run(*rec);
+    CHECK(w->trees_written() == 1);
+    rec.reset();  // their destructors detached from freed memory (ASan: heap-use-after-free)
+    w.reset();
+    h.detach();
+    CHECK(h.site_count() > 0);
   }
 }
 
