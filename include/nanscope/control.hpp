@@ -638,6 +638,7 @@ class controller : public check_gate {
       r->set_enabled(true);
     }
   }
+  bool hears_recorder_destroyed() const noexcept override { return true; }
   /// The recorder ended first (check_gate): nothing to detach from any more.
   void recorder_destroyed(recorder& r) noexcept override {
     recorder* expected = &r;

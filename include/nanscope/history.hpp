@@ -332,6 +332,7 @@ class history : public scope_listener {
     }
   }
   void scope_closed(const frame&, bool) noexcept override {}
+  bool hears_recorder_destroyed() const noexcept override { return true; }
   void recorder_destroyed(recorder& r) noexcept override {
     recorder* expected = &r;
     rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);

@@ -126,6 +126,7 @@ class rank_evidence : public scope_listener {
     if (rec_alive_.load(std::memory_order_acquire)) detail::evidence_detach(rec_, this, next_, 0);
     if (opts_.write_at_exit) try_write("exit");
   }
+  bool hears_recorder_destroyed() const noexcept override { return true; }
   /// The recorder ended first: the evidence keeps its last step, and its exit write still happens.
   void recorder_destroyed(recorder& r) noexcept override {
     if (&r != &rec_) return;

@@ -267,6 +267,9 @@ class scope_listener {
     (void)f;
     (void)w;
   }
+  /// Whether recorder_destroyed is to be called (asked once, when the listener is attached). Only a listener
+  /// that answers true is touched by the recorder's destructor: one that does not may be gone by then.
+  virtual bool hears_recorder_destroyed() const noexcept { return false; }
   /// The recorder `r` is being destroyed while this listener is still attached (a recorder that ends before
   /// the objects attached to it): it has been detached already and must not touch `r` again.
   virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
@@ -285,6 +288,9 @@ class check_gate {
   virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
   /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
   virtual void step_boundary(std::uint64_t next) noexcept = 0;
+  /// Whether recorder_destroyed is to be called (asked once, by set_gate): a gate that answers false is not
+  /// touched by the recorder's destructor.
+  virtual bool hears_recorder_destroyed() const noexcept { return false; }
   /// The recorder `r` is being destroyed with this gate installed: it has been removed and must not touch `r`.
   virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
@@ -494,14 +500,13 @@ class recorder {
   explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
-  /// Detaches the listeners and the gate still attached, telling each (scope_listener::recorder_destroyed,
-  /// check_gate::recorder_destroyed), so that one destroyed later does not touch this recorder.
+  /// Detaches the listeners and the gate still attached, and tells those that asked (hears_recorder_destroyed:
+  /// the tree writer, history, controller, rank_evidence) so that, destroyed later, they do not touch it.
+  /// Others are not called: a listener destroyed without detaching itself may be gone already.
   ~recorder() {
-    for (scope_listener* l : listeners_.snapshot()) {
-      listeners_.remove(l);
-      l->recorder_destroyed(*this);
-    }
-    if (check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel)) g->recorder_destroyed(*this);
+    listeners_.remove_all([this](scope_listener& l) { l.recorder_destroyed(*this); });
+    check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel);
+    if (g != nullptr && gate_told_.load(std::memory_order_acquire)) g->recorder_destroyed(*this);
   }
 
   /// Replaces the options (clears the saved frames when max_frames changes).
@@ -533,7 +538,9 @@ class recorder {
   /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
   /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
   /// scopes ignores closes it never saw open, as the tree writer does).
-  void add_listener(scope_listener* l) { listeners_.add(l); }
+  void add_listener(scope_listener* l) {
+    if (l != nullptr) listeners_.add(l, l->hears_recorder_destroyed());
+  }
   /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
   /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
   /// callback — is not waited for). Afterwards the recorder never touches it again.
@@ -545,7 +552,7 @@ class recorder {
     const std::vector<scope_listener*> old = listeners_.snapshot();
     for (scope_listener* o : old)
       if (o != l) listeners_.remove(o);
-    listeners_.add(l);
+    add_listener(l);
     return old.empty() ? nullptr : old.back();
   }
   /// The most recently attached listener still attached (nullptr if none).
@@ -561,7 +568,10 @@ class recorder {
   std::uint64_t id() const { return id_; }
 
   /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
-  check_gate* set_gate(check_gate* g) { return gate_.exchange(g, std::memory_order_acq_rel); }
+  check_gate* set_gate(check_gate* g) {
+    gate_told_.store(g != nullptr && g->hears_recorder_destroyed(), std::memory_order_release);
+    return gate_.exchange(g, std::memory_order_acq_rel);
+  }
   check_gate* gate() const { return gate_.load(std::memory_order_acquire); }
   /// Switches checking off and on at run time (change it between steps). Off: scopes opened while off do
   /// nothing but count steps, record() returns an empty result, no data is read.
@@ -750,6 +760,7 @@ class recorder {
   detail::listener_set<scope_listener> listeners_;
   const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};
+  std::atomic<bool> gate_told_{false};  ///< the gate asked for recorder_destroyed
   std::atomic<bool> enabled_{true};
 };
 

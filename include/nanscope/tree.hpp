@@ -271,6 +271,7 @@ class tree_writer final : public scope_listener {
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
+  bool hears_recorder_destroyed() const noexcept override { return true; }
   /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
   void recorder_destroyed(recorder& r) noexcept override {
     recorder* expected = &r;

@@ -8693,15 +8693,34 @@ struct listener_call {
 template <class L>
 class listener_set {
  public:
-  /// Attaches `l` (nullptr and a listener attached already: no effect).
-  void add(L* l) {
+  /// Attaches `l` (nullptr and a listener attached already: no effect). `told_at_end`: remove_all hands it to
+  /// its function (a listener that asked, when attached, to hear of the end of what it listens to).
+  void add(L* l, bool told_at_end = false) {
     if (l == nullptr) return;
     std::lock_guard<std::mutex> lk(m_);
     for (const auto& e : *list_)
       if (e->l == l) return;
     auto next = std::make_shared<list_type>(*list_);
-    next->push_back(std::make_shared<entry>(l));
+    next->push_back(std::make_shared<entry>(l, told_at_end));
     publish(std::move(next));
+  }
+
+  /// Detaches every listener (as remove() does, one by one) and calls fn(listener) for those attached with
+  /// told_at_end, after each is detached. Others are not touched: they may be gone already.
+  template <class F>
+  void remove_all(F&& fn) {
+    for (;;) {
+      L* l = nullptr;
+      bool tell = false;
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (list_->empty()) return;
+        l = list_->back()->l;
+        tell = list_->back()->told_at_end;
+      }
+      remove(l);
+      if (tell) fn(*l);
+    }
   }
 
   /// Detaches `l`; returns whether it was attached. Waits until every call into it on other threads has returned
@@ -8781,8 +8800,9 @@ class listener_set {
 
  private:
   struct entry {
-    explicit entry(L* p) : l(p) {}
+    entry(L* p, bool tell) : l(p), told_at_end(tell) {}
     L* l;
+    bool told_at_end;
     unsigned calling = 0;  ///< calls into l in progress (under m_)
     bool removed = false;  ///< (under m_)
   };
@@ -9043,6 +9063,9 @@ class scope_listener {
     (void)f;
     (void)w;
   }
+  /// Whether recorder_destroyed is to be called (asked once, when the listener is attached). Only a listener
+  /// that answers true is touched by the recorder's destructor: one that does not may be gone by then.
+  virtual bool hears_recorder_destroyed() const noexcept { return false; }
   /// The recorder `r` is being destroyed while this listener is still attached (a recorder that ends before
   /// the objects attached to it): it has been detached already and must not touch `r` again.
   virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
@@ -9061,6 +9084,9 @@ class check_gate {
   virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
   /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
   virtual void step_boundary(std::uint64_t next) noexcept = 0;
+  /// Whether recorder_destroyed is to be called (asked once, by set_gate): a gate that answers false is not
+  /// touched by the recorder's destructor.
+  virtual bool hears_recorder_destroyed() const noexcept { return false; }
   /// The recorder `r` is being destroyed with this gate installed: it has been removed and must not touch `r`.
   virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
 };
@@ -9270,14 +9296,13 @@ class recorder {
   explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
-  /// Detaches the listeners and the gate still attached, telling each (scope_listener::recorder_destroyed,
-  /// check_gate::recorder_destroyed), so that one destroyed later does not touch this recorder.
+  /// Detaches the listeners and the gate still attached, and tells those that asked (hears_recorder_destroyed:
+  /// the tree writer, history, controller, rank_evidence) so that, destroyed later, they do not touch it.
+  /// Others are not called: a listener destroyed without detaching itself may be gone already.
   ~recorder() {
-    for (scope_listener* l : listeners_.snapshot()) {
-      listeners_.remove(l);
-      l->recorder_destroyed(*this);
-    }
-    if (check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel)) g->recorder_destroyed(*this);
+    listeners_.remove_all([this](scope_listener& l) { l.recorder_destroyed(*this); });
+    check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel);
+    if (g != nullptr && gate_told_.load(std::memory_order_acquire)) g->recorder_destroyed(*this);
   }
 
   /// Replaces the options (clears the saved frames when max_frames changes).
@@ -9309,7 +9334,9 @@ class recorder {
   /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
   /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
   /// scopes ignores closes it never saw open, as the tree writer does).
-  void add_listener(scope_listener* l) { listeners_.add(l); }
+  void add_listener(scope_listener* l) {
+    if (l != nullptr) listeners_.add(l, l->hears_recorder_destroyed());
+  }
   /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
   /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
   /// callback — is not waited for). Afterwards the recorder never touches it again.
@@ -9321,7 +9348,7 @@ class recorder {
     const std::vector<scope_listener*> old = listeners_.snapshot();
     for (scope_listener* o : old)
       if (o != l) listeners_.remove(o);
-    listeners_.add(l);
+    add_listener(l);
     return old.empty() ? nullptr : old.back();
   }
   /// The most recently attached listener still attached (nullptr if none).
@@ -9337,7 +9364,10 @@ class recorder {
   std::uint64_t id() const { return id_; }
 
   /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
-  check_gate* set_gate(check_gate* g) { return gate_.exchange(g, std::memory_order_acq_rel); }
+  check_gate* set_gate(check_gate* g) {
+    gate_told_.store(g != nullptr && g->hears_recorder_destroyed(), std::memory_order_release);
+    return gate_.exchange(g, std::memory_order_acq_rel);
+  }
   check_gate* gate() const { return gate_.load(std::memory_order_acquire); }
   /// Switches checking off and on at run time (change it between steps). Off: scopes opened while off do
   /// nothing but count steps, record() returns an empty result, no data is read.
@@ -9526,6 +9556,7 @@ class recorder {
   detail::listener_set<scope_listener> listeners_;
   const std::uint64_t id_ = detail::next_recorder_id();
   std::atomic<check_gate*> gate_{nullptr};
+  std::atomic<bool> gate_told_{false};  ///< the gate asked for recorder_destroyed
   std::atomic<bool> enabled_{true};
 };
 
@@ -11797,6 +11828,7 @@ class tree_writer final : public scope_listener {
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
+  bool hears_recorder_destroyed() const noexcept override { return true; }
   /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
   void recorder_destroyed(recorder& r) noexcept override {
     recorder* expected = &r;

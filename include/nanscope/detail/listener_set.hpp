@@ -36,15 +36,34 @@ struct listener_call {
 template <class L>
 class listener_set {
  public:
-  /// Attaches `l` (nullptr and a listener attached already: no effect).
-  void add(L* l) {
+  /// Attaches `l` (nullptr and a listener attached already: no effect). `told_at_end`: remove_all hands it to
+  /// its function (a listener that asked, when attached, to hear of the end of what it listens to).
+  void add(L* l, bool told_at_end = false) {
     if (l == nullptr) return;
     std::lock_guard<std::mutex> lk(m_);
     for (const auto& e : *list_)
       if (e->l == l) return;
     auto next = std::make_shared<list_type>(*list_);
-    next->push_back(std::make_shared<entry>(l));
+    next->push_back(std::make_shared<entry>(l, told_at_end));
     publish(std::move(next));
+  }
+
+  /// Detaches every listener (as remove() does, one by one) and calls fn(listener) for those attached with
+  /// told_at_end, after each is detached. Others are not touched: they may be gone already.
+  template <class F>
+  void remove_all(F&& fn) {
+    for (;;) {
+      L* l = nullptr;
+      bool tell = false;
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (list_->empty()) return;
+        l = list_->back()->l;
+        tell = list_->back()->told_at_end;
+      }
+      remove(l);
+      if (tell) fn(*l);
+    }
   }
 
   /// Detaches `l`; returns whether it was attached. Waits until every call into it on other threads has returned
@@ -124,8 +143,9 @@ class listener_set {
 
  private:
   struct entry {
-    explicit entry(L* p) : l(p) {}
+    entry(L* p, bool tell) : l(p), told_at_end(tell) {}
     L* l;
+    bool told_at_end;
     unsigned calling = 0;  ///< calls into l in progress (under m_)
     bool removed = false;  ///< (under m_)
   };
