@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -184,6 +185,19 @@ TEST_CASE("memory running out inside a tree writer, a history or a deferred scop
   }
   log.replay();
   CHECK(log.empty());
+
+  {  // a recorder destroyed with listeners attached, while memory is short: ~recorder allocates nothing
+    auto owner = std::make_unique<nanscope::recorder>(ro);
+    auto writer = std::make_unique<nanscope::tree_writer>(*owner, to);
+    nanscope::history h2;
+    h2.attach(*owner);
+    alloc_fail_after = 1;
+    owner.reset();
+    const long left = alloc_fail_after;
+    alloc_fail_after = 0;
+    CHECK(left == 1);
+    writer.reset();
+  }
   const int rc = std::system(("rm -rf '" + dir + "'").c_str());
   (void)rc;
 }

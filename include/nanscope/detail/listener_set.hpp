@@ -48,22 +48,29 @@ class listener_set {
     publish(std::move(next));
   }
 
-  /// Detaches every listener (as remove() does, one by one) and calls fn(listener) for those attached with
-  /// told_at_end, after each is detached. Others are not touched: they may be gone already.
+  /// Detaches every listener at once (waiting, as remove() does, for the calls into them on other threads), then
+  /// calls fn(listener) for those attached with told_at_end; others are not touched: they may be gone already.
+  /// Allocates nothing (a destructor calls it).
   template <class F>
   void remove_all(F&& fn) {
-    for (;;) {
-      L* l = nullptr;
-      bool tell = false;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        if (list_->empty()) return;
-        l = list_->back()->l;
-        tell = list_->back()->told_at_end;
-      }
-      remove(l);
-      if (tell) fn(*l);
+    std::shared_ptr<const list_type> old;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      old = list_;
+      publish(empty_);
+      for (const auto& e : *old) e->removed = true;
+      cv_.wait(lk, [&] {
+        for (const auto& e : *old) {
+          unsigned mine = 0;
+          for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
+            if (c->entry == e.get()) ++mine;
+          if (e->calling > mine) return false;
+        }
+        return true;
+      });
     }
+    for (const auto& e : *old)
+      if (e->told_at_end) fn(*e->l);
   }
 
   /// Detaches `l`; returns whether it was attached. Waits until every call into it on other threads has returned
@@ -158,7 +165,8 @@ class listener_set {
 
   mutable std::mutex m_;  // guards list_ (the pointer) and the entries' counters
   mutable std::condition_variable cv_;
-  std::shared_ptr<const list_type> list_ = std::make_shared<const list_type>();
+  const std::shared_ptr<const list_type> empty_ = std::make_shared<const list_type>();  ///< for remove_all
+  std::shared_ptr<const list_type> list_ = empty_;
   std::atomic<std::size_t> count_{0};
 };
 
