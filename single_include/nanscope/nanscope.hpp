@@ -8717,12 +8717,8 @@ class listener_set {
       publish(empty_);
       for (const auto& e : *old) e->removed = true;
       cv_.wait(lk, [&] {
-        for (const auto& e : *old) {
-          unsigned mine = 0;
-          for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
-            if (c->entry == e.get()) ++mine;
-          if (e->calling > mine) return false;
-        }
+        for (const auto& e : *old)
+          if (e->calling > own_calls(e.get())) return false;
         return true;
       });
     }
@@ -8744,9 +8740,7 @@ class listener_set {
       if (e != found) next->push_back(e);
     publish(std::move(next));
     found->removed = true;
-    unsigned mine = 0;
-    for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
-      if (c->entry == found.get()) ++mine;
+    const unsigned mine = own_calls(found.get());
     cv_.wait(lk, [&] { return found->calling <= mine; });
     return true;
   }
@@ -8801,7 +8795,9 @@ class listener_set {
         fn(*e.l);
       }
       std::lock_guard<std::mutex> lk(m_);
-      if (--e.calling == 0 && e.removed) cv_.notify_all();
+      --e.calling;
+      // a detach waits for the other threads' calls only, not for 0: one of them ending may be what it waits for
+      if (e.removed) cv_.notify_all();
     }
   }
 
@@ -8814,6 +8810,14 @@ class listener_set {
     bool removed = false;  ///< (under m_)
   };
   using list_type = std::vector<std::shared_ptr<entry>>;
+
+  /// Calls into entry `e` in progress on this thread (a detach does not wait for them: they are its callers).
+  static unsigned own_calls(const entry* e) {
+    unsigned mine = 0;
+    for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
+      if (c->entry == e) ++mine;
+    return mine;
+  }
 
   void publish(std::shared_ptr<const list_type> next) {  // under m_
     list_ = std::move(next);

@@ -119,6 +119,57 @@ TEST_CASE("lifetime: listeners attach and detach independently; set_listener kee
   CHECK(rec.listener_count() == 0);
 }
 
+namespace {
+/// A listener that detaches itself from inside its own callback on thread "a" while thread "b" is inside it too.
+struct self_detaching_listener final : nanscope::scope_listener {
+  nanscope::recorder* rec = nullptr;
+  std::atomic<bool> b_inside{false}, release_b{false}, a_detaching{false}, a_detached{false};
+  void scope_opened(const nanscope::frame& f, bool) noexcept override {
+    if (f.module_path == "b") {
+      b_inside = true;
+      while (!release_b) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (f.module_path == "a") {
+      while (!b_inside) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      a_detaching = true;
+      rec->remove_listener(this);  // waits for b's call, not for its own
+      a_detached = true;
+    }
+  }
+  void tensor_recorded(const nanscope::frame&, const nanscope::tensor_record&) noexcept override {}
+  void scope_closed(const nanscope::frame&, bool) noexcept override {}
+};
+}  // namespace
+
+TEST_CASE("lifetime: a listener detaching itself while another thread is inside it returns when that call ends") {
+  // The calls' counter went 2 -> 1 when b's call ended, and only a count of 0 woke the detach, which waits for
+  // "at most its own one": it slept for ever.
+  nsrec::capture out;
+  nanscope::recorder rec(nsrec::quiet_options(out));
+  self_detaching_listener l;
+  l.rec = &rec;
+  rec.add_listener(&l);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&done] {
+    for (int i = 0; i < 400 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!done.load()) {
+      std::fprintf(stderr, "lifetime_test: a self-detaching listener did not return in 20 s (lost wake-up)\n");
+      std::_Exit(1);
+    }
+  });
+  std::thread b([&rec] { nanscope::scope s(rec, "b", "B"); });
+  std::thread a([&rec] { nanscope::scope s(rec, "a", "A"); });
+  while (!l.a_detaching) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a is waiting for b's call now
+  CHECK_FALSE(l.a_detached.load());
+  l.release_b = true;
+  a.join();
+  b.join();
+  done = true;
+  watchdog.join();
+  CHECK(l.a_detached.load());
+  CHECK(rec.listener_count() == 0);
+}
+
 TEST_CASE("lifetime: heap scopes destroyed out of order are unlinked, reported, and leave no dangling scope") {
   nsrec::capture cap;
   nanscope::recorder rec(nsrec::quiet_options(cap));
