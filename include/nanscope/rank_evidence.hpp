@@ -338,7 +338,8 @@ class rank_evidence : public scope_listener {
     out += "  \"rank\": " + std::to_string(opts_.rank) + ",\n  \"world_size\": " + std::to_string(opts_.world_size) +
            ",\n  \"rank_source\": " + detail::json_quote(rank_source_) + ",\n  \"host\": " + detail::json_quote(host) +
            ",\n  \"pid\": " + std::to_string(pid) + ",\n  \"reason\": " + detail::json_quote(std::string(reason)) +
-           ",\n  \"step\": " + std::to_string(rec_alive_.load(std::memory_order_acquire) ? rec_.step() : last_step_) + ",\n  \"dropped_events\": " + std::to_string(dropped_) +
+           ",\n  \"step\": " + std::to_string(rec_alive_.load(std::memory_order_acquire) ? rec_.step() : last_step_) +
+           ",\n  \"dropped_events\": " + std::to_string(dropped_) +
            ",\n  \"detection\": " + (detected_ ? detection_ : std::string("null")) + ",\n  \"stop\": ";
     if (stopped_) {
       out += "{\"step\": " + std::to_string(stop_step_) + ", \"reason\": " + detail::json_quote(stop_reason_) + "}";

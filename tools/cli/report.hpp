@@ -321,11 +321,10 @@ inline std::string page_data(model& m, const std::vector<std::string>& inputs, c
   return s;
 }
 
-/// write_atomically's error text starts with this when only the directory sync after the rename failed.
-inline constexpr const char* synced_marker = "\x01synced-late: ";
 /// Writes `text` to `path` atomically: a temporary file in the same directory, then rename(). Returns an empty
-/// string, or the error.
-inline std::string write_atomically(const std::string& path, const std::string& text) {
+/// string, or the error; `renamed` is set when the page is in place (only the directory sync after it failed).
+inline std::string write_atomically(const std::string& path, const std::string& text, bool& renamed) {
+  renamed = false;
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash + 1);
   std::string tmpl = (slash == std::string::npos ? std::string() : dir) + ".nanscope-report-XXXXXX";
@@ -360,11 +359,12 @@ inline std::string write_atomically(const std::string& path, const std::string& 
     ::unlink(tmp.c_str());
     return std::string("cannot rename the temporary file into place: ") + std::strerror(err);
   }
+  renamed = true;
   // the rename itself survives a crash once the directory is synced (file systems that cannot: accepted)
   try {
     nanscope::detail::fsync_directory(dir, path);
   } catch (const std::exception& e) {
-    return std::string(synced_marker) + e.what();
+    return e.what();  // "nanscope: file '...': written, but fsync of its directory '...' failed: ..."
   }
   return std::string();
 }
@@ -431,15 +431,10 @@ inline int run_report(const report_args& args, const std::string& version) {
       }
     }
   }
-  const std::string err = write_atomically(args.output, page);
-  if (err.compare(0, std::strlen(synced_marker), synced_marker) == 0) {
-    // the library's text: "nanscope: file '...': written, but <why>"
-    std::string why = err.substr(std::strlen(synced_marker));
-    const std::size_t at = why.find("written, but ");
-    if (at != std::string::npos) why = why.substr(at + 13);
-    std::fprintf(stderr,
-                 "nanscope: the report '%s' is written, but %s (a crash now may lose its new name; exit 2)\n",
-                 nanscope_cli::text_escape(args.output).c_str(), why.c_str());
+  bool renamed = false;
+  const std::string err = write_atomically(args.output, page, renamed);
+  if (renamed && !err.empty()) {  // the library's text says it: "written, but fsync of its directory failed"
+    std::fprintf(stderr, "%s (a crash now may lose the report's new name; exit 2)\n", err.c_str());
     return 2;
   }
   if (!err.empty()) {
