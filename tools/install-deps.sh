@@ -13,6 +13,8 @@
 # test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
 # skipped without it). libtomlplusplus-dev (toml++) reads the TOML config file of nanscope/control.hpp
 # (docs/runtime-control.md); without it the NANSCOPE_* variables still work and the TOML tests report skipped.
+# zlib1g-dev is for the `nanscope` tool alone (its .npz reader inflates deflated members; the library never links
+# zlib). build-essential brings dpkg-dev, whose dpkg-shlibdeps gives the .deb made by `cpack -G DEB` its Depends.
 # A failure to install an optional package is reported but not fatal.
 set -euo pipefail
 
@@ -22,7 +24,7 @@ if [[ "${NANSCOPE_SKIP_DEPS:-0}" == "1" ]]; then
 fi
 
 required=(build-essential cmake ninja-build python3 libfmt-dev libeigen3-dev doctest-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
+          nlohmann-json3-dev libcli11-dev zlib1g-dev libdlpack-dev python3-numpy libopenmpi-dev openmpi-bin)
 optional=(libtorch-dev python3-torch chromium libtomlplusplus-dev)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

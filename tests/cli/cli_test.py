@@ -202,6 +202,21 @@ def headroom(amax, target):
     return math.log2(MAX_FINITE[target] / amax)
 
 
+def unravel(flat, shape):
+    """Row-major multi-dimensional index of a flat index (independent of nanscope's)."""
+    idx = []
+    for d in reversed(shape):
+        idx.insert(0, flat % d)
+        flat //= d
+    return idx
+
+
+def index_text(flat, shape):
+    """How the text line names the first NaN/Inf: "[2, 517] (flat 2517)"; "[5]" for 1-d, "[]" for 0-d."""
+    s = "[" + ", ".join(str(i) for i in unravel(flat, shape)) + "]"
+    return s + (" (flat %d)" % flat if len(shape) >= 2 else "")
+
+
 def close(a, b, rel=1e-9):
     if isinstance(a, str) or isinstance(b, str) or a is None or b is None:
         return a == b
@@ -223,6 +238,9 @@ def compare_tensor(obj, exp, dtype, label, stats=False):
                      "%s: %s overflow = %r, expected %r" % (label, t, f["overflow"], exp["overflow"][t]))
         h = headroom(exp["abs_max"], t)
         ok &= expect(close(f["headroom_bits"], h), "%s: %s headroom = %r, expected %r" % (label, t, f["headroom_bits"], h))
+    want_index = None if exp["first_nonfinite"] is None else unravel(exp["first_nonfinite"], obj["shape"])
+    got_index = obj.get("first_nonfinite_index", "(missing)")
+    ok &= expect(got_index == want_index, "%s: first_nonfinite_index = %r, expected %r" % (label, got_index, want_index))
     status = "nonfinite" if exp["first_nonfinite"] is not None else "ok"
     ok &= expect(obj["status"] == status, "%s: status %r, expected %r" % (label, obj["status"], status))
     if stats:
@@ -243,8 +261,11 @@ def compare_text(line, exp, label):
     got = [int(g) for g in m.groups()]
     want = [exp[k] for k in ("count", "nan", "pos_inf", "neg_inf", "negative", "zero", "positive", "subnormal")]
     expect(got == want, "%s: text counts %r, expected %r (%r)" % (label, got, want, line))
+    shape_m = re.search(r"^.*?: \w+\[([\d,]*)\] n=", line)
+    shape = [int(x) for x in shape_m.group(1).split(",") if x] if shape_m else []
     if exp["first_nonfinite"] is not None:
-        expect(" first_nonfinite=%d " % exp["first_nonfinite"] in line, "%s: first_nonfinite missing in %r" % (label, line))
+        want = " first_nonfinite=%s " % index_text(exp["first_nonfinite"], shape)
+        expect(want in line, "%s: %r missing in %r" % (label, want, line))
         expect(line.endswith(" NONFINITE"), "%s: text line does not end with NONFINITE: %r" % (label, line))
     else:
         expect(line.endswith(" ok"), "%s: text line does not end with ok: %r" % (label, line))
@@ -575,7 +596,8 @@ def group_json(work):
     # every key of the schema, with its type
     keys = {"kind": str, "file": str, "name": (str, type(None)), "dtype": str, "file_dtype": str, "shape": list,
             "count": int, "checked": bool, "nan": int, "pos_inf": int, "neg_inf": int, "negative": int, "zero": int,
-            "positive": int, "subnormal": int, "first_nonfinite": (int, type(None)), "abs_max": (int, float, str, type(None)),
+            "positive": int, "subnormal": int, "first_nonfinite": (int, type(None)),
+            "first_nonfinite_index": (list, type(None)), "abs_max": (int, float, str, type(None)),
             "formats": dict, "status": str}
     for o in t:
         expect(set(o) == set(keys), "json: keys %r" % sorted(o))
@@ -785,6 +807,36 @@ def group_hostile(work):
     o = json_lines(out)
     expect(rc == 0 and o[0]["kind"] == "skipped" and o[0]["file_dtype"] == "C64" and o[-1]["skipped"] == 1,
            "hostile --skip-unsupported json: %r" % o)
+    # --skip-unsupported skips a .npy of a dtype nanscope cannot check too (complex64: it was an error), with a note
+    def npy_file(name, descr, shape, nbytes):
+        h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+        h = h + " " * ((-(len(h) + 11)) % 64) + "\n"
+        path = os.path.join(work, name)
+        with open(path, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + bytes(nbytes))
+        return path
+    c64 = npy_file("complex64.npy", "<c8", "(2, 3)", 48)
+    rc, out, err = run("scan", c64)
+    expect(rc == 2 and "unsupported dtype descr '<c8'" in err, "hostile complex .npy: rc %d %r" % (rc, err))
+    rc, out, err = run("scan", "--skip-unsupported", c64)
+    expect(rc == 0 and err == "" and out.splitlines() == [
+        c64 + ": <c8[2,3] n=6 skipped (unsupported dtype)",
+        "nanscope: OK: 1 file, 0 tensors scanned: 0 with NaN/Inf, 0 errors, 1 skipped (exit 0)"],
+        "hostile complex .npy --skip-unsupported: rc %d %r %r" % (rc, out, err))
+    rc, out, err = run("scan", "--json", "--skip-unsupported", c64)
+    o = json_lines(out)
+    expect(rc == 0 and o[0] == {"kind": "skipped", "file": c64, "name": None, "file_dtype": "<c8", "message":
+                                "nanscope: file '%s': dtype '<c8' is not supported by nanscope (not scanned)" % c64}
+           and o[-1]["skipped"] == 1, "hostile complex .npy --skip-unsupported json: %r" % o)
+    others = [npy_file("c128.npy", "<c16", "(2,)", 32), npy_file("str.npy", "<U3", "(2,)", 24),
+              npy_file("bytes.npy", "|S5", "(1,)", 5), npy_file("dates.npy", "<M8[ns]", "(3,)", 24)]
+    rc, out, err = run("scan", "--skip-unsupported", *others)
+    expect(rc == 0 and err == "" and out.count("skipped (unsupported dtype)") == 4, "hostile other dtypes: %d %r %r" % (rc, out, err))
+    # skipped, but the layout is still checked: a complex .npy shorter than its shape says is an error
+    for bad, msg in ((npy_file("c64_short.npy", "<c8", "(2, 3)", 40), "shorter than the shape says (48 bytes needed, 40"),
+                     (npy_file("c64_long.npy", "<c8", "(2, 3)", 50), "2 unexpected trailing bytes")):
+        rc, out, err = run("scan", "--skip-unsupported", bad)
+        expect(rc == 2 and msg in err, "hostile complex .npy of the wrong size: %d %r" % (rc, err))
     return 0
 
 
@@ -991,9 +1043,466 @@ def group_dashdash(work):
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# .npz archives (numpy.savez / savez_compressed) and a zip writer of our own for the cases numpy does not write
+# ---------------------------------------------------------------------------------------------------------------
+HAVE_ZLIB = [True]  # --have-zlib 0: the tool was built without zlib (no .npz support): the npz groups are skipped
+
+
+def zip_archive(members, zip64_end=False, cd_zip64=False, comment=b"", end_override=None, cd_extra_bytes=b""):
+    """A zip file written here from the format's description (independent of nanscope's reader and of Python's
+    zipfile). members: dicts with name (str), data (the member's bytes) and optional method (0 stored, 8
+    deflate), compressed (raw bytes to store instead of the compressed data), crc, csize, usize (as the
+    directories say), flags, descriptor (a data descriptor after the data), local_name, offset (the central
+    directory's local header offset). zip64_end: a zip64 end record and locator; cd_zip64: sizes and offsets in
+    a zip64 extra field (0xFFFFFFFF in the 32-bit fields). end_override: fields of the end record to replace."""
+    import zlib
+    out = b""
+    entries = []
+    for m in members:
+        name = m["name"].encode("utf-8")
+        data = m["data"]
+        method = m.get("method", 0)
+        if "compressed" in m:
+            comp = m["compressed"]
+        elif method == 8:
+            c = zlib.compressobj(6, zlib.DEFLATED, -15)
+            comp = c.compress(data) + c.flush()
+        else:
+            comp = data
+        crc = m.get("crc", zlib.crc32(data) & 0xFFFFFFFF)
+        csize, usize = m.get("csize", len(comp)), m.get("usize", len(data))
+        flags = m.get("flags", 0) | (8 if m.get("descriptor") else 0)
+        offset = len(out)
+        lname = m.get("local_name", m["name"]).encode("utf-8")
+        if m.get("descriptor"):
+            local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, flags, method, 0, 0x21, 0, 0, 0, len(lname), 0)
+        else:
+            local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, flags, method, 0, 0x21, crc, csize & 0xFFFFFFFF,
+                                usize & 0xFFFFFFFF, len(lname), 0)
+        out += local + lname + comp
+        if m.get("descriptor"):
+            out += struct.pack("<IIII", 0x08074B50, crc, csize, usize)
+        entries.append((name, method, flags, crc, csize, usize, m.get("offset", offset)))
+    cd_offset = len(out)
+    cd = b""
+    for name, method, flags, crc, csize, usize, offset in entries:
+        extra = b""
+        if cd_zip64:
+            extra = struct.pack("<HHQQQ", 1, 24, usize, csize, offset)
+            csize = usize = offset = 0xFFFFFFFF
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, flags, method, 0, 0x21, crc, csize, usize, len(name),
+                          len(extra), 0, 0, 0, 0, offset) + name + extra
+    cd += cd_extra_bytes
+    out += cd
+    n = len(entries)
+    end = {"disk": 0, "cd_disk": 0, "n_disk": n, "n": n, "cd_size": len(cd), "cd_offset": cd_offset}
+    if zip64_end:
+        z64_offset = len(out)
+        out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, n, n, len(cd), cd_offset)
+        out += struct.pack("<IIQI", 0x07064B50, 0, z64_offset, 1)
+        end.update(n_disk=0xFFFF, n=0xFFFF, cd_size=0xFFFFFFFF, cd_offset=0xFFFFFFFF)
+    end.update(end_override or {})
+    out += struct.pack("<IHHHHIIH", 0x06054B50, end["disk"], end["cd_disk"], end["n_disk"], end["n"], end["cd_size"],
+                       end["cd_offset"], len(comment)) + comment
+    return out
+
+
+def npy_bytes(a):
+    """The .npy file numpy writes for an array (numpy's own writer)."""
+    import io
+    b = io.BytesIO()
+    np.lib.format.write_array(b, a, allow_pickle=False)
+    return b.getvalue()
+
+
+def npz_arrays(rng):
+    """Arrays of several dtypes with planted NaN/Inf (name -> array): what the npz groups store."""
+    a32 = planted(rng, 24, np.float32, nan_at=[17], pinf_at=[20], extra=[(3, 70000.0)]).reshape(4, 6)
+    return {
+        "f64": planted(rng, 30, np.float64, ninf_at=[7], extra=[(2, 1e300)]).reshape(3, 10),
+        "f32": a32,
+        "f16": planted(rng, 16, np.float16, nan_at=[15]).reshape(2, 2, 4),
+        "be_f32": planted(rng, 12, np.dtype(">f4"), pinf_at=[4]).reshape(3, 4),
+        "fortran": np.asfortranarray(planted(rng, 60, np.float32, nan_at=[37], ninf_at=[58]).reshape(3, 4, 5)),
+        "finite": (rng.standard_normal((5, 5)) * 10).astype(np.float32),
+        "ints": np.arange(10, dtype=np.int64).reshape(2, 5),
+        "flags": np.array([True, False, True]),
+        "empty": np.zeros((0, 4), np.float32),
+        "scalar": np.array(np.float64(np.nan)),
+        "big": np.zeros(600000, np.float32),  # 2.4 MB of zeros: deflate's best ratio, several inflate calls
+    }
+
+
+def check_npz_report(path, arrays, out, label):
+    """The JSON report of an archive holding `arrays`: one tensor per member, file "<path>:<key>", in order."""
+    objs = tensors_of(json_lines(out))
+    expect([o["file"] for o in objs] == ["%s:%s" % (path, k) for k in arrays],
+           "%s: tensors %r, expected the members %r" % (label, [o["file"] for o in objs], list(arrays)))
+    for o, (k, a) in zip(objs, arrays.items()):
+        expect(o["name"] is None and o["shape"] == list(a.shape) and o["count"] == a.size, "%s %s: %r" % (label, k, o))
+        if a.dtype.kind == "f":
+            dt = {2: "f16", 4: "f32", 8: "f64"}[a.dtype.itemsize]
+            vals = npy_values(a) if a.size != 600000 else None
+            if vals is None:
+                exp = expected([0.0], dt)
+                exp.update(count=a.size, zero=a.size)
+            else:
+                exp = expected(vals, dt)
+            compare_tensor(o, exp, dt, "%s %s" % (label, k))
+        else:
+            expect(o["checked"] is False and o["status"] == "ok", "%s %s: %r" % (label, k, o))
+
+
+def group_npz(work):
+    """.npz archives written by numpy (savez: stored members; savez_compressed: deflated), several dtypes, C and
+    Fortran order, big-endian, an empty and a 0-d array; each member reported as '<file>:<key>' as numpy names it;
+    the same results as the members saved as .npy files; zip64 records and data descriptors (written here)."""
+    if np is None or not HAVE_ZLIB[0]:
+        return SKIP
+    import io
+    import zipfile
+    rng = np.random.default_rng(99)
+    arrays = npz_arrays(rng)
+    stored = os.path.join(work, "stored.npz")
+    np.savez(stored, **arrays)
+    packed = os.path.join(work, "packed.npz")
+    np.savez_compressed(packed, **arrays)
+    with zipfile.ZipFile(packed) as z:
+        expect({i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}, "npz: savez_compressed did not deflate")
+    with zipfile.ZipFile(stored) as z:
+        expect({i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}, "npz: savez did not store")
+    for path in (stored, packed):
+        label = "npz " + os.path.basename(path)
+        rc, out, err = run("scan", "--json", path)
+        expect(rc == 1 and err == "", "%s: exit %d, expected 1 (NaN found)\n%s" % (label, rc, err))
+        check_npz_report(path, arrays, out, label)
+        # one thread and small chunks read the same (--threads 1)
+        rc1, out1, _ = run("scan", "--json", "--threads", "1", path)
+        expect(rc1 == rc and tensors_of(json_lines(out1)) == tensors_of(json_lines(out)), "%s: -j1 differs" % label)
+    # the members as .npy files give the same reports (but for the file names)
+    npys = []
+    for k, a in arrays.items():
+        p = os.path.join(work, k + ".npy")
+        np.save(p, a)
+        npys.append(p)
+    _, out_npy, _ = run("scan", "--json", *npys)
+    _, out_npz, _ = run("scan", "--json", packed)
+    strip = lambda objs: [dict(o, file=None) for o in tensors_of(json_lines(objs))]
+    expect(strip(out_npy) == strip(out_npz), "npz: the compressed members and the same arrays as .npy differ")
+    # text: one line per member, named <file>:<key>, the first NaN/Inf by its index
+    rc, out, err = run("scan", packed)
+    lines = out.splitlines()
+    expect(len(lines) == len(arrays) + 1 and all(l.startswith(packed + ":") for l in lines[:-1]),
+           "npz text: %r" % lines)
+    f32_line = next((l for l in lines if l.startswith(packed + ":f32: ")), "")
+    expect(" first_nonfinite=[2, 5] (flat 17) " in f32_line, "npz text: the index of f32's NaN in %r" % f32_line)
+    expect(lines[-1] == "nanscope: FAIL: 1 file, %d tensors scanned: 6 with NaN/Inf, 0 errors (exit 1)" % len(arrays),
+           "npz text: verdict %r" % lines[-1:])
+    # an archive with no member (numpy.savez with no array): no tensor, exit 0
+    empty = os.path.join(work, "none.npz")
+    np.savez(empty)
+    rc, out, err = run("scan", empty)
+    expect(rc == 0 and err == "" and out.startswith("nanscope: OK: 1 file, 0 tensors"), "npz empty: %d %r %r" % (rc, out, err))
+
+    # data descriptors: what zipfile writes to a stream it cannot seek back in (flag bit 3, sizes after the data)
+    class Unseekable(io.RawIOBase):
+        def __init__(self, f):
+            self.f = f
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            return self.f.write(b)
+
+    desc = os.path.join(work, "descriptor.npz")
+    small = {k: arrays[k] for k in ("f32", "fortran", "scalar", "ints")}
+    with open(desc, "wb") as raw:
+        with zipfile.ZipFile(Unseekable(raw), "w", zipfile.ZIP_DEFLATED) as z:
+            for k, a in small.items():
+                with z.open(k + ".npy", "w") as w:
+                    w.write(npy_bytes(a))
+    with zipfile.ZipFile(desc) as z:
+        expect(all(i.flag_bits & 8 for i in z.infolist()), "npz: zipfile wrote no data descriptor")
+    rc, out, err = run("scan", "--json", desc)
+    expect(rc == 1 and err == "", "npz descriptor: exit %d %r" % (rc, err))
+    check_npz_report(desc, small, out, "npz descriptor")
+    # zip64: the end record, its locator, and sizes and offsets in zip64 extra fields; stored and deflated
+    for method in (0, 8):
+        z64 = os.path.join(work, "zip64_%d.npz" % method)
+        with open(z64, "wb") as f:
+            f.write(zip_archive([{"name": k + ".npy", "data": npy_bytes(a), "method": method} for k, a in small.items()],
+                                zip64_end=True, cd_zip64=True, comment=b"written by cli_test.py"))
+        with zipfile.ZipFile(z64) as z:  # Python's reader agrees that the archive is sound
+            expect(z.testzip() is None, "npz zip64: zipfile finds the hand-written archive broken")
+        rc, out, err = run("scan", "--json", z64)
+        expect(rc == 1 and err == "", "npz zip64 method %d: exit %d %r" % (method, rc, err))
+        check_npz_report(z64, small, out, "npz zip64 method %d" % method)
+    # --skip-unsupported: a complex64 member is skipped with a note, the others scanned
+    cx = os.path.join(work, "complex.npz")
+    np.savez_compressed(cx, c=np.ones((2, 3), np.complex64), f32=arrays["f32"])
+    rc, out, err = run("scan", cx)
+    expect(rc == 2 and "nanscope: file '%s': member 'c.npy': unsupported dtype descr '<c8'" % cx in err,
+           "npz complex: %d %r" % (rc, err))
+    rc, out, err = run("scan", "--skip-unsupported", cx)
+    expect(rc == 1 and out.startswith("%s:c: <c8[2,3] n=6 skipped (unsupported dtype)\n" % cx) and err == ""
+           and "1 skipped" in out, "npz complex --skip-unsupported: %d %r %r" % (rc, out, err))
+    # a member that is not a .npy array: a warning, not scanned
+    other = os.path.join(work, "other.npz")
+    with open(other, "wb") as f:
+        f.write(zip_archive([{"name": "readme.txt", "data": b"hello"},
+                             {"name": "x.npy", "data": npy_bytes(arrays["finite"]), "method": 8}]))
+    rc, out, err = run("scan", "--json", other)
+    objs = json_lines(out)
+    expect(rc == 0 and [o["kind"] for o in objs] == ["warning", "tensor", "summary"]
+           and "member 'readme.txt' is not a .npy array" in objs[0]["message"], "npz other member: %d %r" % (rc, objs))
+    return 0
+
+
+def group_npz_hostile(work):
+    """Damaged and hostile archives: each one exit 2 with an error naming the file (and the member) and the
+    problem; never a crash, a hang, or memory in proportion to what a member claims."""
+    if np is None or not HAVE_ZLIB[0]:
+        return SKIP
+    import zlib
+    good = npy_bytes(np.array([1.0, 2.0, np.nan], np.float32))
+    good2 = npy_bytes(np.arange(6, dtype=np.float64).reshape(2, 3))
+    real = os.path.join(work, "real.npz")
+    np.savez_compressed(real, a=np.zeros(1000, np.float32), b=np.ones((4, 4)))
+    real_bytes = open(real, "rb").read()
+
+    def deflated(data):
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return c.compress(data) + c.flush()
+
+    corrupt = bytearray(deflated(good))
+    corrupt[0] = 0x07  # BTYPE 11: a reserved block type
+    noise_npy = npy_bytes(np.random.default_rng(5).standard_normal(4000))  # 32 KB that deflate barely shrinks
+    # (file name, archive bytes, expected text in the error, member the error names or None)
+    M = lambda **kw: dict({"name": "a.npy", "data": good}, **kw)
+    cases = [
+        ("tiny.npz", b"PK\x05\x06", "not a zip archive (.npz): only 4 bytes", None),
+        ("truncated_half.npz", real_bytes[:len(real_bytes) // 2], "no end of central directory record", None),
+        ("truncated_end.npz", real_bytes[:-1], "no end of central directory record", None),
+        ("not_zip.npz", b"PK\x03\x04" + b"\x00" * 100, "no end of central directory record", None),
+        ("cd_offset_past_end.npz", zip_archive([M()], end_override={"cd_offset": 0x7FFFFFFF}),
+         "runs past the end of central directory record", None),
+        ("cd_size_past_end.npz", zip_archive([M()], end_override={"cd_size": 0x7FFFFFFF}),
+         "runs past the end of central directory record", None),
+        ("too_many_entries.npz", zip_archive([M()], end_override={"n": 60000, "n_disk": 60000}),
+         "counts 60000 members, more than a central directory of", None),
+        ("multi_disk.npz", zip_archive([M()], end_override={"disk": 1}), "multi-disk", None),
+        ("zip64_markers_no_locator.npz", zip_archive([M()], end_override={"cd_offset": 0xFFFFFFFF}),
+         "no zip64 locator precedes it", None),
+        ("bad_local_offset.npz", zip_archive([M(offset=7)]), "member 'a.npy': no local header at offset 7", None),
+        ("local_offset_past_cd.npz", zip_archive([M(offset=0x7FFFFFF0)]), "member 'a.npy': its local header", None),
+        ("cd_trailing.npz", zip_archive([M()], cd_extra_bytes=b"junk"), "bytes after its 1 entries", None),
+        ("name_mismatch.npz", zip_archive([M(local_name="b.npy")]), "member 'a.npy': its local header names it 'b.npy'", None),
+        ("data_past_cd.npz", zip_archive([M(csize=len(good) + 500, usize=len(good) + 500)]),
+         "member 'a.npy': its %d bytes of data" % (len(good) + 500), None),
+        ("stored_huge_claim.npz", zip_archive([M(usize=1 << 40)], cd_zip64=True),
+         "member 'a.npy' is stored (not compressed), but its sizes differ", None),
+        ("deflate_huge_claim.npz", zip_archive([M(method=8, usize=1 << 40)], cd_zip64=True),
+         "claims 1099511627776 bytes inflated from", None),
+        ("ratio_guard.npz", zip_archive([M(method=8, usize=len(deflated(good)) * 1040 + 5000)]),
+         "more than deflate can produce (at most 1032 to 1): a damaged archive or a zip bomb", None),
+        ("duplicate.npz", zip_archive([M(), M()]), "member 'a.npy' appears twice", None),
+        ("encrypted.npz", zip_archive([M(flags=1)]), "member 'a.npy' is encrypted", None),
+        ("bzip2.npz", zip_archive([M(method=12)]), "compression method 12 (bzip2) is not supported", None),
+        # members
+        ("corrupt_deflate.npz", zip_archive([M(method=8, compressed=bytes(corrupt)), {"name": "b.npy", "data": good2}]),
+         "corrupt deflate data: invalid block type", "a"),
+        ("crc_stored.npz", zip_archive([M(crc=0x12345678)]), "the central directory says 12345678", "a"),
+        ("crc_deflated.npz", zip_archive([M(method=8, crc=0x12345678)]), "the central directory says 12345678", "a"),
+        ("stream_cut.npz", zip_archive([M(method=8, compressed=deflated(noise_npy)[:9000], usize=len(noise_npy))]),
+         "the compressed data ends before the deflate stream does (a truncated member)", "a"),
+        ("stream_short.npz", zip_archive([M(method=8, compressed=deflated(good2[:-8]), usize=len(good2))]),
+         "the deflate stream ends after %d bytes, but the central directory says %d" % (len(good2) - 8, len(good2)), "a"),
+        # the stream inflates to far more than the directory says: inflation stops there
+        ("stream_longer.npz", zip_archive([M(method=8, compressed=deflated(good + bytes(4 << 20)), usize=len(good),
+                                              crc=zlib.crc32(good))]),
+         "the deflate stream holds more than the %d bytes the central directory says" % len(good), "a"),
+        ("stream_trailing.npz", zip_archive([M(method=8, compressed=deflated(good) + b"xyz", usize=len(good))]),
+         "3 bytes of compressed data follow the end of the deflate stream", "a"),
+        ("member_not_npy.npz", zip_archive([M(data=b"not an array at all")]), "member 'a.npy': not an .npy file", "a"),
+        ("member_truncated_npy.npz", zip_archive([M(method=8, data=good[:-2])]),
+         "member 'a.npy': truncated: the data is shorter than the shape says", "a"),
+        ("member_huge_header.npz", zip_archive([M(method=8, data=b"\x93NUMPY\x02\x00" + struct.pack("<I", 3 << 20)
+                                                    + b" " * (3 << 20))]),
+         "over the limit of 1 MiB", "a"),
+    ]
+    # a member whose bytes overlap another's (the "overlapping files" zip bomb): A's data holds B's local header
+    inner = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0, zlib.crc32(good), len(good), len(good), 5, 0) + b"b.npy" + good
+    ov = zip_archive([{"name": "a.npy", "data": inner}])
+    ov_cd = ov.index(b"PK\x01\x02")
+    b_cd = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0, zlib.crc32(good), len(good), len(good), 5, 0,
+                       0, 0, 0, 0, 35) + b"b.npy"
+    cd = ov[ov_cd:ov.index(b"PK\x05\x06")] + b_cd
+    cases.append(("overlap.npz", ov[:ov_cd] + cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 2, 2, len(cd), ov_cd, 0),
+                  "member 'b.npy' (local header at offset 35) overlaps member 'a.npy'", None))
+    paths = []
+    for name, data, msg, member in cases:
+        p = os.path.join(work, name)
+        with open(p, "wb") as f:
+            f.write(data)
+        paths.append(p)
+        rc, out, err = run("scan", "--json", p)
+        expect(rc == 2, "npz hostile %s: exit %d, expected 2\n%s%s" % (name, rc, out, err))
+        prefix = "nanscope: file '%s': " % p + ("member '%s.npy': " % member if member else "")
+        expect(prefix in err, "npz hostile %s: the error does not name the file%s: %r"
+               % (name, " and the member" if member else "", err))
+        expect(msg in err, "npz hostile %s: expected %r in the error, got %r" % (name, msg, err))
+        objs = json_lines(out)
+        errors = [o for o in objs if o.get("kind") == "error"]
+        expect(len(errors) == 1 and errors[0]["file"] == (p + ":" + member if member else p),
+               "npz hostile %s: error records %r" % (name, errors))
+        if name == "corrupt_deflate.npz":  # the next member is still read
+            expect([o["file"] for o in tensors_of(objs)] == [p + ":b"], "npz hostile: the member after a bad one %r" % objs)
+    # all at once, with a good archive in the middle: every error reported, the good one scanned
+    rc, out, err = run("scan", *(paths[:10] + [real] + paths[10:]))
+    expect(rc == 2 and sum(1 for l in err.splitlines() if l.startswith("nanscope: file '")) == len(paths)
+           and (real + ":b: f64[4,4]") in out, "npz hostile all: %d\n%s\n%s" % (rc, out, err))
+    return 0
+
+
+def group_recursive(work):
+    """scan -r: every .npy/.npz/.safetensors file under a directory, depth first in byte order of the names, the
+    same report per file; a link loop is reported (a warning) and not followed round; dangling links are reported;
+    an unreadable directory is an error; never a hang. Without -r a directory says -r is needed."""
+    root = os.path.join(work, "tree")
+    os.makedirs(os.path.join(root, "sub", "deeper"))
+    os.makedirs(os.path.join(root, "B"))
+    os.makedirs(os.path.join(root, "empty"))
+    write_safetensors(os.path.join(root, "b.safetensors"), [("w", "F32", [2], st_bits([1.0, math.nan], "f"))])
+    write_safetensors(os.path.join(root, "a.safetensors"), [("w", "F32", [1], st_bits([1.0], "f"))])
+    write_safetensors(os.path.join(root, "B", "x.safetensors"), [("w", "F32", [1], st_bits([2.0], "f"))])
+    write_safetensors(os.path.join(root, "sub", "deeper", "d.SAFETENSORS"), [("w", "F32", [1], st_bits([3.0], "f"))])
+    write_safetensors(os.path.join(root, "sub", "c.safetensors"), [("w", "F32", [1], st_bits([math.inf], "f"))])
+    with open(os.path.join(root, "notes.txt"), "w") as f:
+        f.write("not a tensor file\n")
+    os.symlink("..", os.path.join(root, "sub", "loop"))          # back to the root: a loop
+    os.symlink("a.safetensors", os.path.join(root, "link.safetensors"))  # a link to a file: scanned under its name
+    os.symlink("self", os.path.join(root, "self"))                # a link to itself (ELOOP)
+    os.symlink("missing", os.path.join(root, "dangling"))        # leads nowhere, a name scan does not read
+    j = lambda *p: os.path.join(root, *p)
+    order = [j("B", "x.safetensors"), j("a.safetensors"), j("b.safetensors"), j("link.safetensors"),
+             j("sub", "c.safetensors"), j("sub", "deeper", "d.SAFETENSORS")]
+    rc, out, err = run("scan", "--json", "-r", root)
+    objs = json_lines(out)
+    expect([o["file"] for o in tensors_of(objs)] == order, "recursive: files %r, expected %r" % (
+        [o["file"] for o in tensors_of(objs)], order))
+    warnings = [o["message"] for o in objs if o["kind"] == "warning"]
+    expect(len(warnings) == 3 and rc == 1, "recursive: exit %d, warnings %r" % (rc, warnings))
+    expect(any(("nanscope: file '%s': warning: a directory already scanned" % j("sub", "loop")) in w for w in warnings),
+           "recursive: the loop is not reported: %r" % warnings)
+    expect(any(("'%s': warning: a symbolic link that cannot be followed (Too many levels of symbolic links)" % j("self")) in w
+               for w in warnings), "recursive: the self link is not reported: %r" % warnings)
+    expect(any(("'%s': warning: a symbolic link that cannot be followed (No such file or directory)" % j("dangling")) in w
+               for w in warnings), "recursive: the dangling link is not reported: %r" % warnings)
+    expect(objs[-1:] and objs[-1]["files"] == 6 and objs[-1]["nonfinite_tensors"] == 2 and objs[-1]["errors"] == 0,
+           "recursive: summary %r" % objs[-1:])
+    # text: the same report per file as when the files are named one by one
+    rc_r, out_r, _ = run("scan", "--recursive", root)
+    rc_f, out_f, _ = run("scan", *order)
+    expect(rc_r == rc_f == 1 and out_r == out_f, "recursive text differs from the files named:\n%s\n%s" % (out_r, out_f))
+    # the same files again through a second name of the tree: still no loop, same order
+    rc, out, err = run("scan", "--json", "-r", root + "/")
+    expect([o["file"] for o in tensors_of(json_lines(out))] == [root + "/" + p[len(root) + 1:] for p in order],
+           "recursive with a trailing slash: %r" % out)
+    # a dangling link with a name scan reads is an error (exit 2), like a missing file
+    os.symlink("missing.npy", os.path.join(root, "sub", "gone.npy"))
+    rc, out, err = run("scan", "-r", os.path.join(root, "sub"))
+    expect(rc == 2 and ("nanscope: file '%s': cannot open: No such file or directory" % j("sub", "gone.npy")) in err,
+           "recursive dangling .npy: %d %r" % (rc, err))
+    os.unlink(os.path.join(root, "sub", "gone.npy"))
+    # an empty directory: nothing scanned, exit 0
+    rc, out, err = run("scan", "-r", j("empty"))
+    expect(rc == 0 and out.startswith("nanscope: OK: 0 files"), "recursive empty: %d %r %r" % (rc, out, err))
+    # without -r: the directory is an error that names -r
+    rc, out, err = run("scan", root)
+    expect(rc == 2 and ("nanscope: file '%s': is a directory (-r / --recursive scans" % root) in err,
+           "recursive: a directory without -r: %d %r" % (rc, err))
+    # an unreadable directory is an error, the rest is scanned (as nobody when run as root: root reads anything)
+    locked = j("locked")
+    os.makedirs(locked)
+    write_safetensors(os.path.join(locked, "z.safetensors"), [("w", "F32", [1], st_bits([1.0], "f"))])
+    os.chmod(locked, 0)
+    preexec = None
+    can = True
+    if os.geteuid() == 0:
+        preexec = lambda: os.setuid(65534)
+        d = root  # nobody must reach the tree: every parent searchable by others
+        while d not in ("/", ""):
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                can = False
+            d = os.path.dirname(d)
+    if can:
+        p = subprocess.run([NANSCOPE, "scan", "-r", root], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                           preexec_fn=preexec)
+        err = p.stderr.decode("utf-8", "replace")
+        expect(p.returncode == 2 and ("nanscope: file '%s': cannot read the directory: Permission denied" % locked) in err
+               and p.stdout.decode().count("\n") == len(order) + 1, "recursive unreadable: %d %r %r" % (p.returncode, p.stdout, err))
+    else:
+        print("recursive: the unreadable-directory case is skipped (the work directory is not reachable by others)")
+    os.chmod(locked, stat.S_IRWXU)
+    return 0
+
+
+def group_messages(work):
+    """What a first-time user meets: a misspelt subcommand, each subcommand's own exit codes in its --help, the
+    report's line on success, --version of the project's version, and the first NaN/Inf of the text output named
+    by its index as the demo names it."""
+    rc, out, err = run("scna", "x.npy")
+    expect(rc == 2 and out == "" and err.startswith("nanscope: unknown subcommand 'scna'; did you mean 'scan'?\n")
+           and "scan, report" in err and "A subcommand is required" not in err, "messages: scna: %d %r" % (rc, err))
+    rc, out, err = run("frobnicate")
+    expect(rc == 2 and "unknown subcommand 'frobnicate'\n" in err and "did you mean" not in err, "messages: %r" % err)
+    rc, out, err = run("\x1b[2Jx")
+    expect(rc == 2 and "'\\x1b[2Jx'" in err, "messages: the unknown word is not escaped: %r" % err)
+    rc, scan_help, _ = run("scan", "--help")
+    expect(rc == 0 and "Exit status (scan): 0 every tensor finite" in scan_help and "report)" not in scan_help,
+           "messages: scan --help: %r" % scan_help)
+    if REPORT[0]:
+        rc, report_help, _ = run("report", "--help")
+        expect(rc == 0 and "Exit status (report): 0 the page was written; 2 bad input" in report_help
+               and "NaN/Inf" not in report_help and "fail-on-overflow" not in report_help,
+               "messages: report --help lists other exit codes: %r" % report_help)
+        src = os.path.join(work, "s.safetensors")
+        write_safetensors(src, [("w", "F32", [2], st_bits([1.0, 2.0], "f"))])
+        jl = os.path.join(work, "scan.jsonl")
+        with open(jl, "w") as f:
+            f.write(run("scan", "--json", src)[1])
+        page = os.path.join(work, "page\x01.html")
+        rc, out, err = run("report", jl, "-o", page)
+        size = os.path.getsize(page) if os.path.exists(page) else -1
+        expect(rc == 0 and err == "" and out == "nanscope: report written to '%s' (%d bytes, 1 input)\n"
+               % (page.replace("\x01", "\\x01"), size), "messages: report: %d %r %r" % (rc, out, err))
+    rc, out, _ = run("--help")
+    expect(rc == 0 and "Exit status (scan)" in out and (not REPORT[0] or "Exit status (report)" in out), "messages: --help %r" % out)
+    if VERSION[0]:
+        rc, out, _ = run("--version")
+        expect(rc == 0 and out == "nanscope %s\n" % VERSION[0], "messages: --version %r, expected nanscope %s" % (out, VERSION[0]))
+    # the demo's tensor: f64[4,1000] with a NaN at [2, 517]
+    v = [0.5] * 4000
+    v[2 * 1000 + 517] = math.nan
+    p = os.path.join(work, "logits.safetensors")
+    write_safetensors(p, [("logits", "F64", [4, 1000], st_bits(v, "d"))])
+    rc, out, _ = run("scan", p)
+    expect(" first_nonfinite=[2, 517] (flat 2517) " in out, "messages: the index of the first NaN: %r" % out)
+    rc, out, _ = run("scan", "--json", p)
+    o = tensors_of(json_lines(out))
+    expect(len(o) == 1 and o[0]["first_nonfinite"] == 2517 and o[0].get("first_nonfinite_index") == [2, 517],
+           "messages: JSON index %r" % o)
+    return 0
+
+
 GROUPS = {"npy": group_npy, "safetensors": group_safetensors, "json": group_json, "exit_codes": group_exit_codes,
           "hostile": group_hostile, "threads": group_threads, "shrink": group_shrink, "write_errors": group_write_errors,
-          "dashdash": group_dashdash}
+          "dashdash": group_dashdash, "npz": group_npz, "npz_hostile": group_npz_hostile, "recursive": group_recursive,
+          "messages": group_messages}
+VERSION = [None]  # --version-expected: the project's version (CMakeLists.txt)
+REPORT = [True]   # --have-report 0: the tool was built without `nanscope report` (no nlohmann-json)
 
 
 def main():
@@ -1002,8 +1511,14 @@ def main():
     ap.add_argument("--nanscope", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--group", action="append", choices=sorted(GROUPS))
+    ap.add_argument("--version-expected", help="the project's version, which --version must print")
+    ap.add_argument("--have-zlib", type=int, default=1, help="0: built without zlib (no .npz): npz groups skipped")
+    ap.add_argument("--have-report", type=int, default=1, help="0: built without `nanscope report`")
     args = ap.parse_args()
     NANSCOPE = os.path.abspath(args.nanscope)
+    VERSION[0] = args.version_expected
+    HAVE_ZLIB[0] = args.have_zlib != 0
+    REPORT[0] = args.have_report != 0
     skipped = 0
     for g in args.group or sorted(GROUPS):
         work = os.path.join(os.path.abspath(args.work), g)

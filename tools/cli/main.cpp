@@ -1,5 +1,6 @@
-// nanscope — the command-line scanner: `nanscope scan FILE...` checks every tensor of .npy and .safetensors
-// files for NaN/Inf and for values that would overflow fp16, bf16, fp8 e4m3fn or fp8 e5m2. See docs/cli.md.
+// nanscope — the command-line scanner: `nanscope scan FILE...` checks every tensor of .npy, .npz and .safetensors
+// files (and with -r, of every such file under a directory) for NaN/Inf and for values that would overflow fp16,
+// bf16, fp8 e4m3fn or fp8 e5m2. See docs/cli.md.
 //
 // Exit status: 0 every tensor finite; 1 a NaN/Inf (or an overflow named by --fail-on-overflow) was found;
 // 2 bad input or usage (a file missing, unreadable, malformed, or shrinking while read; an unsupported dtype) or
@@ -8,6 +9,9 @@
 // `nanscope report INPUT... -o FILE` (report.hpp, docs/report.md): 0 the page was written, 2 bad input or output.
 #include "output.hpp"
 #include "scan.hpp"
+#if NANSCOPE_CLI_HAVE_ZLIB
+#include "npz.hpp"
+#endif
 #if NANSCOPE_CLI_HAVE_REPORT
 #include "report.hpp"
 #endif
@@ -16,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,9 +29,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -37,10 +45,15 @@ namespace {
 
 using namespace nanscope_cli;
 
+// The project's version (CMakeLists.txt, passed by tools/CMakeLists.txt), else the headers' own.
+#if defined(NANSCOPE_TOOLS_VERSION)
+constexpr const char* version_text = "nanscope " NANSCOPE_TOOLS_VERSION;
+#else
 #define NANSCOPE_CLI_STR2(x) #x
 #define NANSCOPE_CLI_STR(x) NANSCOPE_CLI_STR2(x)
 constexpr const char* version_text = "nanscope " NANSCOPE_CLI_STR(NANSCOPE_VERSION_MAJOR) "." NANSCOPE_CLI_STR(
     NANSCOPE_VERSION_MINOR) "." NANSCOPE_CLI_STR(NANSCOPE_VERSION_PATCH);
+#endif
 
 [[noreturn]] void file_error(const std::string& path, const std::string& problem) {
   throw nanscope::error("nanscope: file '" + path + "': " + problem);
@@ -113,7 +126,7 @@ class mapped_file {
     }
     if (S_ISDIR(st.st_mode)) {
       ::close(fd);
-      file_error(path, "is a directory");
+      file_error(path, "is a directory (-r / --recursive scans the .npy, .npz and .safetensors files under it)");
     }
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
@@ -262,19 +275,22 @@ struct run_state {
   }
   void tensor(const tensor_report& r) {
     if (!r.supported) {
-      const std::string msg = "nanscope: file '" + r.file + "': tensor " + nanscope::detail::st_quote(r.name) +
-                              ": dtype '" + r.file_dtype + "' is not supported by nanscope (not scanned)";
+      const std::string msg = "nanscope: file '" + r.file + "': " +
+                              (r.has_name ? "tensor " + nanscope::detail::st_quote(r.name) + ": " : std::string()) +
+                              "dtype '" + r.file_dtype + "' is not supported by nanscope (not scanned)";
       if (!skip_unsupported) {
         error(r.file, &r.name, msg);
         return;
       }
       ++skipped;
       if (json && !quiet)
-        out_line("{\"kind\":\"skipped\",\"file\":" + json_string(r.file) + ",\"name\":" + json_string(r.name) +
+        out_line("{\"kind\":\"skipped\",\"file\":" + json_string(r.file) +
+                 ",\"name\":" + (r.has_name ? json_string(r.name) : std::string("null")) +
                  ",\"file_dtype\":" + json_string(r.file_dtype) + ",\"message\":" + json_string(msg) + "}");
       else if (!json && !quiet)
-        out_line(text_escape(r.file) + " " + nanscope::detail::st_quote(r.name, ~std::size_t{0}) + ": " + text_escape(r.file_dtype) +
-                 shape_text(r) + " n=" + std::to_string(r.count) + " skipped (unsupported dtype)");
+        out_line(text_escape(r.file) + (r.has_name ? " " + nanscope::detail::st_quote(r.name, ~std::size_t{0}) : "") +
+                 ": " + text_escape(r.file_dtype) + shape_text(r) + " n=" + std::to_string(r.count) +
+                 " skipped (unsupported dtype)");
       return;
     }
     ++tensors;
@@ -309,7 +325,9 @@ void scan_file(const std::string& path, const scan_settings& settings, run_state
     try {
       const file_format fmt = detect_format(file.data(), file.size(), path);
       if (fmt == file_format::unknown && mapped_file::shrink_offset() < 0)
-        file_error(path, "unrecognised file format: no .npy magic, no .npy/.safetensors extension, no JSON header");
+        file_error(path,
+                   "unrecognised file format: no .npy magic, no zip signature, no .npy/.npz/.safetensors extension, "
+                   "no JSON header");
       const bool show_bar = rs.progress && file.size() > (std::uint64_t{1} << 30) && ::isatty(STDERR_FILENO) == 1;
       if (show_bar) rs.bar.start(path, file.size());
       scan_callbacks cb;
@@ -324,7 +342,18 @@ void scan_file(const std::string& path, const scan_settings& settings, run_state
         if (mapped_file::shrink_offset() >= 0) throw stop_scan{};
         if (show_bar) rs.bar.update(done);
       };
-      if (fmt != file_format::unknown) scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
+      if (fmt == file_format::npz) {
+#if NANSCOPE_CLI_HAVE_ZLIB
+        // a problem inside one member is that member's error (not reported when it came from a shrink)
+        scan_npz(file.data(), file.size(), path, settings, cb, [&](const std::string& label, const std::string& msg) {
+          if (mapped_file::shrink_offset() < 0) rs.error(label, nullptr, msg);
+        });
+#else
+        file_error(path, ".npz archives are not supported by this build of nanscope (built without zlib)");
+#endif
+      } else if (fmt != file_format::unknown) {
+        scan_buffer(file.data(), file.size(), path, fmt, settings, cb);
+      }
       rs.bar.stop();
     } catch (const std::exception&) {
       // A parse error caused by the zero pages of a file that shrank is reported as the shrink.
@@ -339,31 +368,140 @@ void scan_file(const std::string& path, const scan_settings& settings, run_state
   }
 }
 
+/// True when a directory entry is a file `scan -r` reads: .npy, .npz, .safetensors (without case).
+bool scanned_name(const std::string& name) {
+  for (const char* ext : scanned_extensions)
+    if (has_extension(name, ext)) return true;
+  return false;
+}
+
+/// `scan -r DIR`: scans every .npy, .npz and .safetensors file under `dir`, depth first, the entries of each
+/// directory in byte order of their names. Symbolic links are followed; a directory reached a second time (a
+/// link back to one of its parents, or two links to one directory) is reported (a warning) and not entered
+/// again, so a loop ends. A directory that cannot be read and an entry that cannot be examined are errors; a
+/// link that leads nowhere (or round in a circle of links) is a warning unless its name is one scan reads.
+void scan_tree(const std::string& dir, const struct stat& dir_st, const scan_settings& settings, run_state& rs,
+               std::set<std::pair<dev_t, ino_t>>& seen) {
+  if (!seen.insert({dir_st.st_dev, dir_st.st_ino}).second) {
+    rs.warning(dir, "a directory already scanned (a symbolic link back to a parent, or a second link to it): "
+                    "not entered again");
+    return;
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    const int err = errno;
+    rs.error(dir, nullptr, "nanscope: file '" + dir + "': cannot read the directory: " + std::strerror(err));
+    return;
+  }
+  std::vector<std::string> names;
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      if (errno != 0) {
+        const int err = errno;
+        rs.error(dir, nullptr, "nanscope: file '" + dir + "': reading the directory failed: " + std::strerror(err));
+      }
+      break;
+    }
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());  // std::string orders bytes as unsigned char: locale-independent
+  const std::string prefix = !dir.empty() && dir.back() == '/' ? dir : dir + "/";
+  for (const std::string& name : names) {
+    if (rs.out_failed()) return;
+    const std::string path = prefix + name;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      struct stat lst {};
+      if (scanned_name(name))
+        scan_file(path, settings, rs);  // reports why it cannot be opened
+      else if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+        rs.warning(path, std::string("a symbolic link that cannot be followed (") + std::strerror(err) + "): not scanned");
+      else
+        rs.error(path, nullptr, "nanscope: file '" + path + "': cannot examine it: " + std::strerror(err));
+      continue;
+    }
+    if (S_ISDIR(st.st_mode))
+      scan_tree(path, st, settings, rs, seen);
+    else if (scanned_name(name))
+      scan_file(path, settings, rs);  // also the FIFOs and devices so named: "not a regular file"
+  }
+}
+
 /// Prints the message for a failed write to stdout (the report is incomplete) on stderr.
 void report_write_error(int err) {
   std::fprintf(stderr, "nanscope: error writing the report to standard output: %s (exit 2)\n", std::strerror(err));
   std::fflush(stderr);
 }
 
+/// Edits between two words (insertions, deletions, substitutions, and swaps of two neighbours: "scna" is 1 from
+/// "scan").
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t v = std::min(d[i - 1][j] + 1, d[i][j - 1] + 1);
+      v = std::min(v, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) v = std::min(v, d[i - 2][j - 2] + 1);
+      d[i][j] = v;
+    }
+  return d[a.size()][b.size()];
+}
+
+/// The message for a first operand that names no subcommand: which ones there are, and the closest when it is
+/// near one (at most 2 edits, or a prefix of it).
+std::string unknown_subcommand(const std::string& word, const std::vector<std::string>& valid) {
+  std::string best;
+  std::size_t best_d = ~std::size_t{0};
+  for (const std::string& v : valid) {
+    const std::size_t dist = !word.empty() && v.compare(0, word.size(), word) == 0 ? 1 : edit_distance(word, v);
+    if (dist < best_d) {
+      best_d = dist;
+      best = v;
+    }
+  }
+  std::string msg = "nanscope: unknown subcommand '" + text_escape(word) + "'";
+  if (best_d <= 2 && word.size() > best_d) msg += "; did you mean '" + best + "'?";
+  msg += "\nThe subcommands are:";
+  for (std::size_t i = 0; i < valid.size(); ++i) msg += (i == 0 ? " " : ", ") + valid[i];
+  return msg + " (nanscope --help for more; exit 2)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"nanscope: find NaN, Inf and low-precision overflow in the tensors of .npy and .safetensors files",
-               "nanscope"};
+  CLI::App app{
+      "nanscope: find NaN, Inf and low-precision overflow in the tensors of .npy, .npz and .safetensors files",
+      "nanscope"};
   app.set_version_flag("--version", version_text);
   app.require_subcommand(1);
-  app.footer("Exit status: 0 all finite, 1 NaN/Inf (or --fail-on-overflow) found, 2 bad input or usage.\n"
-             "report: 0 written, 2 bad input or the file could not be written.\n"
-             "Documentation: docs/cli.md, docs/report.md");
+  // Each subcommand's --help shows its own exit codes (a subcommand copies its parent's footer when it is made:
+  // each is set again below).
+  constexpr const char* scan_exit_codes =
+      "Exit status (scan): 0 every tensor finite; 1 a NaN/Inf found (or an overflow named by --fail-on-overflow);\n"
+      "2 bad input or usage, or the report could not be written (2 wins over 1).";
+  constexpr const char* report_exit_codes =
+      "Exit status (report): 0 the page was written; 2 bad input or usage, or the page could not be written.";
+  app.footer(std::string(scan_exit_codes) + "\n" + report_exit_codes +
+             "\nDocumentation: docs/cli.md, docs/report.md");
 
   std::vector<std::string> files;
-  bool json = false, quiet = false, stats = false, skip_unsupported = false, no_progress = false;
+  bool json = false, quiet = false, stats = false, skip_unsupported = false, no_progress = false, recursive = false;
   unsigned threads = 0;
   std::vector<std::string> fail_on;
   std::string npy_void;
-  CLI::App* scan = app.add_subcommand("scan", "Scan .npy and .safetensors files: one line (or JSON object) per tensor");
-  CLI::Option* files_opt =
-      scan->add_option("files", files, "Files to scan (.npy, .safetensors); those starting with '-' after '--'");
+  CLI::App* scan =
+      app.add_subcommand("scan", "Scan .npy, .npz and .safetensors files: one line (or JSON object) per tensor");
+  scan->footer(std::string(scan_exit_codes) + "\nDocumentation: docs/cli.md");
+  CLI::Option* files_opt = scan->add_option(
+      "files", files, "Files to scan (.npy, .npz, .safetensors; directories with -r); those starting with '-' after '--'");
+  scan->add_flag("-r,--recursive", recursive,
+                 "Scan every .npy, .npz and .safetensors file under the directories given (links followed)");
   scan->add_flag("--json", json, "One JSON object per line (JSON Lines): tensors, errors, a final summary");
   scan->add_flag("-q,--quiet", quiet, "Print only the verdict (errors still go to stderr)");
   scan->add_flag("--stats", stats, "Also compute min, max, mean and std (STATS mode; a little slower)");
@@ -386,6 +524,7 @@ int main(int argc, char** argv) {
   nanscope_report::report_args report_args;
   CLI::Option* report_inputs = nullptr;
   CLI::App* report = nanscope_report::add_report_command(app, report_args, report_inputs);
+  report->footer(std::string(report_exit_codes) + "\nDocumentation: docs/report.md");
 #endif
 
   // `--` ends option parsing wherever it appears (POSIX Utility Syntax Guideline 10): everything after the first
@@ -404,6 +543,22 @@ int main(int argc, char** argv) {
       operands.assign(argv + i + 1, argv + argc);
       break;
     }
+  // A first operand that names no subcommand (CLI11 would only say "A subcommand is required").
+  {
+    std::vector<std::string> valid{scan->get_name()};
+#if NANSCOPE_CLI_HAVE_REPORT
+    valid.push_back(report->get_name());
+#endif
+    for (int i = 1; i < cli_argc; ++i) {
+      const std::string a = argv[i];
+      if (!a.empty() && a[0] == '-') continue;  // the top level's options are all flags (--help, --version)
+      if (std::find(valid.begin(), valid.end(), a) == valid.end()) {
+        std::fprintf(stderr, "%s\n", unknown_subcommand(a, valid).c_str());
+        return 2;
+      }
+      break;
+    }
+  }
   if (operands.empty()) files_opt->required();
 #if NANSCOPE_CLI_HAVE_REPORT
   if (operands.empty()) report_inputs->required();
@@ -428,7 +583,21 @@ int main(int argc, char** argv) {
 #if NANSCOPE_CLI_HAVE_REPORT
   if (report->parsed()) {
     report_args.inputs.insert(report_args.inputs.end(), operands.begin(), operands.end());
-    return nanscope_report::run_report(report_args, version_text);
+    const int report_rc = nanscope_report::run_report(report_args, version_text);
+    if (report_rc != 0) return report_rc;
+    // One line on success, on stdout as scan's verdict: what was written, from how many inputs.
+    struct stat page {};
+    const std::string size =
+        ::stat(report_args.output.c_str(), &page) == 0 ? std::to_string(page.st_size) + " bytes, " : std::string();
+    const std::size_t n = report_args.inputs.size();
+    std::printf("nanscope: report written to '%s' (%s%zu input%s)\n", text_escape(report_args.output).c_str(),
+                size.c_str(), n, n == 1 ? "" : "s");
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      std::fprintf(stderr, "nanscope: the report was written, but this could not be said on standard output: %s (exit 2)\n",
+                   std::strerror(errno != 0 ? errno : EIO));
+      return 2;
+    }
+    return 0;
   }
 #endif
   files.insert(files.end(), operands.begin(), operands.end());
@@ -447,6 +616,7 @@ int main(int argc, char** argv) {
 
   scan_settings settings;
   settings.mode = stats ? nanscope::check_mode::stats : nanscope::check_mode::full_health;
+  settings.report_unsupported_npy = skip_unsupported;  // a complex .npy is then skipped like a C64 safetensor
   if (threads != 0) {
     // The library's pool is sized from NANSCOPE_THREADS on first use: set it before any scan.
     ::setenv("NANSCOPE_THREADS", std::to_string(threads).c_str(), 1);
@@ -473,9 +643,14 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGBUS, &sa, nullptr);
 
+  std::set<std::pair<dev_t, ino_t>> seen_dirs;  // -r: every directory entered (a link loop ends there)
   for (const std::string& f : files) {
     if (rs.out_failed()) break;  // the report is lost: no point reading the rest
-    scan_file(f, settings, rs);
+    struct stat st {};
+    if (recursive && ::stat(f.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      scan_tree(f, st, settings, rs, seen_dirs);
+    else
+      scan_file(f, settings, rs);
   }
 
   const int rc = rs.exit_code();

@@ -131,6 +131,24 @@ inline std::string shape_text(const tensor_report& r) {
   return s + "]";
 }
 
+/// The multi-dimensional (row-major) index of the element at flat index `flat` of the tensor, as the demo and
+/// the docs write it: "[2, 517]" in a [4, 1000] tensor, "[5]" in a 1-d one, "[]" in a 0-d one.
+inline std::string index_text(const tensor_report& r, std::int64_t flat, const char* sep = ", ") {
+  std::int64_t idx[nanscope::max_rank] = {};
+  std::int64_t rest = flat;
+  for (int d = r.rank - 1; d >= 0; --d) {
+    if (r.shape[d] <= 0) return "[]";  // an empty tensor has no element (never asked)
+    idx[d] = rest % r.shape[d];
+    rest /= r.shape[d];
+  }
+  std::string s = "[";
+  for (int d = 0; d < r.rank; ++d) {
+    if (d != 0) s += sep;
+    s += std::to_string(idx[d]);
+  }
+  return s + "]";
+}
+
 /// Which margin targets fail the run when a cast would overflow (--fail-on-overflow).
 using target_mask = std::array<bool, target_count>;
 
@@ -159,7 +177,11 @@ inline std::string text_line(const tensor_report& r, const target_mask& fail_on)
   const nanscope::health_result& h = r.health;
   s += fmt::format(" nan={} +inf={} -inf={} neg={} zero={} pos={} sub={}", h.nan, h.pos_inf, h.neg_inf, h.negative,
                    h.zero, h.positive, h.subnormal);
-  if (h.first_nonfinite >= 0) s += " first_nonfinite=" + std::to_string(h.first_nonfinite);
+  // the multi-dimensional index, and the flat one when they differ (rank 2 and more): "[2, 517] (flat 2517)"
+  if (h.first_nonfinite >= 0) {
+    s += " first_nonfinite=" + index_text(r, h.first_nonfinite);
+    if (r.rank >= 2) s += " (flat " + std::to_string(h.first_nonfinite) + ")";
+  }
   s += " |x|max=" + text_number(h.abs_max);
   if (h.mode == nanscope::check_mode::stats)
     s += " min=" + text_number(h.min) + " max=" + text_number(h.max) + " mean=" + text_number(h.mean) +
@@ -201,6 +223,8 @@ inline std::string json_tensor(const tensor_report& r, const target_mask& fail_o
   s += ",\"positive\":" + count_or_null(h.positive);
   s += ",\"subnormal\":" + count_or_null(h.subnormal);
   s += ",\"first_nonfinite\":" + (fl && h.first_nonfinite >= 0 ? std::to_string(h.first_nonfinite) : std::string("null"));
+  s += ",\"first_nonfinite_index\":" +
+       (fl && h.first_nonfinite >= 0 ? index_text(r, h.first_nonfinite, ",") : std::string("null"));  // [2,517]
   s += ",\"abs_max\":" + (fl ? json_number(h.abs_max) : std::string("null"));
   if (h.mode == nanscope::check_mode::stats) {
     s += ",\"min\":" + (fl ? json_number(h.min) : std::string("null"));

@@ -12,6 +12,8 @@
 //   - Fortran-ordered data is read in memory order (counts do not depend on the order); when it holds a NaN/Inf,
 //     the first one in logical (row-major) order is found again: check(CURT_HEALTH) on the column-major view,
 //     or an element-by-element walk for staged data.
+// scan_tensor_stream() does the same on data that arrives in order from a byte source (an .npz member being
+// inflated, npz.hpp): one chunk in memory at a time, Fortran order resolved chunk by chunk.
 #ifndef NANSCOPE_CLI_SCAN_HPP
 #define NANSCOPE_CLI_SCAN_HPP
 
@@ -32,12 +34,15 @@ namespace nanscope_cli {
 
 using nanscope::dtype;
 
-enum class file_format { unknown, npy, safetensors };
+/// npz: a zip archive of .npy members (numpy.savez / savez_compressed). scan_buffer() does not read it: the tool
+/// does, with npz.hpp (which needs zlib).
+enum class file_format { unknown, npy, safetensors, npz };
 
 inline const char* name(file_format f) {
   switch (f) {
     case file_format::npy: return "npy";
     case file_format::safetensors: return "safetensors";
+    case file_format::npz: return "npz";
     default: return "unknown";
   }
 }
@@ -70,6 +75,9 @@ struct scan_settings {
   unsigned threads = 0;  ///< 0: nanscope's default (NANSCOPE_THREADS or all hardware threads)
   nanscope::npy_parse_options npy;
   std::uint64_t chunk_elements = std::uint64_t{1} << 22;
+  /// A .npy array of a dtype nanscope cannot check (complex, strings, datetimes, objects) is reported as an
+  /// unsupported tensor (tensor_report::supported false) instead of an error (`--skip-unsupported`).
+  bool report_unsupported_npy = false;
 };
 
 /// Callbacks of one file's scan. Any may be empty.
@@ -79,20 +87,30 @@ struct scan_callbacks {
   std::function<void(std::uint64_t bytes_done)> on_progress;  ///< bytes of tensor data scanned so far in the file
 };
 
-/// Guesses the format: the .npy magic; else the extension; else a '{' where a safetensors header starts.
+/// True when `path` ends with `ext` (ASCII letters compared without case).
+inline bool has_extension(const std::string& path, const char* ext) {
+  const std::size_t n = std::strlen(ext);
+  if (path.size() < n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    char c = path[path.size() - n + i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != ext[i]) return false;
+  }
+  return true;
+}
+
+/// The extensions `scan --recursive` picks up in a directory (lower case; matched without case).
+inline constexpr const char* scanned_extensions[] = {".npy", ".npz", ".safetensors"};
+
+/// Guesses the format: the .npy magic; else a zip signature (a local header, or the end record of an empty
+/// archive); else the extension; else a '{' where a safetensors header starts.
 inline file_format detect_format(const unsigned char* data, std::size_t size, const std::string& path) {
   if (size >= 6 && std::memcmp(data, "\x93NUMPY", 6) == 0) return file_format::npy;
-  auto ends_with = [&](const char* ext) {
-    const std::size_t n = std::strlen(ext);
-    if (path.size() < n) return false;
-    for (std::size_t i = 0; i < n; ++i) {
-      char c = path[path.size() - n + i];
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      if (c != ext[i]) return false;
-    }
-    return true;
-  };
+  if (size >= 4 && (std::memcmp(data, "PK\x03\x04", 4) == 0 || std::memcmp(data, "PK\x05\x06", 4) == 0))
+    return file_format::npz;
+  auto ends_with = [&](const char* ext) { return has_extension(path, ext); };
   if (ends_with(".npy")) return file_format::npy;
+  if (ends_with(".npz")) return file_format::npz;
   if (ends_with(".safetensors")) return file_format::safetensors;
   if (size >= 9 && data[8] == '{') return file_format::safetensors;
   return file_format::unknown;
@@ -198,6 +216,85 @@ inline void add_overflow(const unsigned char* data, dtype t, std::uint64_t n, un
 
 }  // namespace detail
 
+namespace detail {
+
+/// The lowest overflow threshold of the margin targets (fp8 e4m3fn: 464): a chunk whose largest |x| is below it
+/// has no value that overflows any target.
+inline double lowest_overflow_threshold() {
+  double lowest = nanscope::info(nanscope::margin_targets[0]).overflow_threshold;
+  for (dtype target : nanscope::margin_targets) {
+    const double th = nanscope::info(target).overflow_threshold;
+    if (th < lowest) lowest = th;
+  }
+  return lowest;
+}
+
+/// The row-major (logical) flat index of the element at column-major memory index k of an array of this shape.
+inline std::int64_t fortran_to_row_major(std::uint64_t k, int rank, const std::int64_t* shape) {
+  std::uint64_t idx[nanscope::max_rank] = {};
+  for (int d = 0; d < rank; ++d) {
+    const auto e = static_cast<std::uint64_t>(shape[d]);
+    idx[d] = k % e;
+    k /= e;
+  }
+  std::uint64_t flat = 0;
+  for (int d = 0; d < rank; ++d) flat = flat * static_cast<std::uint64_t>(shape[d]) + idx[d];
+  return static_cast<std::int64_t>(flat);
+}
+
+/// The lowest logical (row-major) index among the NaN/Inf elements of m host-order column-major elements at p,
+/// the first of which is memory index `first`; -1 when there is none.
+inline std::int64_t min_logical_nonfinite(const unsigned char* p, dtype t, std::uint64_t first, std::uint64_t m,
+                                          int rank, const std::int64_t* shape) {
+  const std::size_t es = nanscope::size_of(t);
+  std::int64_t best = -1;
+  for (std::uint64_t i = 0; i < m; ++i) {
+    const double x = nanscope::decode(t, load_bits(p + static_cast<std::size_t>(i) * es, es, false));
+    if (nanscope::detail::is_finite_bits(x)) continue;
+    const std::int64_t l = fortran_to_row_major(first + i, rank, shape);
+    if (best < 0 || l < best) best = l;
+  }
+  return best;
+}
+
+/// The chunk loop shared by scan_tensor() and scan_tensor_stream(): `fetch(b, m)` returns the m elements from
+/// element b on, aligned and in host order; `on_chunk(p, b, m, h)` sees each chunk after its check.
+template <class Fetch, class OnChunk>
+void scan_chunks(Fetch&& fetch, OnChunk&& on_chunk, dtype t, std::uint64_t n, const scan_settings& st,
+                 nanscope::health_result& acc, tensor_report& r, std::uint64_t& bytes_done, const scan_callbacks& cb) {
+  const std::size_t es = nanscope::size_of(t);
+  const double lowest_threshold = lowest_overflow_threshold();
+  const unsigned threads = thread_count(st);
+  const nanscope::check_options copt = nanscope::check_options{}.with_mode(st.mode).with_threads(st.threads);
+  const std::uint64_t chunk = st.chunk_elements;
+  for (std::uint64_t b = 0; b < n; b += chunk) {
+    const std::uint64_t m = n - b < chunk ? n - b : chunk;
+    const unsigned char* p = fetch(b, m);
+    nanscope::health_result h = (nanscope::check)(nanscope::tensor_view::flat(p, t, static_cast<std::int64_t>(m)), copt);
+    if (h.first_nonfinite >= 0) h.first_nonfinite += static_cast<std::int64_t>(b);
+    nanscope::merge(acc, h);
+    // A chunk whose largest |x| is below every overflow threshold has no value that overflows any target.
+    if (!nanscope::detail::is_nan_bits(h.abs_max) && !(h.abs_max < lowest_threshold))
+      add_overflow(p, t, m, threads, r.overflow);
+    on_chunk(p, b, m, h);
+    bytes_done += m * es;
+    if (cb.on_progress) cb.on_progress(bytes_done);
+  }
+}
+
+/// What every scan of a tensor ends with: count and shape into the result, the headroom per target.
+inline void finish_tensor(nanscope::health_result& acc, dtype t, std::uint64_t n, tensor_report& r) {
+  acc.count = n;
+  acc.rank = r.rank;
+  for (int i = 0; i < r.rank; ++i) acc.shape[i] = r.shape[i];
+  r.health = acc;
+  for (std::size_t k = 0; k < target_count; ++k)
+    r.headroom[k] = nanscope::is_float(t) ? nanscope::headroom_bits(acc.abs_max, nanscope::margin_targets[k])
+                                          : nanscope::detail::qnan;
+}
+
+}  // namespace detail
+
 /// Scans one tensor of `n` elements whose bytes start at `data` (memory order: row-major, or column-major
 /// when `fortran`), in the other byte order when `swap`. Fills r.health, r.overflow and r.headroom.
 inline void scan_tensor(const unsigned char* data, dtype t, std::uint64_t n, bool fortran, bool swap,
@@ -214,34 +311,19 @@ inline void scan_tensor(const unsigned char* data, dtype t, std::uint64_t n, boo
     if (cb.on_progress) cb.on_progress(bytes_done);
   } else {
     const bool staged = r.byte_swapped || reinterpret_cast<std::uintptr_t>(data) % es != 0;
-    double lowest_threshold = nanscope::info(nanscope::margin_targets[0]).overflow_threshold;
-    for (dtype target : nanscope::margin_targets) {
-      const double th = nanscope::info(target).overflow_threshold;
-      if (th < lowest_threshold) lowest_threshold = th;
-    }
-    const unsigned threads = detail::thread_count(st);
-    const nanscope::check_options copt = nanscope::check_options{}.with_mode(st.mode).with_threads(st.threads);
     const std::uint64_t chunk = st.chunk_elements;
     std::vector<std::uint64_t> stage;
     if (staged) stage.resize(static_cast<std::size_t>(((n < chunk ? n : chunk) * es + 7) / 8));  // no more than needed
-    for (std::uint64_t b = 0; b < n; b += chunk) {
-      const std::uint64_t m = n - b < chunk ? n - b : chunk;
+    auto fetch = [&](std::uint64_t b, std::uint64_t m) -> const unsigned char* {
       const unsigned char* p = data + static_cast<std::size_t>(b) * es;
-      if (staged) {
-        auto* q = reinterpret_cast<unsigned char*>(stage.data());
-        std::memcpy(q, p, static_cast<std::size_t>(m) * es);
-        if (r.byte_swapped) nanscope::detail::npy_swap_elements(q, static_cast<std::size_t>(m), es);
-        p = q;
-      }
-      nanscope::health_result h = (nanscope::check)(nanscope::tensor_view::flat(p, t, static_cast<std::int64_t>(m)), copt);
-      if (h.first_nonfinite >= 0) h.first_nonfinite += static_cast<std::int64_t>(b);
-      nanscope::merge(acc, h);
-      // A chunk whose largest |x| is below every overflow threshold has no value that overflows any target.
-      if (!nanscope::detail::is_nan_bits(h.abs_max) && !(h.abs_max < lowest_threshold))
-        detail::add_overflow(p, t, m, threads, r.overflow);
-      bytes_done += m * es;
-      if (cb.on_progress) cb.on_progress(bytes_done);
-    }
+      if (!staged) return p;
+      auto* q = reinterpret_cast<unsigned char*>(stage.data());
+      std::memcpy(q, p, static_cast<std::size_t>(m) * es);
+      if (r.byte_swapped) nanscope::detail::npy_swap_elements(q, static_cast<std::size_t>(m), es);
+      return q;
+    };
+    auto no_op = [](const unsigned char*, std::uint64_t, std::uint64_t, const nanscope::health_result&) {};
+    detail::scan_chunks(fetch, no_op, t, n, st, acc, r, bytes_done, cb);
     if (fortran && r.rank >= 2 && acc.any_nonfinite) {
       if (!staged) {
         nanscope::tensor_view v;
@@ -254,21 +336,153 @@ inline void scan_tensor(const unsigned char* data, dtype t, std::uint64_t n, boo
           v.strides[i] = s;
           s *= r.shape[i];
         }
-        acc.first_nonfinite =
-            (nanscope::check)(v, nanscope::check_options{copt}.with_mode(nanscope::check_mode::curt_health)).first_nonfinite;
+        const nanscope::check_options copt =
+            nanscope::check_options{}.with_mode(nanscope::check_mode::curt_health).with_threads(st.threads);
+        acc.first_nonfinite = (nanscope::check)(v, copt).first_nonfinite;
       } else {
         acc.first_nonfinite = detail::first_nonfinite_fortran(data, t, r.rank, r.shape, n, r.byte_swapped);
       }
     }
   }
-  acc.count = n;
-  acc.rank = r.rank;
-  for (int i = 0; i < r.rank; ++i) acc.shape[i] = r.shape[i];
-  r.health = acc;
-  for (std::size_t k = 0; k < target_count; ++k)
-    r.headroom[k] = nanscope::is_float(t) ? nanscope::headroom_bits(acc.abs_max, nanscope::margin_targets[k])
-                                          : nanscope::detail::qnan;
+  detail::finish_tensor(acc, t, n, r);
 }
+
+/// Reads the next `n` bytes of a stream into dst, exactly (throws nanscope::error when it cannot).
+using byte_source = std::function<void(unsigned char* dst, std::size_t n)>;
+
+/// scan_tensor() for data that arrives in order from `read` (n elements, n * size_of(t) bytes, all of them read,
+/// also for integer tensors): one chunk is in memory at a time. The first NaN/Inf of Fortran-ordered data is
+/// found chunk by chunk (each chunk holding one is walked element by element).
+inline void scan_tensor_stream(const byte_source& read, dtype t, std::uint64_t n, bool fortran, bool swap,
+                               const scan_settings& st, tensor_report& r, std::uint64_t& bytes_done,
+                               const scan_callbacks& cb) {
+  const std::size_t es = nanscope::size_of(t);
+  nanscope::health_result acc;
+  acc.type = t;
+  acc.mode = st.mode;
+  r.overflow.fill(0);
+  r.byte_swapped = swap && es > 1;
+  const std::uint64_t chunk = st.chunk_elements;
+  std::vector<std::uint64_t> stage(static_cast<std::size_t>(((n < chunk ? n : chunk) * es + 7) / 8));
+  auto* q = reinterpret_cast<unsigned char*>(stage.data());
+  if (!nanscope::is_float(t) || n == 0) {
+    for (std::uint64_t b = 0; b < n; b += chunk) {  // read (and so verified by the source), not checked
+      const std::uint64_t m = n - b < chunk ? n - b : chunk;
+      read(q, static_cast<std::size_t>(m) * es);
+      bytes_done += m * es;
+      if (cb.on_progress) cb.on_progress(bytes_done);
+    }
+  } else {
+    auto fetch = [&](std::uint64_t, std::uint64_t m) -> const unsigned char* {
+      read(q, static_cast<std::size_t>(m) * es);
+      if (r.byte_swapped) nanscope::detail::npy_swap_elements(q, static_cast<std::size_t>(m), es);
+      return q;
+    };
+    const bool walk = fortran && r.rank >= 2;
+    std::int64_t first_logical = -1;
+    auto on_chunk = [&](const unsigned char* p, std::uint64_t b, std::uint64_t m, const nanscope::health_result& h) {
+      if (!walk || h.first_nonfinite < 0) return;
+      const std::int64_t l = detail::min_logical_nonfinite(p, t, b, m, r.rank, r.shape);
+      if (l >= 0 && (first_logical < 0 || l < first_logical)) first_logical = l;
+    };
+    detail::scan_chunks(fetch, on_chunk, t, n, st, acc, r, bytes_done, cb);
+    if (walk && acc.any_nonfinite) acc.first_nonfinite = first_logical;
+  }
+  detail::finish_tensor(acc, t, n, r);
+}
+
+namespace detail {
+
+/// The item size in bytes of a numpy descr string nanscope does not scan: '<c8' (complex64) 8, '<c16' 16, '|S3' 3,
+/// '<U5' 20 (UCS-4), '<M8[ns]' 8, '|V4' 4; 0 when the descr does not tell it ('|O': pickled objects, no fixed
+/// layout in the file).
+inline std::uint64_t npy_descr_itemsize(const std::string& d) {
+  std::size_t i = 0;
+  if (i < d.size() && (d[i] == '<' || d[i] == '>' || d[i] == '|' || d[i] == '=')) ++i;
+  if (i >= d.size()) return 0;
+  const char kind = d[i++];
+  if (kind == 'O') return 0;
+  std::uint64_t n = 0;
+  std::size_t digits = 0;
+  while (i < d.size() && d[i] >= '0' && d[i] <= '9' && digits < 12) {
+    n = n * 10 + static_cast<std::uint64_t>(d[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits == 0) return 0;
+  const bool unit = i < d.size() && d[i] == '[' && d.back() == ']' && (kind == 'M' || kind == 'm');
+  if (i != d.size() && !unit) return 0;
+  return kind == 'U' ? n * 4 : n;
+}
+
+/// For a .npy file that parse_npy() refused: when the reason is a descr nanscope cannot scan (complex, strings,
+/// datetimes, raw voids without --npy-void, objects), fills `r` as an unsupported tensor and returns true, after
+/// the same checks of the layout as parse_npy() (the data must be exactly as long as the shape says, when the
+/// descr tells the item size). Returns false for any other problem: parse_npy()'s error stands.
+inline bool npy_unsupported(const unsigned char* f, std::size_t size, const std::string& path,
+                            const scan_settings& st, tensor_report& r) {
+  if (size < 12 || std::memcmp(f, "\x93NUMPY", 6) != 0 || f[7] != 0 || (f[6] != 1 && f[6] != 2)) return false;
+  const std::size_t header_start = f[6] == 1 ? 10 : 12;
+  std::size_t header_len = static_cast<std::size_t>(f[8]) | static_cast<std::size_t>(f[9]) << 8;
+  if (f[6] == 2) header_len |= static_cast<std::size_t>(f[10]) << 16 | static_cast<std::size_t>(f[11]) << 24;
+  if (header_len > size - header_start) return false;
+  const std::string_view header(reinterpret_cast<const char*>(f) + header_start, header_len);
+  for (const char c : header)
+    if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) return false;
+  std::string descr;
+  bool fortran = false;
+  std::vector<std::int64_t> shape;
+  try {
+    nanscope::detail::npy_header_parser(path, header).parse(descr, fortran, shape);
+  } catch (const nanscope::error&) {
+    return false;
+  }
+  dtype t = dtype::f32;
+  bool big_endian = false;
+  if (nanscope::detail::npy_descr_dtype(descr, t, big_endian)) return false;  // refused for another reason
+  const bool is_void = descr.size() == 3 && descr[1] == 'V' && (descr[2] == '1' || descr[2] == '2');
+  if (is_void && st.npy.has_void_type && nanscope::size_of(st.npy.void_type) == static_cast<std::size_t>(descr[2] - '0'))
+    return false;
+  bool has_zero = false;
+  for (const std::int64_t e : shape) has_zero = has_zero || e == 0;
+  std::uint64_t n = has_zero ? 0 : 1;
+  bool too_big = false;
+  for (const std::int64_t e : shape) {
+    if (has_zero) break;
+    const auto u = static_cast<std::uint64_t>(e);
+    if (n > ~std::uint64_t{0} / u) {
+      too_big = true;
+      break;
+    }
+    n *= u;
+  }
+  const std::uint64_t es = npy_descr_itemsize(descr);
+  const std::uint64_t avail = size - header_start - header_len;
+  if (es != 0) {
+    if (too_big || (n != 0 && n > ~std::uint64_t{0} / es) || n * es > avail)
+      nanscope::detail::file_fail(path, "truncated: the data is shorter than the shape says (" +
+                                            (too_big || (n != 0 && n > ~std::uint64_t{0} / es)
+                                                 ? std::string("more than 2^64")
+                                                 : std::to_string(n * es)) +
+                                            " bytes needed, " + std::to_string(avail) + " after the header)");
+    if (n * es < avail)
+      nanscope::detail::file_fail(path, std::to_string(avail - n * es) + " unexpected trailing bytes after the data");
+  } else if (too_big) {
+    nanscope::detail::file_fail(path, "the shape has more than 2^64 elements");
+  }
+  r = tensor_report{};
+  r.file = path;
+  r.file_dtype = descr;
+  r.supported = false;
+  r.rank = static_cast<int>(shape.size());
+  for (int i = 0; i < r.rank; ++i) r.shape[i] = shape[static_cast<std::size_t>(i)];
+  r.count = n;
+  r.health.count = n;
+  r.fortran_order = fortran;
+  return true;
+}
+
+}  // namespace detail
 
 /// Scans every tensor of a file held in memory. Throws nanscope::error for a malformed file (before any tensor
 /// is reported: the whole layout is checked first).
@@ -276,7 +490,16 @@ inline void scan_buffer(const unsigned char* data, std::size_t size, const std::
                         const scan_settings& st, const scan_callbacks& cb) {
   std::uint64_t done = 0;
   if (fmt == file_format::npy) {
-    const nanscope::npy_layout lay = nanscope::parse_npy(data, size, path, st.npy);
+    nanscope::npy_layout lay;
+    try {
+      lay = nanscope::parse_npy(data, size, path, st.npy);
+    } catch (const nanscope::error&) {
+      tensor_report u;
+      if (!st.report_unsupported_npy || !detail::npy_unsupported(data, size, path, st, u)) throw;
+      if (cb.on_progress) cb.on_progress(size);
+      if (cb.on_tensor) cb.on_tensor(u);
+      return;
+    }
     tensor_report r;
     r.file = path;
     r.file_dtype = lay.descr;

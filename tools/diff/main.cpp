@@ -27,6 +27,10 @@
 #include <csignal>
 #include <unistd.h>
 
+#ifndef NANSCOPE_TOOLS_VERSION
+#define NANSCOPE_TOOLS_VERSION "(version unknown)"  // tools/CMakeLists.txt passes the project's version
+#endif
+
 namespace {
 
 using nsdiff::json;
@@ -50,6 +54,7 @@ constexpr const char* usage_text =
     "  --bitwise         compare content hashes instead (trees written with tree_options::with_hash()):\n"
     "                    name the first tensor whose bits differ\n"
     "  -h, --help        this text\n"
+    "  --version         print the version (nanscope-diff X.Y.Z) and exit\n"
     "\n"
     "exit status: 0 same within tolerance, 1 diverged, 2 bad input, usage, or the report could not be written\n";
 
@@ -142,6 +147,10 @@ cli parse_args(int argc, char** argv) {
     };
     if (arg == "-h" || arg == "--help") {
       write_stdout(usage_text);
+      std::exit(0);
+    } else if (arg == "--version") {
+      no_value();
+      write_stdout("nanscope-diff " NANSCOPE_TOOLS_VERSION "\n");
       std::exit(0);
     } else if (arg == "--rtol") {
       c.diff.rtol = parse_tolerance(arg, take_value());

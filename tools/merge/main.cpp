@@ -9,8 +9,21 @@
 #include <iostream>
 #include <string>
 
+#ifndef NANSCOPE_TOOLS_VERSION
+#define NANSCOPE_TOOLS_VERSION "(version unknown)"  // tools/CMakeLists.txt passes the project's version
+#endif
+
 int main(int argc, char** argv) {
-  CLI::App app{"nanscope-merge: names the rank and site that produced the first NaN/Inf of a multi-rank run"};
+  // The name is given: CLI11 would otherwise show argv[0], a build path, in the usage line.
+  CLI::App app{"nanscope-merge: names the rank and site that produced the first NaN/Inf of a multi-rank run",
+               "nanscope-merge"};
+  app.set_version_flag("--version", "nanscope-merge " NANSCOPE_TOOLS_VERSION);
+  app.footer(
+      "Exit status: 0 no fault (every rank's file present, none holds a non-finite value); 1 fault attributed\n"
+      "(the first producing site named); 2 error (DIR unreadable, a damaged evidence file, evidence that\n"
+      "contradicts itself); 3 evidence incomplete (a rank's file missing: the earliest site among the ranks\n"
+      "present is printed).\n"
+      "Documentation: docs/multi-rank.md");
   std::string dir;
   bool as_json = false;
   app.add_option("DIR", dir, "directory holding the ranks' nanscope_evidence_rank<R>of<N>.json files")->required();
@@ -18,7 +31,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // --help prints on stdout: a failed write there is an error too
+    const int rc = app.exit(e);  // --help / --version print on stdout: a failed write there is an error too
     std::cout.flush();
     if (rc == 0 && (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
       std::fputs("nanscope-merge: error: cannot write the output\n", stderr);
