@@ -1372,9 +1372,9 @@ TEST_CASE("toml_config: random values, one per line, read as toml++ reads them")
   }
 }
 
-TEST_CASE("toml_config: the config from the reader is the config from toml++ (parse_control_toml)") {
-  // Today's parse_control_toml reads with toml++ when it is installed: the same config and, for a text both
-  // read, the same error text.
+TEST_CASE("toml_config: control_from_toml gives parse_control_toml's config and error texts") {
+  // Until control.hpp calls control_from_toml, its parse_control_toml reads with toml++ (when installed): the same
+  // config and, for a text both read, the same error text. (Once it does, this compares the reader with itself.)
   std::vector<std::string> texts = {
       "",
       "enabled = false\n",
