@@ -11,8 +11,8 @@
 # build works without it (find_package(Torch QUIET)). python3-torch (PyTorch for Python) lets the test
 # tree_torch_print_real compare the layer tree's torch-style strings with torch's own printing; without it that
 # test reports SKIPPED. chromium runs the `nanscope report` page tests in a real headless browser (tests/report;
-# skipped without it). libtomlplusplus-dev (toml++) reads the TOML config file of nanscope/control.hpp
-# (docs/runtime-control.md); without it the NANSCOPE_* variables still work and the TOML tests report skipped.
+# skipped without it). libtomlplusplus-dev (toml++) is the independent reference the tests compare nanscope's own
+# TOML reader with (nanscope/control.hpp needs no TOML library); without it that comparison is not compiled.
 # zlib1g-dev is for the `nanscope` tool alone (its .npz reader inflates deflated members; the library never links
 # zlib). build-essential brings dpkg-dev, whose dpkg-shlibdeps gives the .deb made by `cpack -G DEB` its Depends.
 # A failure to install an optional package is reported but not fatal.
@@ -93,7 +93,7 @@ for p in "${missing_optional[@]}"; do
       libtorch-dev) why="LibTorch tests and bench rows are skipped" ;;
       python3-torch) why="tree_torch_print_real is skipped" ;;
       chromium) why="the nanscope report browser tests (tests/report) are skipped" ;;
-      libtomlplusplus-dev) why="no TOML config files for nanscope::controller; its TOML tests are skipped" ;;
+      libtomlplusplus-dev) why="the TOML reader is not compared with toml++ in the tests" ;;
       *) why="the tests that need it are skipped" ;;
     esac
     echo "install-deps: warning: could not install $p; $why" >&2

@@ -9,9 +9,10 @@
 // The per-check decision is a cached per-site lookup (site patterns are matched once per site and config
 // version, never per check). When the configuration switches checking off for a step, the recorder is disabled
 // (recorder::set_enabled(false)): scopes do nothing but count steps, which costs what compiled-out checks cost
-// up to one atomic load per scope. The TOML file needs toml++ (Debian: libtomlplusplus-dev), used header-only
-// when <toml++/toml.h> is found; without it (or with NANSCOPE_CONFIG_NO_TOML) the environment variables still
-// work and a configured file is reported as unsupported. See docs/runtime-control.md.
+// up to one atomic load per scope. The TOML file is read by nanscope's own reader (detail/toml_config.hpp, no
+// dependency; short of memory it throws std::bad_alloc, which keeps the configuration); with
+// NANSCOPE_CONFIG_NO_TOML a configured file is reported as unsupported and the environment variables still
+// work. See docs/runtime-control.md.
 #ifndef NANSCOPE_CONTROL_HPP
 #define NANSCOPE_CONTROL_HPP
 
@@ -54,16 +55,11 @@
 #define NANSCOPE_IMPL_HAS_REGEX 0  // std::regex reports a bad pattern only by throwing
 #endif
 
-#if !defined(NANSCOPE_CONFIG_NO_TOML) && defined(__has_include)
-#if __has_include(<toml++/toml.h>)
+// 1 unless NANSCOPE_CONFIG_NO_TOML: config files are read (nanscope's own reader, detail/toml_config.hpp).
+#if !defined(NANSCOPE_CONFIG_NO_TOML)
 #define NANSCOPE_HAS_TOML 1
-#endif
-#endif
-#ifndef NANSCOPE_HAS_TOML
+#else
 #define NANSCOPE_HAS_TOML 0
-#endif
-#if NANSCOPE_HAS_TOML
-#include <toml++/toml.h>
 #endif
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -268,183 +264,23 @@ inline void apply_environment(control_config& cfg, std::string& errors,
   }
 }
 
+NANSCOPE_NAMESPACE_END
+#include "detail/control_toml.hpp"  // after control_config and detail::parse_mode/parse_bool/parse_budget
+NANSCOPE_NAMESPACE_BEGIN
+
 /// Parses a TOML configuration (docs/runtime-control.md) into `cfg` (which keeps its values for absent keys).
-/// Returns false with `error` naming the source, line and problem; `cfg` is then unspecified.
+/// Returns false with `error` naming the source, line and problem; `cfg` is then unspecified. Out of memory it
+/// throws std::bad_alloc (nothing noexcept allocates).
 inline bool parse_control_toml(std::string_view text, std::string_view source, control_config& cfg,
                                std::string& error) {
 #if NANSCOPE_HAS_TOML
-  auto where = [&](const toml::node& n) {
-    return std::string(source) + ":" + std::to_string(n.source().begin.line) + ": ";
-  };
-#if TOML_EXCEPTIONS
-  toml::table tbl;
-  try {
-    tbl = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    error = std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description());
-    return false;
-  }
-#else
-  toml::parse_result res = toml::parse(text, source);
-  if (!res) {
-    error = std::string(source) + ":" + std::to_string(res.error().source().begin.line) + ": " +
-            std::string(res.error().description());
-    return false;
-  }
-  toml::table tbl = std::move(res).table();
-#endif
-  // Reads an unsigned integer key; false with error set when the value is not one.
-  auto get_u64 = [&](const toml::node& n, std::string_view key, std::uint64_t& out, std::uint64_t min) {
-    const auto* v = n.as_integer();
-    if (v == nullptr || v->get() < 0 || static_cast<std::uint64_t>(v->get()) < min) {
-      error = where(n) + "'" + std::string(key) + "' must be an integer >= " + std::to_string(min);
-      return false;
-    }
-    out = static_cast<std::uint64_t>(v->get());
-    return true;
-  };
-  auto get_mode = [&](const toml::node& n, bool& has_mode, check_mode& mode, bool& on) {
-    const auto* s = n.as_string();
-    bool off = false;
-    check_mode m = check_mode::stats;
-    if (s == nullptr || !detail::parse_mode(s->get(), m, off)) {
-      error = where(n) +
-              "'mode' must be one of \"stats\", \"curt_health\", \"concise_health\", \"full_health\", \"shape\", "
-              "\"no_tensor\", \"off\"";
-      return false;
-    }
-    if (off) {
-      on = false;
-    } else {
-      has_mode = true;
-      mode = m;
-    }
-    return true;
-  };
-  for (const auto& kv : tbl) {
-    const std::string_view key = kv.first.str();
-    const toml::node& n = kv.second;
-    if (key == "enabled") {
-      const auto* b = n.as_boolean();
-      if (b == nullptr) {
-        error = where(n) + "'enabled' must be true or false";
-        return false;
-      }
-      cfg.enabled = b->get();
-    } else if (key == "mode") {
-      bool on = true;
-      if (!get_mode(n, cfg.has_mode, cfg.mode, on)) return false;
-      if (!on) cfg.enabled = false;
-    } else if (key == "every") {
-      if (!get_u64(n, key, cfg.every, 1)) return false;
-    } else if (key == "from") {
-      if (!get_u64(n, key, cfg.from, 0)) return false;
-    } else if (key == "to") {
-      if (!get_u64(n, key, cfg.to, 0)) return false;
-    } else if (key == "max_skip") {
-      std::uint64_t k = 0;
-      if (!get_u64(n, key, k, 0)) return false;
-      if (k > 1000000) {
-        error = where(n) + "'max_skip' must be <= 1000000";
-        return false;
-      }
-      cfg.max_skip = static_cast<std::uint32_t>(k);
-    } else if (key == "budget") {
-      double f = -1.0;
-      if (const auto* d = n.as_floating_point()) {
-        f = d->get();
-      } else if (const auto* i = n.as_integer()) {
-        f = static_cast<double>(i->get());
-      } else if (const auto* s = n.as_string()) {
-        if (!detail::parse_budget(s->get(), f)) f = -1.0;
-      }
-      if (!(f >= 0.0) || f > 1.0) {
-        error = where(n) + "'budget' must be a fraction in [0, 1] (0.02) or a percentage string (\"2%\")";
-        return false;
-      }
-      cfg.budget = f;
-    } else if (key == "default") {
-      const auto* s = n.as_string();
-      bool b = true;
-      if (s == nullptr || !detail::parse_bool(s->get(), b)) {
-        error = where(n) + "'default' must be \"on\" or \"off\"";
-        return false;
-      }
-      cfg.sites_default_on = b;
-    } else if (key == "site") {
-      const auto* arr = n.as_array();
-      if (arr == nullptr) {
-        error = where(n) + "'site' must be an array of tables ([[site]])";
-        return false;
-      }
-      for (const auto& e : *arr) {
-        const auto* st = e.as_table();
-        if (st == nullptr) {
-          error = where(e) + "each [[site]] must be a table";
-          return false;
-        }
-        site_select s;
-        bool has_pattern = false;
-        for (const auto& skv : *st) {
-          const std::string_view sk = skv.first.str();
-          const toml::node& sn = skv.second;
-          if (sk == "glob" || sk == "regex") {
-            const auto* p = sn.as_string();
-            if (p == nullptr || p->get().empty() || has_pattern) {
-              error = where(sn) + "a [[site]] needs exactly one non-empty 'glob' or 'regex' string";
-              return false;
-            }
-            s.pattern = p->get();
-            s.regex = sk == "regex";
-            has_pattern = true;
-          } else if (sk == "mode") {
-            if (!get_mode(sn, s.has_mode, s.mode, s.on)) return false;
-          } else if (sk == "enabled") {
-            const auto* b = sn.as_boolean();
-            if (b == nullptr) {
-              error = where(sn) + "'enabled' must be true or false";
-              return false;
-            }
-            s.on = s.on && b->get();
-          } else if (sk == "every") {
-            if (!get_u64(sn, sk, s.every, 1)) return false;
-          } else if (sk == "from") {
-            if (!get_u64(sn, sk, s.from, 0)) return false;
-          } else if (sk == "to") {
-            if (!get_u64(sn, sk, s.to, 0)) return false;
-          } else {
-            error = where(sn) + "unknown key '" + std::string(sk) + "' in [[site]] (glob, regex, mode, enabled, every, "
-                    "from, to)";
-            return false;
-          }
-        }
-        if (!has_pattern) {
-          error = where(e) + "a [[site]] needs a 'glob' or a 'regex'";
-          return false;
-        }
-        if (s.to < s.from) {
-          error = where(e) + "'to' is before 'from'";
-          return false;
-        }
-        cfg.sites.push_back(std::move(s));
-      }
-    } else {
-      error = where(n) + "unknown key '" + std::string(key) +
-              "' (enabled, mode, every, from, to, budget, max_skip, default, [[site]])";
-      return false;
-    }
-  }
-  if (cfg.to < cfg.from) {
-    error = std::string(source) + ": 'to' is before 'from'";
-    return false;
-  }
-  return true;
+  return detail::control_from_toml(text, source, cfg, error);
 #else
   (void)text;
   (void)cfg;
   error = std::string(source) +
-          ": nanscope was built without TOML support (install toml++, Debian: libtomlplusplus-dev); only the "
-          "NANSCOPE_* environment variables apply";
+          ": nanscope was built with NANSCOPE_CONFIG_NO_TOML (no config file reader); only the NANSCOPE_* "
+          "environment variables apply";
   return false;
 #endif
 }
@@ -460,11 +296,14 @@ class budget_scheduler {
     max_skip_ = max_skip;
   }
   double budget() const { return budget_; }
-  /// A new site (checked in its first step, to learn its cost). Returns its id.
+  /// A new site (checked in its first step, to learn its cost). Returns its id. After reserve_site() it cannot
+  /// throw.
   std::uint32_t add_site() {
     sites_.push_back(site{});
     return static_cast<std::uint32_t>(sites_.size() - 1);
   }
+  /// Makes room for one more site (may throw std::bad_alloc; nothing changes then).
+  void reserve_site() { sites_.reserve(sites_.size() + 1); }
   std::size_t size() const { return sites_.size(); }
   /// Starts step `s`; `plain_ns` is the previous step's time without nanscope's (0: unknown).
   void begin_step(std::uint64_t s, std::uint64_t plain_ns) {
@@ -612,15 +451,24 @@ class controller : public check_gate {
     last_boundary_ns_ = opts_.now_ns();
     pending_errors_ += errs;
   }
-  ~controller() override { detach(); }
+  /// Detaches (the recorder is enabled again) and waits for calls in progress on other threads.
+  ~controller() override {
+    detach();
+    end_attachments();
+  }
   controller(const controller&) = delete;
   controller& operator=(const controller&) = delete;
 
-  /// Becomes `r`'s check gate and applies the configuration to the current step. Do it between steps.
+  /// Becomes `r`'s check gate (detaching from a previous recorder first, and replacing `r`'s previous gate, which
+  /// is told) and applies the configuration to the current step. Do it between steps. The controller and the
+  /// recorder may then end in either order (attachment.hpp).
   void attach(recorder& r) {
     detach();
-    rec_.store(&r, std::memory_order_release);
-    r.set_gate(this);
+    connection c = r.connect_gate(*this);
+    {
+      std::lock_guard<std::mutex> lk(conn_m_);
+      conn_ = std::move(c);
+    }
     bool on = true;
     {
       std::lock_guard<std::mutex> lk(m_);
@@ -630,20 +478,25 @@ class controller : public check_gate {
     r.set_enabled(on);
     flush_errors();
   }
-  void detach() {
-    recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel);
-    if (r == nullptr) return;
-    if (r->gate() == this) {
-      r->set_gate(nullptr);
-      r->set_enabled(true);
+  /// Stops being the gate of the recorder attach() named (which is enabled again); waits for calls in progress on
+  /// other threads. Nothing when not attached.
+  void detach() noexcept {
+    connection c;
+    {
+      std::lock_guard<std::mutex> lk(conn_m_);
+      c = std::move(conn_);
     }
+    c.with_recorder([](recorder& r) { r.set_enabled(true); });
+    c.disconnect();
   }
-  bool hears_recorder_destroyed() const noexcept override { return true; }
-  /// The recorder ended first (check_gate): nothing to detach from any more.
-  void recorder_destroyed(recorder& r) noexcept override {
-    recorder* expected = &r;
-    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  /// Whether attach() attached it and neither side has ended that attachment since.
+  bool attached() const {
+    std::lock_guard<std::mutex> lk(conn_m_);
+    return conn_.connected();
   }
+  /// The recorder ended, or replaced this gate (set_gate, connect_gate): it is enabled again (this controller may
+  /// have switched it off for the step).
+  void detached(recorder& r) noexcept override { r.set_enabled(true); }
 
   /// Re-reads the file if it changed (what every step boundary does). Returns true when a new configuration was
   /// applied.
@@ -683,20 +536,21 @@ class controller : public check_gate {
   }
 
   // --- check_gate ---
+  /// Allocates only for a site seen the first time; when that fails (memory is short), the tensor is checked
+  /// without the site's rules and the failure is counted (report().errors).
   std::uint32_t admit(const frame& f, tensor_role, std::string_view context, check_mode& mode) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
-    key_.assign(f.module_path);
-    key_ += ':';
-    key_.append(context.data(), context.size());
-    std::uint32_t id;
-    auto it = ids_.find(key_);
-    if (it == ids_.end()) {
-      id = sched_.add_site();
-      ids_.emplace(key_, id);
-      sites_.push_back(site_state{});
-    } else {
-      id = it->second;
+    std::uint32_t id = 0;
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      id = site_id_locked(f.module_path, context);
+    } catch (...) {
+      note_no_memory_locked();
+      return untracked;
     }
+#else
+    id = site_id_locked(f.module_path, context);
+#endif
     site_state& st = sites_[id];
     if (st.generation != generation_) resolve_locked(st, f.module_path, key_);
     const std::uint64_t s = f.step;
@@ -713,7 +567,7 @@ class controller : public check_gate {
   }
   void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
-    if (ticket >= sites_.size()) return;
+    if (ticket >= sites_.size()) return;  // `untracked`
     sched_.charge(ticket, sites_[ticket].admitted_step, ns);
     ++report_.checks;
     report_.bytes += bytes;
@@ -722,7 +576,50 @@ class controller : public check_gate {
     step_bytes_ += bytes;
     step_check_ns_ += ns;
   }
+  /// Re-reads the file if it changed and plans the next step. What cannot be done for want of memory is counted
+  /// (report().errors) and the previous configuration kept: nothing here throws or ends the process.
   void step_boundary(std::uint64_t next) noexcept override {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    try {
+      boundary(next);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(m_);
+      note_no_memory_locked();
+    }
+#else
+    boundary(next);
+#endif
+  }
+
+ private:
+  /// admit's ticket for a tensor checked without a site (its site could not be recorded).
+  static constexpr std::uint32_t untracked = 0xFFFFFFFEu;
+
+  /// The id of site path:context, made on its first sight (may throw std::bad_alloc: nothing changes then).
+  std::uint32_t site_id_locked(const std::string& path, std::string_view context) {
+    key_.assign(path);
+    key_ += ':';
+    key_.append(context.data(), context.size());
+    auto it = ids_.find(key_);
+    if (it != ids_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(sites_.size());
+    sites_.reserve(sites_.size() + 1);
+    sched_.reserve_site();
+    ids_.emplace(key_, id);  // the last step that may throw; the two below cannot after the reserves
+    sites_.push_back(site_state{});
+    sched_.add_site();
+    return id;
+  }
+  /// Memory ran out in a noexcept hook: counted, and said on stderr without allocating.
+  void note_no_memory_locked() noexcept {
+    ++report_.errors;
+    ++no_memory_;
+    std::fputs("nanscope: controller: out of memory in a step boundary or check; the previous configuration and "
+               "schedule stay\n",
+               stderr);
+  }
+
+  void boundary(std::uint64_t next) {
     bool on = true;
     {
       std::lock_guard<std::mutex> lk(m_);
@@ -742,21 +639,27 @@ class controller : public check_gate {
 #if NANSCOPE_IMPL_EXCEPTIONS
       try {
         poll_file_locked(errs, false);
+        pending_errors_ += errs;
       } catch (...) {  // out of memory while reading: keep the configuration
+        note_no_memory_locked();
       }
 #else
       poll_file_locked(errs, false);
-#endif
       pending_errors_ += errs;
+#endif
       sched_.begin_step(next, plain);
       on = cfg_->cfg.step_on(next);
       report_.enabled = on;
     }
-    if (recorder* r = rec_.load(std::memory_order_acquire)) r->set_enabled(on);
+    current().with_recorder([&](recorder& r) { r.set_enabled(on); });
     flush_errors();
   }
 
- private:
+  attachment_ref current() const {
+    std::lock_guard<std::mutex> lk(conn_m_);
+    return conn_.ref();
+  }
+
   struct compiled {
     control_config cfg;
 #if NANSCOPE_IMPL_HAS_REGEX
@@ -927,9 +830,7 @@ class controller : public check_gate {
     if (e.empty()) return;
     if (opts_.on_error) {
       detail::call_text_callback(opts_.on_error, e, "controller_options::on_error");
-    } else if (recorder* r = rec_.load(std::memory_order_acquire)) {
-      r->write_to_sink(e);
-    } else {
+    } else if (!current().with_recorder([&](recorder& r) { r.write_to_sink(e); })) {
       std::fwrite(e.data(), 1, e.size(), stderr);
       std::fflush(stderr);
     }
@@ -951,7 +852,9 @@ class controller : public check_gate {
   control_report report_;
   std::uint64_t last_boundary_ns_ = 0;
   std::uint64_t step_checks_ = 0, step_skipped_ = 0, step_bytes_ = 0, step_check_ns_ = 0;
-  std::atomic<recorder*> rec_{nullptr};
+  std::uint64_t no_memory_ = 0;  ///< allocation failures in the noexcept hooks
+  mutable std::mutex conn_m_;    ///< guards conn_ (never held while the attachment ends or the recorder is called)
+  connection conn_;              ///< the attachment attach() made
 };
 
 NANSCOPE_NAMESPACE_END

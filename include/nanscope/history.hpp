@@ -251,20 +251,31 @@ struct history_options {
 class history : public scope_listener {
  public:
   explicit history(history_options o = {}) : opts_(std::move(o)) {}
-  ~history() override { detach(); }
+  ~history() override { end_attachments(); }
   history(const history&) = delete;
   history& operator=(const history&) = delete;
 
-  /// Adds this history to `r`'s listeners (it detaches from a previous recorder first).
+  /// Adds this history to `r`'s listeners (it detaches from a previous recorder first). The history and the
+  /// recorder may then end in either order (attachment.hpp).
   void attach(recorder& r) {
     detach();
-    rec_.store(&r, std::memory_order_release);
-    r.add_listener(this);
+    connection c = r.connect(*this);
+    std::lock_guard<std::mutex> lk(conn_m_);
+    conn_ = std::move(c);
   }
-  /// Leaves the recorder's listeners (waits for calls in progress on other threads). Call it before the
-  /// recorder is destroyed, or let the recorder's destructor detach this history.
+  /// Leaves the recorder's listeners (waits for calls in progress on other threads).
   void detach() {
-    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
+    connection c;
+    {
+      std::lock_guard<std::mutex> lk(conn_m_);
+      c = std::move(conn_);
+    }
+    c.disconnect();
+  }
+  /// Whether attach() attached it and neither side has ended that attachment since.
+  bool attached() const {
+    std::lock_guard<std::mutex> lk(conn_m_);
+    return conn_.connected();
   }
 
   /// Feeds one observation of `site` (standalone use, or a site the recorder does not see). Returns the
@@ -332,11 +343,6 @@ class history : public scope_listener {
     }
   }
   void scope_closed(const frame&, bool) noexcept override {}
-  bool hears_recorder_destroyed() const noexcept override { return true; }
-  void recorder_destroyed(recorder& r) noexcept override {
-    recorder* expected = &r;
-    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
-  }
 
  private:
   site_history& site_locked(std::string_view site) {
@@ -353,9 +359,14 @@ class history : public scope_listener {
   /// The warnings raised by a tensor recorded into `f` go to the attached recorder's listeners (the layer tree
   /// writes them into the node of `f`).
   void forward(const frame& f, const std::vector<early_warning>& ws) {
-    recorder* r = rec_.load(std::memory_order_acquire);
-    if (r == nullptr) return;
-    for (const auto& w : ws) r->notify_warning(f, w);
+    if (ws.empty()) return;
+    current().with_recorder([&](recorder& r) {
+      for (const auto& w : ws) r.notify_warning(f, w);
+    });
+  }
+  attachment_ref current() const {
+    std::lock_guard<std::mutex> lk(conn_m_);
+    return conn_.ref();
   }
   void deliver(const early_warning& w) {
     if (opts_.on_warning) {
@@ -363,9 +374,7 @@ class history : public scope_listener {
       return;
     }
     const std::string t = w.text();
-    if (recorder* r = rec_.load(std::memory_order_acquire)) {
-      r->write_to_sink(t);
-    } else {
+    if (!current().with_recorder([&](recorder& r) { r.write_to_sink(t); })) {
       std::fwrite(t.data(), 1, t.size(), stderr);
       std::fflush(stderr);
     }
@@ -375,7 +384,8 @@ class history : public scope_listener {
   mutable std::mutex m_;
   std::unordered_map<std::string, site_history> sites_;
   std::vector<early_warning> all_;
-  std::atomic<recorder*> rec_{nullptr};  ///< read by observe() on any thread, without m_
+  mutable std::mutex conn_m_;  ///< guards conn_ (never held while the attachment ends or the recorder is called)
+  connection conn_;             ///< the attachment attach() made
 };
 
 NANSCOPE_NAMESPACE_END

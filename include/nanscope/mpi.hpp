@@ -67,10 +67,12 @@ inline rank_info use_communicator(MPI_Comm c) {
   return process_rank();
 }
 
-/// The optional all-stop: at each step boundary every rank contributes "I detected" to a nonblocking all-reduce
-/// (MPI_Iallreduce, logical or) on the user's communicator and waits for it; when any rank detected, every rank
-/// writes its evidence file (reason "all-stop", with the step) and step_boundary() returns true on all of them at
-/// the same step. Disabled: step_boundary() does nothing and returns false (no communication at all).
+/// The optional all-stop: at each step boundary every rank contributes the step of the first non-finite value it
+/// saw since the previous boundary (or none) to a nonblocking all-reduce (MPI_Iallreduce, minimum) on the user's
+/// communicator and waits for it; when any rank saw one, every rank writes its evidence file (reason "all-stop",
+/// with the earliest such step of all ranks) and step_boundary() returns true on all of them at the same step. A
+/// rank that goes on after a stop (a print-and-continue policy) stops again only for a new detection.
+/// Disabled: step_boundary() does nothing and returns false (no communication at all).
 /// Every rank of `c` must call step_boundary() the same number of times, like any collective.
 class all_stop {
  public:
@@ -83,16 +85,16 @@ class all_stop {
   /// Call at the end of every step, on every rank. True: stop now (the evidence is written).
   bool step_boundary() {
     if (!enabled_) return false;
-    int mine = ev_.detected() ? 1 : 0, any = 0;
+    constexpr std::uint64_t none = ~std::uint64_t{0};
+    std::uint64_t step = 0;
+    std::uint64_t mine = ev_.take_new_detection(step) ? step : none;
+    std::uint64_t first = none;
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_LOR, comm_, &req);
+    MPI_Iallreduce(&mine, &first, 1, MPI_UINT64_T, MPI_MIN, comm_, &req);
     ++issued_;
     MPI_Wait(&req, MPI_STATUS_IGNORE);
-    if (any == 0) return false;
-    // The recorder has moved on to the next step when the step's outermost scope closed: the stop is at the step
-    // that just finished.
-    const std::uint64_t s = ev_.owner().step();
-    ev_.set_stop(s > 0 ? s - 1 : 0, mine ? "detected here" : "detected on another rank");
+    if (first == none) return false;
+    ev_.set_stop(first, mine != none ? "detected here" : "detected on another rank");
     ev_.write("all-stop");
     return true;
   }

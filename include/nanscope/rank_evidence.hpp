@@ -64,26 +64,6 @@ struct evidence_event {
   collective_record c;     ///< transfers
 };
 
-// Attaching to the recorder: where it takes several listeners (add_listener), the evidence is one more of them;
-// where it takes one (set_listener), the evidence replaces it and forwards every event to it.
-template <class R, class L>
-auto evidence_attach(R& r, L* l, int) -> decltype(r.add_listener(l), static_cast<scope_listener*>(nullptr)) {
-  r.add_listener(l);
-  return nullptr;
-}
-template <class R, class L>
-scope_listener* evidence_attach(R& r, L* l, long) {
-  return r.set_listener(l);
-}
-template <class R, class L>
-auto evidence_detach(R& r, L* l, scope_listener*, int) -> decltype(r.remove_listener(l), void()) {
-  r.remove_listener(l);
-}
-template <class R, class L>
-void evidence_detach(R& r, L*, scope_listener* previous, long) {
-  r.set_listener(previous);
-}
-
 inline void health_json(std::string& out, const health_result& h) {
   out += "{\"dtype\": \"";
   out += name(h.type);
@@ -101,14 +81,14 @@ inline void health_json(std::string& out, const health_result& h) {
 }
 }  // namespace detail
 
-/// This rank's evidence. Attach one per recorder: the constructor makes it a listener of the recorder (alongside
-/// the others, a tree_writer say; a recorder with a single listener slot gets it instead, and the evidence
-/// forwards every event to the listener that was there and puts it back in its destructor).
-/// Construct and destroy it while no scope of the recorder is open. Thread-safe; program order across threads
-/// is the order in which their events reach it.
+/// This rank's evidence. Attach one per recorder: the constructor makes it one of the recorder's listeners
+/// (alongside the others, a tree_writer say). The evidence and the recorder may end in either order
+/// (attachment.hpp): after the recorder's end the evidence keeps its last step, and transfers marked later are
+/// still recorded (with that step). Thread-safe; program order across threads is the order in which their events
+/// reach it.
 class rank_evidence : public scope_listener {
  public:
-  rank_evidence(recorder& rec, rank_evidence_options o) : rec_(rec), opts_(std::move(o)) {
+  rank_evidence(recorder& rec, rank_evidence_options o) : opts_(std::move(o)) {
     if (opts_.rank < 0 || opts_.world_size <= 0) {
       const rank_info ri = process_rank();
       if (opts_.rank < 0) opts_.rank = ri.rank;
@@ -118,26 +98,55 @@ class rank_evidence : public scope_listener {
       rank_source_ = "explicit";
     }
     if (opts_.max_events == 0) opts_.max_events = 1;
-    next_ = detail::evidence_attach(rec_, this, 0);
+    last_step_ = rec.step();
+    conn_ = rec.connect(*this);
   }
   rank_evidence(const rank_evidence&) = delete;
   rank_evidence& operator=(const rank_evidence&) = delete;
   ~rank_evidence() override {
-    if (rec_alive_.load(std::memory_order_acquire)) detail::evidence_detach(rec_, this, next_, 0);
+    {
+      const std::uint64_t s = current_step();
+      std::lock_guard<std::mutex> lk(m_);
+      last_step_ = s;
+    }
+    end_attachments();
     if (opts_.write_at_exit) try_write("exit");
   }
-  bool hears_recorder_destroyed() const noexcept override { return true; }
-  /// The recorder ended first: the evidence keeps its last step, and its exit write still happens.
-  void recorder_destroyed(recorder& r) noexcept override {
-    if (&r != &rec_) return;
+  /// The recorder ended, or detached this evidence: it keeps the recorder's last step.
+  void detached(recorder& r) noexcept override {
     std::lock_guard<std::mutex> lk(m_);
     last_step_ = r.step();
-    rec_alive_.store(false, std::memory_order_release);
   }
 
   int rank() const { return opts_.rank; }
   int world_size() const { return opts_.world_size; }
-  recorder& owner() const { return rec_; }
+  /// Whether the evidence still listens to its recorder (false once either has ended the attachment).
+  bool attached() const noexcept { return conn_.connected(); }
+  /// The recorder's step now, or its last step once the attachment has ended.
+  std::uint64_t current_step() const {
+    std::uint64_t s = 0;
+    if (conn_.with_recorder([&](recorder& r) { s = r.step(); })) return s;
+    std::lock_guard<std::mutex> lk(m_);
+    return last_step_;
+  }
+  /// The module path of this thread's innermost open scope of the recorder ("" when none, or once the
+  /// attachment has ended).
+  std::string current_site() const {
+    std::string site;
+    conn_.with_recorder([&](recorder& r) {
+      if (scope* sc = detail::current_scope(r)) site = sc->module_path();
+    });
+    return site;
+  }
+  /// Whether a non-finite value (not allowed by a rule: in a tensor or a marked transfer) was seen since the last
+  /// call; `step` is then the step of the first of them. mpi::all_stop uses it at each step boundary.
+  bool take_new_detection(std::uint64_t& step) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!new_bad_) return false;
+    new_bad_ = false;
+    step = new_bad_step_;
+    return true;
+  }
   /// <dir>/nanscope_evidence_rank<R>of<N>.json
   std::string path() const {
     return opts_.dir + "/nanscope_evidence_rank" + std::to_string(opts_.rank) + "of" +
@@ -199,6 +208,7 @@ class rank_evidence : public scope_listener {
     {
       std::lock_guard<std::mutex> lk(m_);
       const bool bad = c.input_nonfinite() || c.output_nonfinite();
+      if (bad) note_bad_locked(c.step);
       detail::evidence_event e;
       e.order = order_++;
       e.is_transfer = true;
@@ -222,15 +232,16 @@ class rank_evidence : public scope_listener {
 
   // --- scope_listener ---
   void scope_opened(const frame& f, bool outermost) noexcept override {
-    if (next_ != nullptr) next_->scope_opened(f, outermost);
+    (void)f;
+    (void)outermost;
   }
   void tensor_recorded(const frame& f, const tensor_record& r) noexcept override {
-    if (next_ != nullptr) next_->tensor_recorded(f, r);
     const bool bad = r.is_tensor && r.health.has_nonfinite() && !r.allowed;
     std::string text;
     std::uint64_t gen = 0;
     {
       std::lock_guard<std::mutex> lk(m_);
+      if (bad) note_bad_locked(f.step);
       if (f.checkpoint) {  // a checkpoint frame is complete with its one tensor; it has no scope_closed
         detail::evidence_event e;
         e.order = order_++;
@@ -256,7 +267,7 @@ class rank_evidence : public scope_listener {
     if (!text.empty()) try_commit(text, gen);
   }
   void scope_closed(const frame& f, bool outermost) noexcept override {
-    if (next_ != nullptr) next_->scope_closed(f, outermost);
+    (void)outermost;
     std::lock_guard<std::mutex> lk(m_);
     detail::evidence_event e;
     e.order = order_++;
@@ -267,6 +278,11 @@ class rank_evidence : public scope_listener {
   }
 
  private:
+  void note_bad_locked(std::uint64_t step) noexcept {
+    if (new_bad_) return;
+    new_bad_ = true;
+    new_bad_step_ = step;
+  }
   static void strip(frame& f) {
     for (auto& t : f.tensors) t.view.data = nullptr;
   }
@@ -338,7 +354,7 @@ class rank_evidence : public scope_listener {
     out += "  \"rank\": " + std::to_string(opts_.rank) + ",\n  \"world_size\": " + std::to_string(opts_.world_size) +
            ",\n  \"rank_source\": " + detail::json_quote(rank_source_) + ",\n  \"host\": " + detail::json_quote(host) +
            ",\n  \"pid\": " + std::to_string(pid) + ",\n  \"reason\": " + detail::json_quote(std::string(reason)) +
-           ",\n  \"step\": " + std::to_string(rec_alive_.load(std::memory_order_acquire) ? rec_.step() : last_step_) +
+           ",\n  \"step\": " + std::to_string(step_locked()) +
            ",\n  \"dropped_events\": " + std::to_string(dropped_) +
            ",\n  \"detection\": " + (detected_ ? detection_ : std::string("null")) + ",\n  \"stop\": ";
     if (stopped_) {
@@ -402,13 +418,19 @@ class rank_evidence : public scope_listener {
     try_commit(text, gen);
   }
 
-  recorder& rec_;  ///< not touched once rec_alive_ is false (owner() still names it)
-  std::atomic<bool> rec_alive_{true};
-  std::uint64_t last_step_ = 0;  ///< the recorder's step when it was destroyed (under m_)
+  /// The recorder's step now (pinned), else its last one (under m_).
+  std::uint64_t step_locked() const {
+    std::uint64_t s = last_step_;
+    conn_.with_recorder([&](recorder& r) { s = r.step(); });
+    return s;
+  }
+
+  std::uint64_t last_step_ = 0;  ///< the recorder's step when the attachment ended (under m_)
   rank_evidence_options opts_;
   std::string rank_source_;
-  scope_listener* next_ = nullptr;
   mutable std::mutex m_;
+  bool new_bad_ = false;            ///< a non-finite value seen since take_new_detection (under m_)
+  std::uint64_t new_bad_step_ = 0;  ///< the step of the first of them (under m_)
   std::uint64_t built_ = 0;      ///< texts built (under m_)
   std::mutex commit_m_;          ///< serialises commits
   std::uint64_t committed_ = 0;  ///< the number of the text on disk (under commit_m_)
@@ -424,6 +446,7 @@ class rank_evidence : public scope_listener {
   std::string last_error_;
   std::map<std::string, std::uint64_t> coll_seq_;
   std::map<std::tuple<std::string, int, int, bool>, std::uint64_t> pair_seq_;
+  connection conn_;  ///< the constructor's attachment (set once, before any other thread sees the evidence)
 };
 
 /// Marks one collective (or, with kind send/recv, use p2p_call): checks the input before the call and the output
@@ -475,11 +498,11 @@ class collective_call {
     r_.comm_size = c.size;
     r_.comm_rank = c.rank;
     r_.members = c.members;
-    r_.step = ev_.owner().step();
+    r_.step = ev_.current_step();
     if (!site.empty()) {
       r_.site.assign(site.data(), site.size());
-    } else if (scope* s = detail::current_scope(ev_.owner())) {
-      r_.site = s->module_path();
+    } else {
+      r_.site = ev_.current_site();
     }
   }
   rank_evidence& ev_;

@@ -49,6 +49,7 @@
 #include "margins.hpp"
 #include "recorder.hpp"
 #include "tree_json.hpp"
+#include "tree_limits.hpp"
 #include "tree_warnings.hpp"
 #include "view.hpp"
 #include "detail/atomic_file.hpp"
@@ -186,11 +187,12 @@ inline bool layer_number(const std::string& path, std::string& number) {
 }  // namespace detail
 
 /// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as one
-/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder and
-/// destroyed in any order.
+/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder, and the
+/// writer and its recorder may end in any order (attachment.hpp). Events of other recorders (the writer attached
+/// to a second one with add_listener) are ignored; frames are matched by serial number, never by address.
 class tree_writer final : public scope_listener {
  public:
-  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(&r), opts_(std::move(o)) {
+  explicit tree_writer(recorder& r, tree_options o = {}) : recorder_id_(r.id()), opts_(std::move(o)) {
     rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
     if (rank_ < 0) rank_ = 0;
     active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
@@ -200,15 +202,13 @@ class tree_writer final : public scope_listener {
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
     run_id_ = detail::unique_run_id();
-    r.add_listener(this);
+    conn_ = r.connect(*this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
   /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
   /// abandoned: its temporary files are removed and the previous files stay.
-  ~tree_writer() override {
-    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
-  }
+  ~tree_writer() override { end_attachments(); }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -245,12 +245,12 @@ class tree_writer final : public scope_listener {
 
   void scope_opened(const frame& f, bool outermost) noexcept override {
     hook([&] {
-      if (!active_) return;
+      if (!active_ || f.recorder != recorder_id_) return;
       if (outermost) {
         if (in_pass_ && std::this_thread::get_id() == thread_) {
-          // the pass's own thread opens an outermost scope: the pass's root closed unheard (the writer was
-          // detached meanwhile, e.g. set_listener(nullptr) and back); that pass can never complete
-          abandon("the outermost scope of the pass closed while the writer was detached");
+          // the pass's own thread opens an outermost scope: the pass's root closed unheard; that pass can never
+          // complete (a detach abandons the pass when it happens: this is a safety net)
+          abandon("the outermost scope of the pass closed unheard");
         }
         if (in_pass_) return;  // another thread's outermost scope while a pass runs
         begin_pass(f);
@@ -263,33 +263,39 @@ class tree_writer final : public scope_listener {
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     hook([&] {
-      if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (!in_pass_ || f.checkpoint || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ ||
+          nodes_.empty())
+        return;
       node& n = nodes_.back();
-      if (n.fp != &f) return;
+      if (n.serial != f.serial) return;
       add_record(n, rec);
     });
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
-  bool hears_recorder_destroyed() const noexcept override { return true; }
-  /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
-  void recorder_destroyed(recorder& r) noexcept override {
-    recorder* expected = &r;
-    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  /// The recorder ended, or detached this writer (remove_listener, set_listener): a pass still open can never
+  /// complete, and is abandoned (its temporary files removed, the previous files kept, the error reported).
+  void detached(recorder& r) noexcept override {
+    (void)r;
+    hook([&] {
+      if (in_pass_) abandon("the writer was detached from its recorder while a pass was open");
+    });
   }
+  /// Whether the writer is attached to its recorder (false once either has ended the attachment).
+  bool attached() const noexcept { return conn_.connected(); }
 
   /// An early warning (history.hpp, attached to the same recorder) about a tensor of frame `f`: written, with
   /// extras, as "nanscope_warnings" on f's node and into the root's "nanscope" object (docs/tree.md).
   void warning_raised(const frame& f, const early_warning& w) noexcept override {
     hook([&] {
-      if (!in_pass_ || !opts_.extras || std::this_thread::get_id() != thread_) return;
+      if (!in_pass_ || !opts_.extras || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_) return;
       // the node of f; for a checkpoint, the node of the scope it was taken in (the innermost open one)
       node* at = nullptr;
       if (f.checkpoint) {
         if (!nodes_.empty() && nodes_.back().module_path == f.module_path) at = &nodes_.back();
       } else {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
-          if (it->fp == &f) at = &*it;
+          if (it->serial == f.serial) at = &*it;
       }
       if (at != nullptr) at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
       pass_warnings_.push_back(detail::tree_warning_json(w, at != nullptr ? at->path : hf_path(f.module_path)));
@@ -299,13 +305,13 @@ class tree_writer final : public scope_listener {
   void scope_closed(const frame& f, bool outermost) noexcept override {
     (void)outermost;
     hook([&] {
-      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       bool open = false;
-      for (const node& n : nodes_) open = open || n.fp == &f;
+      for (const node& n : nodes_) open = open || n.serial == f.serial;
       if (!open) return;
       // A scope that ends before the scopes opened inside it (a heap scope deleted out of order, which the
       // recorder reports) closes them too: the tree stays well formed.
-      while (nodes_.back().fp != &f) close_node();
+      while (nodes_.back().serial != f.serial) close_node();
       close_node();
       if (nodes_.empty()) end_pass();
     });
@@ -325,7 +331,7 @@ class tree_writer final : public scope_listener {
     bool layer;
   };
   struct node {
-    const frame* fp = nullptr;  ///< compared, never read through (the frame may be gone after a detach)
+    std::uint64_t serial = 0;   ///< the frame's (frame::serial)
     std::string module_path;    ///< the frame's
     std::string path;
     int depth = 0;
@@ -443,7 +449,7 @@ class tree_writer final : public scope_listener {
     root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
-    r.fp = &f;
+    r.serial = f.serial;
     r.module_path = f.module_path;
     r.path = class_name_;
     r.depth = 0;
@@ -475,6 +481,11 @@ class tree_writer final : public scope_listener {
   }
 
   void open_node(const frame& f) {
+    if (nodes_.size() >= max_tree_depth) {
+      // what nanscope-diff and nanscope report would refuse is not written either (tree_limits.hpp)
+      abandon((tree_depth_error() + " (at '" + f.module_path + "')").c_str());
+      return;
+    }
     const int parent_idx = static_cast<int>(nodes_.size()) - 1;
     node& parent = nodes_.back();
     write_header(parent_idx);
@@ -486,7 +497,7 @@ class tree_writer final : public scope_listener {
       w.add("\"children\": [");
     }
     node c;
-    c.fp = &f;
+    c.serial = f.serial;
     c.module_path = f.module_path;
     c.path = hf_path(f.module_path);
     c.depth = parent.depth + 1;
@@ -905,7 +916,7 @@ class tree_writer final : public scope_listener {
     return r.run(0, 0);
   }
 
-  std::atomic<recorder*> rec_;  ///< nullptr once the recorder is destroyed
+  const std::uint64_t recorder_id_;  ///< the recorder whose scopes this writer follows
   tree_options opts_;
   std::string run_id_;
   std::uint64_t pass_ = 0;
@@ -929,6 +940,7 @@ class tree_writer final : public scope_listener {
   std::uint64_t written_ = 0;
   std::string last_error_;
   std::string pending_errors_;  ///< error lines for on_error, handed over after the lock is released
+  connection conn_;  ///< the attachment made by the constructor (last: ended before the members above go)
 };
 
 NANSCOPE_NAMESPACE_END

@@ -8511,13 +8511,707 @@ NANSCOPE_NAMESPACE_END
 //   }                                                         // frame complete -> ring buffer
 //
 // Most code uses the macros of macros.hpp (NANSCOPE_SCOPE, NANSCOPE_INPUT, DETECT_OVERFLOW, ...).
-// Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring
-// under a mutex; options are set before recording starts (set_options is itself thread-safe).
+// Parts: frame.hpp (what is recorded), recorder_options.hpp, listener.hpp and attachment.hpp (the objects attached
+// to a recorder and their lifetimes), scope.hpp (module scopes), detail/pending_raise.hpp (what is raised after
+// a scope's end), snapshot.hpp (the .npy files of a detection); this file: the recorder itself.
+// Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring under a
+// mutex; options may be replaced at any time (set_options); attaching and detaching are thread-safe.
 #ifndef NANSCOPE_RECORDER_HPP
 #define NANSCOPE_RECORDER_HPP
 
+// ---- begin nanscope/attachment.hpp ----
+// nanscope — attachment.hpp: how objects attach to a recorder: one shared control block per attachment, which
+// either side may end first, in any order, on any thread, with the other side told exactly once.
+//
+// The parties:
+//   - the recorder owns an attachment_hub (its registry: the attached listeners and the gate). It holds the hub
+//     through a shared_ptr, and so does every attachment, so that a side which ends later still finds the hub's
+//     lock even when the recorder is gone;
+//   - an attached object derives from `attachable` (scope_listener and check_gate do), which keeps the list of
+//     its attachments and ends them all when it is destroyed;
+//   - `connection` is the optional handle recorder::connect returns for one attachment (a scoped connection).
+//
+// Ending an attachment, whoever does it, waits until the calls into the attached object on other threads have
+// returned (not those of the calling thread: an object may detach itself from inside its own callback), so the
+// object may be destroyed as soon as the call returns. When the recorder's side ends it (the recorder is
+// destroyed, or remove_listener / set_listener / set_gate detached it), the object is told once, through
+// attachable::detached, outside every lock; when the object's side ends it, the recorder's side is told by the
+// attachment leaving its registry. Nothing reaches the recorder through an attachment after the recorder's end:
+// connection::with_recorder pins it, and the recorder's destructor waits for the pins. docs/recorder.md,
+// "Lifetimes", has the whole model.
+#ifndef NANSCOPE_ATTACHMENT_HPP
+#define NANSCOPE_ATTACHMENT_HPP
+
+// #include "config.hpp": inlined above
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+class recorder;
+
+namespace detail {
+class attachment_hub;
+struct attachment;
+
+/// Marks, on this thread, a call into an attached object (key: its attachment) or a pin of a recorder (key: its
+/// hub) in progress: an ending waits for the calls and pins of the other threads only. Never moved (the chain
+/// links the marks by address).
+class call_mark {
+ public:
+  explicit call_mark(const void* key) noexcept : key_(key), prev_(top()) { top() = this; }
+  ~call_mark() { top() = prev_; }
+  call_mark(const call_mark&) = delete;
+  call_mark& operator=(const call_mark&) = delete;
+  /// How many marks of `key` this thread has.
+  static unsigned count(const void* key) noexcept {
+    unsigned n = 0;
+    for (const call_mark* m = top(); m != nullptr; m = m->prev_)
+      if (m->key_ == key) ++n;
+    return n;
+  }
+
+ private:
+  static call_mark*& top() noexcept {
+    thread_local call_mark* t = nullptr;
+    return t;
+  }
+  const void* key_;
+  call_mark* prev_;
+};
+}  // namespace detail
+
+/// The base of every object that attaches to a recorder (scope_listener and check_gate derive from it). It keeps
+/// the object's attachments and ends them when the object is destroyed, so a destroyed object is never called.
+/// Copying an attachable copies none of its attachments.
+class attachable {
+ public:
+  attachable() = default;
+  attachable(const attachable&) noexcept {}
+  attachable& operator=(const attachable&) noexcept { return *this; }
+  /// Ends every attachment. A derived class whose callbacks may run on other threads calls end_attachments()
+  /// first in its own destructor: by the time this base destructor runs, the derived part is gone.
+  virtual ~attachable() { end_attachments(); }
+
+  /// One of this object's attachments was ended by the recorder's side: the recorder `r` is being destroyed, or
+  /// remove_listener / set_listener / set_gate detached it. Called exactly once for such an attachment, on the
+  /// thread that ended it, outside the recorder's locks, after the calls into this object on other threads have
+  /// returned. `r` may be read during the call (its step, say) and must not be kept. Default: nothing.
+  virtual void detached(recorder& r) noexcept { (void)r; }
+
+  /// How many attachments of this object are in effect now.
+  std::size_t attachment_count() const noexcept;
+
+ protected:
+  /// Ends every attachment of this object (waiting for the calls into it on other threads); afterwards no
+  /// recorder calls it. Safe to call any number of times, from any thread, and from inside its own callback.
+  void end_attachments() noexcept;
+
+ private:
+  friend class detail::attachment_hub;
+  /// Adds `a` to this object's list, dropping the ended ones (may throw std::bad_alloc: nothing is attached then).
+  void keep(std::shared_ptr<detail::attachment> a);
+  mutable std::mutex links_m_;
+  std::vector<std::shared_ptr<detail::attachment>> links_;  ///< (under links_m_)
+  unsigned walkers_ = 0;  ///< end_attachments calls in progress (under links_m_)
+};
+
+namespace detail {
+
+/// One attachment: what the hub and the attached object share.
+struct attachment {
+  enum class state : std::uint8_t {
+    attached,  ///< in effect: the recorder calls the object
+    ending,    ///< the recorder's side is ending it and telling the object (see ender)
+    ended,     ///< over; neither side touches the other through it
+  };
+  attachment(std::shared_ptr<attachment_hub> h, attachable* t, void* p, bool g) noexcept
+      : hub(std::move(h)), target(t), typed(p), gate(g) {}
+  const std::shared_ptr<attachment_hub> hub;
+  attachable* const target;
+  /// The object as the recorder knows it (a scope_listener* or check_gate*): handed out and compared without a
+  /// cast that would read the object, which may be gone by then on another thread.
+  void* const typed;
+  const bool gate;                         ///< the recorder's check gate (else a scope listener)
+  std::atomic<state> st{state::attached};  ///< written under hub->m_; read without it only to prune lists
+  unsigned calling = 0;                    ///< calls into target in progress (under hub->m_)
+  std::thread::id ender;                   ///< the thread telling the object (state ending; under hub->m_)
+};
+
+/// A recorder's registry of attachments: the listeners (any number, called in attach order) and the check gate
+/// (at most one). Thread-safe. The recorder owns it through a shared_ptr; attachments share it.
+class attachment_hub : public std::enable_shared_from_this<attachment_hub> {
+ public:
+  explicit attachment_hub(recorder& owner) noexcept : owner_(&owner) {}
+  attachment_hub(const attachment_hub&) = delete;
+  attachment_hub& operator=(const attachment_hub&) = delete;
+
+  /// Attaches `t` as a listener, or (gate) as the check gate, replacing the previous gate, which is told. Returns
+  /// the attachment, ended already when `t` is an attached listener here already or the recorder is ending;
+  /// `replaced` (gates) receives the previous gate (nullptr if none).
+  std::shared_ptr<attachment> attach(attachable& t, void* typed, bool gate, void** replaced = nullptr) {
+    if (replaced != nullptr) *replaced = nullptr;
+    auto a = std::make_shared<attachment>(shared_from_this(), &t, typed, gate);
+    t.keep(a);  // the object's side first: if the hub's side fails, the object holds an attachment never in effect
+    std::shared_ptr<attachment> old_gate;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      if (closed_) {
+        a->st.store(attachment::state::ended, std::memory_order_release);
+        return a;
+      }
+      if (gate) {
+        old_gate = std::move(gate_);
+        gate_ = a;
+        has_gate_.store(true, std::memory_order_release);
+        if (old_gate) {
+          if (replaced != nullptr) *replaced = old_gate->typed;
+          begin_ending_locked(*old_gate);
+          wait_calls_locked(lk, *old_gate);
+        }
+      } else {
+        for (const auto& e : *list_) {
+          if (e->typed == typed && e->st.load(std::memory_order_relaxed) == attachment::state::attached) {
+            a->st.store(attachment::state::ended, std::memory_order_release);
+            return a;
+          }
+        }
+        auto next = std::make_shared<list_type>();
+        next->reserve(list_->size() + 1);
+        for (const auto& e : *list_)
+          if (e->st.load(std::memory_order_relaxed) != attachment::state::ended) next->push_back(e);
+        next->push_back(a);
+        list_ = std::move(next);
+        count_.fetch_add(1, std::memory_order_acq_rel);
+      }
+    }
+    if (old_gate) tell(*old_gate, *owner_);
+    return a;
+  }
+
+  /// Ends the attachment of listener `t` from the recorder's side (remove_listener): `t` is told. Returns
+  /// whether `t` was attached.
+  bool detach_listener(const void* typed) noexcept {
+    std::shared_ptr<attachment> found;
+    recorder* r = nullptr;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      for (const auto& e : *list_)
+        if (e->typed == typed && e->st.load(std::memory_order_relaxed) == attachment::state::attached) found = e;
+      if (!found) return false;
+      begin_ending_locked(*found);
+      wait_calls_locked(lk, *found);
+      r = owner_;
+    }
+    tell(*found, *r);
+    return true;
+  }
+  /// Ends the gate's attachment from the recorder's side (set_gate(nullptr)): the gate is told. Returns the gate
+  /// that was attached (nullptr if none).
+  void* detach_gate() noexcept {
+    std::shared_ptr<attachment> g;
+    recorder* r = nullptr;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      g = std::move(gate_);
+      gate_.reset();
+      has_gate_.store(false, std::memory_order_release);
+      if (!g) return nullptr;
+      begin_ending_locked(*g);
+      wait_calls_locked(lk, *g);
+      r = owner_;
+    }
+    tell(*g, *r);
+    return g->typed;
+  }
+
+  /// Ends `a` from the attached object's side (its destructor, connection::disconnect): waits for the calls into
+  /// it on other threads, and for a telling in progress on another thread to finish. Allocates nothing.
+  void end(attachment& a) noexcept {
+    std::unique_lock<std::mutex> lk(m_);
+    switch (a.st.load(std::memory_order_relaxed)) {
+      case attachment::state::attached:
+        a.st.store(attachment::state::ended, std::memory_order_release);
+        if (a.gate) {
+          if (gate_.get() == &a) {
+            gate_.reset();
+            has_gate_.store(false, std::memory_order_release);
+          }
+        } else {
+          count_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+        wait_calls_locked(lk, a);
+        return;
+      case attachment::state::ending:
+        if (a.ender == std::this_thread::get_id()) return;  // from inside its own detached(): being told now
+        cv_.wait(lk, [&] { return a.st.load(std::memory_order_relaxed) == attachment::state::ended; });
+        return;
+      case attachment::state::ended:
+        return;
+    }
+  }
+
+  /// The recorder's end (its destructor): ends every attachment, waits for the calls on other threads and for
+  /// the pins, tells every attached object, and from then on refuses new attachments. Allocates nothing.
+  void close(recorder& r) noexcept {
+    std::shared_ptr<const list_type> old;
+    std::shared_ptr<attachment> g;
+    const std::thread::id me = std::this_thread::get_id();
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      closed_ = true;
+      old = std::move(list_);
+      list_ = empty_;
+      g = std::move(gate_);
+      gate_.reset();
+      has_gate_.store(false, std::memory_order_release);
+      for (const auto& e : *old)
+        if (e->st.load(std::memory_order_relaxed) == attachment::state::attached) begin_ending_locked(*e);
+      if (g && g->st.load(std::memory_order_relaxed) == attachment::state::attached) begin_ending_locked(*g);
+      cv_.wait(lk, [&] {
+        for (const auto& e : *old)
+          if (e->ender == me && e->calling > call_mark::count(e.get())) return false;
+        if (g && g->ender == me && g->calling > call_mark::count(g.get())) return false;
+        return pins_ <= call_mark::count(this);
+      });
+    }
+    // told outside the lock, in attach order, the gate last
+    for (const auto& e : *old)
+      if (is_ending_by(*e, me)) tell(*e, r);
+    if (g && is_ending_by(*g, me)) tell(*g, r);
+    // another thread telling an object it detached just before (remove_listener, set_gate) holds `r` too
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait(lk, [&] { return telling_ == 0; });
+    owner_ = nullptr;
+  }
+
+  /// Calls fn(object) (as attached: a scope_listener*) for every attached listener, outside the lock, in attach order; one detached meanwhile is
+  /// skipped. Allocates nothing, so it cannot throw (a scope's destructor calls it); fn must not throw.
+  template <class F>
+  void for_each_listener(F&& fn) const noexcept {
+    if (count_.load(std::memory_order_acquire) == 0) return;
+    std::shared_ptr<const list_type> list;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      list = list_;
+    }
+    for (const auto& held : *list) {
+      attachment& e = *held;
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (e.st.load(std::memory_order_relaxed) != attachment::state::attached) continue;
+        ++e.calling;
+      }
+      {
+        call_mark mark(&e);
+        fn(e.typed);
+      }
+      std::lock_guard<std::mutex> lk(m_);
+      --e.calling;
+      // an ending waits for the other threads' calls only, not for 0: any call that ends may be the one it awaits
+      if (e.st.load(std::memory_order_relaxed) != attachment::state::attached) cv_.notify_all();
+    }
+  }
+
+  /// The listeners attached now, oldest first.
+  std::vector<void*> listeners() const {
+    std::vector<void*> out;
+    std::lock_guard<std::mutex> lk(m_);
+    for (const auto& e : *list_)
+      if (e->st.load(std::memory_order_relaxed) == attachment::state::attached) out.push_back(e->typed);
+    return out;
+  }
+  /// The most recently attached listener still attached (nullptr if none).
+  void* newest_listener() const noexcept {
+    std::lock_guard<std::mutex> lk(m_);
+    for (auto it = list_->rbegin(); it != list_->rend(); ++it)
+      if ((*it)->st.load(std::memory_order_relaxed) == attachment::state::attached) return (*it)->typed;
+    return nullptr;
+  }
+  /// Whether pred(object) holds for an attached listener (under the hub's lock: pred must be quick and must not
+  /// touch the hub).
+  template <class P>
+  bool any_listener(P&& pred) const {
+    if (count_.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard<std::mutex> lk(m_);
+    for (const auto& e : *list_)
+      if (e->st.load(std::memory_order_relaxed) == attachment::state::attached && pred(e->typed)) return true;
+    return false;
+  }
+  std::size_t listener_count() const noexcept { return count_.load(std::memory_order_acquire); }
+  /// The gate attached now (nullptr if none): for comparison and display; call it through gate_hold.
+  void* gate() const noexcept {
+    if (!has_gate_.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard<std::mutex> lk(m_);
+    return gate_ && gate_->st.load(std::memory_order_relaxed) == attachment::state::attached ? gate_->typed
+                                                                                               : nullptr;
+  }
+
+  /// Runs fn(recorder) if `a` is in effect, with the recorder pinned (its destructor waits); returns whether it
+  /// ran. fn may throw (the pin is released).
+  template <class F>
+  bool with_owner(const attachment& a, F&& fn) {
+    recorder* r = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (a.st.load(std::memory_order_relaxed) != attachment::state::attached || owner_ == nullptr) return false;
+      r = owner_;
+      ++pins_;
+    }
+    struct unpin {
+      attachment_hub& h;
+      ~unpin() {
+        std::lock_guard<std::mutex> lk(h.m_);
+        --h.pins_;
+        if (h.closed_) h.cv_.notify_all();
+      }
+    } release{*this};
+    call_mark mark(this);
+    fn(*r);
+    return true;
+  }
+
+  /// The gate's attachment held for one check (admit ... checked) or one step boundary: it is not ended (nor its
+  /// object destroyed) before the hold ends. Constructed in place; allocates nothing.
+  class gate_hold {
+   public:
+    explicit gate_hold(const attachment_hub& h) noexcept : hub_(h), a_(acquire(h)), mark_(a_) {}
+    ~gate_hold() {
+      if (a_ == nullptr) return;
+      std::lock_guard<std::mutex> lk(hub_.m_);
+      --a_->calling;
+      if (a_->st.load(std::memory_order_relaxed) != attachment::state::attached) hub_.cv_.notify_all();
+    }
+    gate_hold(const gate_hold&) = delete;
+    gate_hold& operator=(const gate_hold&) = delete;
+    /// The gate (as attached: a check_gate*), or nullptr when none is attached.
+    void* get() const noexcept { return a_ != nullptr ? a_->typed : nullptr; }
+
+   private:
+    static attachment* acquire(const attachment_hub& h) noexcept {
+      if (!h.has_gate_.load(std::memory_order_acquire)) return nullptr;
+      std::lock_guard<std::mutex> lk(h.m_);
+      if (!h.gate_ || h.gate_->st.load(std::memory_order_relaxed) != attachment::state::attached) return nullptr;
+      ++h.gate_->calling;
+      return h.gate_.get();
+    }
+    const attachment_hub& hub_;
+    attachment* const a_;
+    call_mark mark_;  ///< (key nullptr when no gate: never asked for)
+  };
+
+ private:
+  using list_type = std::vector<std::shared_ptr<attachment>>;
+
+  void begin_ending_locked(attachment& a) noexcept {
+    a.st.store(attachment::state::ending, std::memory_order_release);
+    a.ender = std::this_thread::get_id();
+    ++telling_;
+    if (!a.gate) count_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  void wait_calls_locked(std::unique_lock<std::mutex>& lk, const attachment& a) noexcept {
+    const unsigned mine = call_mark::count(&a);
+    cv_.wait(lk, [&] { return a.calling <= mine; });
+  }
+  bool is_ending_by(const attachment& a, std::thread::id me) const noexcept {
+    std::lock_guard<std::mutex> lk(m_);
+    return a.st.load(std::memory_order_relaxed) == attachment::state::ending && a.ender == me;
+  }
+  /// Tells the object of `a` (in state ending, by this thread) and ends `a`.
+  void tell(attachment& a, recorder& r) noexcept {
+    a.target->detached(r);
+    std::lock_guard<std::mutex> lk(m_);
+    a.st.store(attachment::state::ended, std::memory_order_release);
+    --telling_;
+    cv_.notify_all();
+  }
+
+  mutable std::mutex m_;
+  mutable std::condition_variable cv_;
+  recorder* owner_;  ///< nullptr once closed and told (under m_)
+  bool closed_ = false;
+  unsigned pins_ = 0;    ///< with_owner calls in progress
+  unsigned telling_ = 0;  ///< attachments in state ending (their objects being told, on any thread)
+  const std::shared_ptr<const list_type> empty_ = std::make_shared<const list_type>();
+  std::shared_ptr<const list_type> list_ = empty_;  ///< replaced (never changed in place) under m_
+  std::shared_ptr<attachment> gate_;
+  std::atomic<bool> has_gate_{false};
+  std::atomic<std::size_t> count_{0};  ///< listeners attached
+};
+
+}  // namespace detail
+
+inline std::size_t attachable::attachment_count() const noexcept {
+  std::lock_guard<std::mutex> lk(links_m_);
+  std::size_t n = 0;
+  for (const auto& a : links_)
+    if (a->st.load(std::memory_order_acquire) == detail::attachment::state::attached) ++n;
+  return n;
+}
+
+inline void attachable::end_attachments() noexcept {
+  // Not under links_m_ while an ending waits (a callback on another thread may ask attachment_count()): the list
+  // is walked by index, and keep() only appends while a walk is in progress, so no entry is skipped.
+  std::unique_lock<std::mutex> lk(links_m_);
+  ++walkers_;
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    std::shared_ptr<detail::attachment> a = links_[i];
+    lk.unlock();
+    a->hub->end(*a);
+    lk.lock();
+  }
+  --walkers_;
+}
+
+inline void attachable::keep(std::shared_ptr<detail::attachment> a) {
+  std::lock_guard<std::mutex> lk(links_m_);
+  if (walkers_ == 0) {  // drop the ended ones (not while end_attachments walks the list by index)
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < links_.size(); ++i)
+      if (links_[i]->st.load(std::memory_order_acquire) != detail::attachment::state::ended)
+        links_[kept++] = std::move(links_[i]);
+    links_.resize(kept);
+  }
+  links_.push_back(std::move(a));
+}
+
+/// A copyable view of one attachment that does not own it (connection::ref): asks whether it is in effect and
+/// reaches the recorder through it, pinned, while it is.
+class attachment_ref {
+ public:
+  attachment_ref() noexcept = default;
+  explicit attachment_ref(std::shared_ptr<detail::attachment> a) noexcept : a_(std::move(a)) {}
+  /// Whether the attachment is in effect (false once either side ended it).
+  bool connected() const noexcept {
+    return a_ && a_->st.load(std::memory_order_acquire) == detail::attachment::state::attached;
+  }
+  /// Runs fn(recorder&) while the attachment is in effect, with the recorder pinned (its destructor waits for
+  /// fn to return); returns whether fn ran. Never reaches a recorder that has ended.
+  template <class F>
+  bool with_recorder(F&& fn) const {
+    return a_ && a_->hub->with_owner(*a_, std::forward<F>(fn));
+  }
+
+ private:
+  std::shared_ptr<detail::attachment> a_;
+};
+
+/// A handle on one attachment (recorder::connect): ends it when destroyed, or earlier with disconnect(). Movable;
+/// an empty (default-constructed or moved-from) connection does nothing.
+class connection {
+ public:
+  connection() noexcept = default;
+  explicit connection(std::shared_ptr<detail::attachment> a) noexcept : a_(std::move(a)) {}
+  connection(connection&&) noexcept = default;
+  connection& operator=(connection&& o) noexcept {
+    if (this != &o) {
+      disconnect();
+      a_ = std::move(o.a_);
+    }
+    return *this;
+  }
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection() { disconnect(); }
+
+  /// Ends the attachment (waiting for the calls into the object on other threads); then empties the handle.
+  void disconnect() noexcept {
+    if (!a_) return;
+    a_->hub->end(*a_);
+    a_.reset();
+  }
+  /// Whether the attachment is in effect (false once either side ended it).
+  bool connected() const noexcept {
+    return a_ && a_->st.load(std::memory_order_acquire) == detail::attachment::state::attached;
+  }
+  explicit operator bool() const noexcept { return connected(); }
+  /// Runs fn(recorder&) while the attachment is in effect, with the recorder pinned (its destructor waits for
+  /// fn to return); returns whether fn ran. Never reaches a recorder that has ended.
+  template <class F>
+  bool with_recorder(F&& fn) const {
+    return a_ && a_->hub->with_owner(*a_, std::forward<F>(fn));
+  }
+  /// A view that other threads may copy and use while this handle is replaced or ended.
+  attachment_ref ref() const noexcept { return attachment_ref(a_); }
+
+ private:
+  std::shared_ptr<detail::attachment> a_;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_ATTACHMENT_HPP
+// ---- end nanscope/attachment.hpp ----
 // #include "check.hpp": inlined above
 // #include "config.hpp": inlined above
+// ---- begin nanscope/frame.hpp ----
+// nanscope — frame.hpp: what a recorder records: tensors, module frames, detections and the exceptions that carry
+// them.
+#ifndef NANSCOPE_FRAME_HPP
+#define NANSCOPE_FRAME_HPP
+
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "margins.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Where a check was written (filled by the macros).
+struct source_location {
+  const char* file = "";
+  int line = 0;
+  const char* function = "";
+};
+
+/// What a recorded tensor is to its module.
+enum class tensor_role : std::uint8_t { parameter, input, output, checkpoint };
+
+/// Non-finite categories, for per-site rules (allow -inf in attention masks, say).
+enum class allow : std::uint8_t { none = 0, nan = 1, pos_inf = 2, neg_inf = 4, inf = 6, all = 7 };
+constexpr allow operator|(allow a, allow b) {
+  return static_cast<allow>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+constexpr bool allows(allow set, allow one) {
+  return (static_cast<std::uint8_t>(set) & static_cast<std::uint8_t>(one)) == static_cast<std::uint8_t>(one);
+}
+
+/// Low-precision targets whose headroom the recorder watches.
+enum class lp_format : std::uint8_t { f16, bf16, e4m3fn, e5m2 };
+inline constexpr int lp_format_count = 4;
+inline dtype lp_dtype(lp_format f) {
+  switch (f) {
+    case lp_format::f16: return dtype::f16;
+    case lp_format::bf16: return dtype::bf16;
+    case lp_format::e4m3fn: return dtype::f8_e4m3fn;
+    case lp_format::e5m2: return dtype::f8_e5m2;
+  }
+  return dtype::f16;
+}
+
+/// A tensor's mean and std as its framework computes them (LibTorch's own float32 reduction order), set by an
+/// adapter for the layer tree, which prints them instead of nanscope's (see docs/adapters.md).
+struct reference_stats {
+  bool known = false;
+  double mean = 0.0;
+  double std = 0.0;
+};
+
+/// One tensor inside a frame.
+struct tensor_record {
+  tensor_role role = tensor_role::output;
+  std::string context;  ///< "weight", "input[0]", "output", "output[1]", or a checkpoint's text
+  health_result health;
+  bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
+  bool is_none = false;    ///< an absent optional argument ("None" line)
+  std::string repr;        ///< a non-tensor argument's text (what Python's repr() would show); "None" for is_none
+  bool allowed = false;    ///< non-finite values here were allowed by a rule
+  unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
+  bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
+  margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
+  source_location where;
+  tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
+  reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
+};
+
+/// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
+struct frame {
+  std::uint64_t step = 0;
+  std::uint64_t sequence = 0;  ///< completion order across the recorder
+  /// Which scope (or checkpoint) this is: a number unique in the process, given when it opens. Listeners match
+  /// frames by it, never by address (a new scope may sit where an ended one did).
+  std::uint64_t serial = 0;
+  std::uint64_t recorder = 0;  ///< the id() of the recorder whose frame it is
+  std::string module_path;     ///< "encoder.block.2.layer.1.DenseReluDense.wo"; "" for the root module
+  std::string class_name;      ///< "Linear"; "" for a checkpoint outside any class
+  bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
+  bool complete = false;
+  source_location where;       ///< where the scope (or checkpoint) was opened
+  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
+  /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
+  std::string banner;
+  std::vector<tensor_record> tensors;
+
+  bool inputs_finite() const {
+    for (const auto& t : tensors)
+      if (t.role != tensor_role::output && t.role != tensor_role::checkpoint && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return false;
+    return true;
+  }
+  bool outputs_nonfinite() const {
+    for (const auto& t : tensors)
+      if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && t.is_tensor &&
+          t.health.has_nonfinite() && !t.allowed)
+        return true;
+    return false;
+  }
+  /// True when this frame made the first non-finite value: its inputs were finite, an output is not.
+  bool produced_nonfinite() const { return outputs_nonfinite() && inputs_finite(); }
+};
+
+/// What happened, handed to callbacks and carried by detection_error.
+struct detection {
+  std::uint64_t step = 0;
+  std::string module_path;
+  std::string class_name;
+  std::string context;           ///< the tensor that triggered: "output", "input[0]", a checkpoint text
+  tensor_role role = tensor_role::output;
+  health_result health;          ///< of that tensor
+  source_location where;
+  bool produced_here = false;    ///< the triggering frame's inputs were finite
+  std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
+  std::string report;            ///< the report text as printed (in the recorder's style)
+};
+
+/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
+/// ValueError text, byte for byte); report() the whole text.
+class detection_error : public std::runtime_error {
+ public:
+  explicit detection_error(std::shared_ptr<const detection> d)
+      : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
+  detection_error(std::shared_ptr<const detection> d, const std::string& what)
+      : std::runtime_error(what), d_(std::move(d)) {}
+  const detection& info() const { return *d_; }
+  const std::string& report() const { return d_->report; }
+
+ private:
+  static std::string first_line(const std::string& s) {
+    std::size_t b = s.find_first_not_of('\n');
+    if (b == std::string::npos) return "nanscope: inf/nan detected";
+    std::size_t e = s.find('\n', b);
+    return s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  }
+  std::shared_ptr<const detection> d_;
+};
+
+/// Thrown when `abort_after_step` is reached (HuggingFace's abort_after_batch_num), under every policy but
+/// `abort`.
+class stop_requested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_FRAME_HPP
+// ---- end nanscope/frame.hpp ----
 // #include "health.hpp": inlined above
 // ---- begin nanscope/hf_style.hpp ----
 // nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (FORMATS.md §2),
@@ -8649,346 +9343,93 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_HF_STYLE_HPP
 // ---- end nanscope/hf_style.hpp ----
 // #include "histogram.hpp": inlined above
+// ---- begin nanscope/listener.hpp ----
+// nanscope — listener.hpp: the two kinds of objects a recorder calls: scope listeners (the layer tree, the early
+// warnings, the rank evidence) and the check gate (runtime control).
+#ifndef NANSCOPE_LISTENER_HPP
+#define NANSCOPE_LISTENER_HPP
+
+// #include "attachment.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "frame.hpp": inlined above
+// #include "health.hpp": inlined above
+
+#include <cstdint>
+#include <string_view>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+class recorder;
+struct early_warning;  // early_warning.hpp (raised by history.hpp, written by the layer tree)
+
+/// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
+/// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
+/// not throw. A recorder has any number of listeners, each attached (recorder::connect, add_listener) and
+/// detached on its own; a listener destroyed while attached detaches itself (attachable), and one whose recorder
+/// ends first is told (attachable::detached). attachment.hpp and docs/recorder.md describe the lifetimes.
+class scope_listener : public attachable {
+ public:
+  /// A scope opened; `outermost`: no enclosing scope of the same recorder on this thread.
+  virtual void scope_opened(const frame& f, bool outermost) noexcept = 0;
+  /// A tensor (or a non-tensor argument) was recorded into the open frame `f`; `rec.view` is valid during the
+  /// call. Checkpoints (DETECT_OVERFLOW) arrive with a frame whose `checkpoint` is true.
+  virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
+  /// The scope is closing (also during stack unwinding).
+  virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
+  /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
+  virtual bool wants_reference_stats() const noexcept { return false; }
+  /// A layer above the recorder (history.hpp) raised an early warning about a tensor recorded into the open
+  /// frame `f` (recorder::notify_warning). The layer-tree writer writes it into the tree; others ignore it.
+  virtual void warning_raised(const frame& f, const early_warning& w) noexcept {
+    (void)f;
+    (void)w;
+  }
+};
+
+/// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
+/// time each check took (control.hpp's controller is one). Calls come on the recording thread, outside the
+/// recorder's lock; they must not throw. A recorder has at most one gate (recorder::connect_gate, set_gate):
+/// attaching another ends the previous one's attachment, which is told (attachable::detached).
+class check_gate : public attachable {
+ public:
+  static constexpr std::uint32_t skip = 0xFFFFFFFFu;
+  /// A ticket for checked(), or `skip`: the tensor is neither checked nor recorded. May change `mode`.
+  virtual std::uint32_t admit(const frame& f, tensor_role role, std::string_view context, check_mode& mode) noexcept = 0;
+  /// The admitted check `ticket` read `bytes` bytes in `ns` nanoseconds (the same gate that admitted it: a gate
+  /// is not detached between its admit and its checked).
+  virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
+  /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
+  virtual void step_boundary(std::uint64_t next) noexcept = 0;
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_LISTENER_HPP
+// ---- end nanscope/listener.hpp ----
 // #include "margins.hpp": inlined above
 // #include "npy.hpp": inlined above
 // #include "rank.hpp": inlined above
-// #include "view.hpp": inlined above
-// #include "detail/atomic_file.hpp": inlined above
-// ---- begin nanscope/detail/listener_set.hpp ----
-// nanscope — detail/listener_set.hpp: a recorder's listeners: attach and detach from any thread, call them
-// outside any lock without allocating, and let a detach wait for the calls into that listener on other threads.
-#ifndef NANSCOPE_DETAIL_LISTENER_SET_HPP
-#define NANSCOPE_DETAIL_LISTENER_SET_HPP
+// ---- begin nanscope/recorder_options.hpp ----
+// nanscope — recorder_options.hpp: how a recorder behaves: its policy on a detection, its report style, per-site
+// rules and thresholds.
+#ifndef NANSCOPE_RECORDER_OPTIONS_HPP
+#define NANSCOPE_RECORDER_OPTIONS_HPP
 
-// #include "../config.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "frame.hpp": inlined above
+// #include "health.hpp": inlined above
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <memory>
-#include <mutex>
-#include <vector>
-
-NANSCOPE_NAMESPACE_BEGIN
-namespace detail {
-
-/// Marks a call into a listener in progress on this thread (remove() does not wait for the calls of its own
-/// thread: a listener may detach itself, or another one, from inside a callback).
-struct listener_call {
-  const void* entry;
-  listener_call* prev;
-  explicit listener_call(const void* e) : entry(e), prev(top()) { top() = this; }
-  ~listener_call() { top() = prev; }
-  listener_call(const listener_call&) = delete;
-  listener_call& operator=(const listener_call&) = delete;
-  static listener_call*& top() {
-    thread_local listener_call* t = nullptr;
-    return t;
-  }
-};
-
-/// The listeners of one recorder (L: scope_listener). The list is replaced, never changed in place, by add() and
-/// remove(): a call in progress keeps the list it started with, and its entries, alive. Each entry counts the
-/// calls into its listener in progress, so remove() can wait for them.
-template <class L>
-class listener_set {
- public:
-  /// Attaches `l` (nullptr and a listener attached already: no effect). `told_at_end`: remove_all hands it to
-  /// its function (a listener that asked, when attached, to hear of the end of what it listens to).
-  void add(L* l, bool told_at_end = false) {
-    if (l == nullptr) return;
-    std::lock_guard<std::mutex> lk(m_);
-    for (const auto& e : *list_)
-      if (e->l == l) return;
-    auto next = std::make_shared<list_type>(*list_);
-    next->push_back(std::make_shared<entry>(l, told_at_end));
-    publish(std::move(next));
-  }
-
-  /// Detaches every listener at once (waiting, as remove() does, for the calls into them on other threads), then
-  /// calls fn(listener) for those attached with told_at_end; others are not touched: they may be gone already.
-  /// Allocates nothing (a destructor calls it).
-  template <class F>
-  void remove_all(F&& fn) {
-    std::shared_ptr<const list_type> old;
-    {
-      std::unique_lock<std::mutex> lk(m_);
-      old = list_;
-      publish(empty_);
-      for (const auto& e : *old) e->removed = true;
-      cv_.wait(lk, [&] {
-        for (const auto& e : *old)
-          if (e->calling > own_calls(e.get())) return false;
-        return true;
-      });
-    }
-    for (const auto& e : *old)
-      if (e->told_at_end) fn(*e->l);
-  }
-
-  /// Detaches `l`; returns whether it was attached. Waits until every call into it on other threads has returned
-  /// (a call on this thread still running, `l` detaching itself from its own callback, is not waited for).
-  bool remove(L* l) {
-    std::unique_lock<std::mutex> lk(m_);
-    std::shared_ptr<entry> found;
-    for (const auto& e : *list_)
-      if (e->l == l) found = e;
-    if (!found) return false;
-    auto next = std::make_shared<list_type>();
-    next->reserve(list_->size() - 1);
-    for (const auto& e : *list_)
-      if (e != found) next->push_back(e);
-    publish(std::move(next));
-    found->removed = true;
-    const unsigned mine = own_calls(found.get());
-    cv_.wait(lk, [&] { return found->calling <= mine; });
-    return true;
-  }
-
-  /// The listeners attached now, oldest first.
-  std::vector<L*> snapshot() const {
-    std::vector<L*> out;
-    std::lock_guard<std::mutex> lk(m_);
-    out.reserve(list_->size());
-    for (const auto& e : *list_) out.push_back(e->l);
-    return out;
-  }
-
-  /// The most recently attached listener still attached (nullptr if none).
-  L* newest() const {
-    std::lock_guard<std::mutex> lk(m_);
-    return list_->empty() ? nullptr : list_->back()->l;
-  }
-
-  /// Whether pred(listener) holds for an attached listener (called under the set's lock: pred must be quick and
-  /// must not touch the set).
-  template <class P>
-  bool any_of(P&& pred) const {
-    if (size() == 0) return false;
-    std::lock_guard<std::mutex> lk(m_);
-    for (const auto& e : *list_)
-      if (!e->removed && pred(*e->l)) return true;
-    return false;
-  }
-
-  std::size_t size() const { return count_.load(std::memory_order_acquire); }
-
-  /// Calls fn(listener) for every attached listener, outside the lock, in attach order. A listener detached
-  /// meanwhile is skipped. Allocates nothing, so it cannot throw (~scope calls it); fn must not throw.
-  template <class F>
-  void for_each(F&& fn) const noexcept {
-    if (size() == 0) return;
-    std::shared_ptr<const list_type> list;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      list = list_;
-    }
-    for (const auto& held : *list) {
-      entry& e = *held;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        if (e.removed) continue;
-        ++e.calling;
-      }
-      {
-        listener_call mark(&e);
-        fn(*e.l);
-      }
-      std::lock_guard<std::mutex> lk(m_);
-      --e.calling;
-      // a detach waits for the other threads' calls only, not for 0: one of them ending may be what it waits for
-      if (e.removed) cv_.notify_all();
-    }
-  }
-
- private:
-  struct entry {
-    entry(L* p, bool tell) : l(p), told_at_end(tell) {}
-    L* l;
-    bool told_at_end;
-    unsigned calling = 0;  ///< calls into l in progress (under m_)
-    bool removed = false;  ///< (under m_)
-  };
-  using list_type = std::vector<std::shared_ptr<entry>>;
-
-  /// Calls into entry `e` in progress on this thread (a detach does not wait for them: they are its callers).
-  static unsigned own_calls(const entry* e) {
-    unsigned mine = 0;
-    for (const listener_call* c = listener_call::top(); c != nullptr; c = c->prev)
-      if (c->entry == e) ++mine;
-    return mine;
-  }
-
-  void publish(std::shared_ptr<const list_type> next) {  // under m_
-    list_ = std::move(next);
-    count_.store(list_->size(), std::memory_order_release);
-  }
-
-  mutable std::mutex m_;  // guards list_ (the pointer) and the entries' counters
-  mutable std::condition_variable cv_;
-  const std::shared_ptr<const list_type> empty_ = std::make_shared<const list_type>();  ///< for remove_all
-  std::shared_ptr<const list_type> list_ = empty_;
-  std::atomic<std::size_t> count_{0};
-};
-
-}  // namespace detail
-NANSCOPE_NAMESPACE_END
-
-#endif  // NANSCOPE_DETAIL_LISTENER_SET_HPP
-// ---- end nanscope/detail/listener_set.hpp ----
-
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <limits>
-#include <cstring>
-#include <exception>
 #include <functional>
-#include <memory>
-#include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <sys/stat.h>
-
 NANSCOPE_NAMESPACE_BEGIN
-
-/// Where a check was written (filled by the macros).
-struct source_location {
-  const char* file = "";
-  int line = 0;
-  const char* function = "";
-};
-
-/// What a recorded tensor is to its module.
-enum class tensor_role : std::uint8_t { parameter, input, output, checkpoint };
-
-/// Non-finite categories, for per-site rules (allow -inf in attention masks, say).
-enum class allow : std::uint8_t { none = 0, nan = 1, pos_inf = 2, neg_inf = 4, inf = 6, all = 7 };
-constexpr allow operator|(allow a, allow b) {
-  return static_cast<allow>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
-}
-constexpr bool allows(allow set, allow one) {
-  return (static_cast<std::uint8_t>(set) & static_cast<std::uint8_t>(one)) == static_cast<std::uint8_t>(one);
-}
-
-/// Low-precision targets whose headroom the recorder watches.
-enum class lp_format : std::uint8_t { f16, bf16, e4m3fn, e5m2 };
-inline constexpr int lp_format_count = 4;
-inline dtype lp_dtype(lp_format f) {
-  switch (f) {
-    case lp_format::f16: return dtype::f16;
-    case lp_format::bf16: return dtype::bf16;
-    case lp_format::e4m3fn: return dtype::f8_e4m3fn;
-    case lp_format::e5m2: return dtype::f8_e5m2;
-  }
-  return dtype::f16;
-}
-
-/// A tensor's mean and std as its framework computes them (LibTorch's own float32 reduction order), set by an
-/// adapter for the layer tree, which prints them instead of nanscope's (see docs/adapters.md).
-struct reference_stats {
-  bool known = false;
-  double mean = 0.0;
-  double std = 0.0;
-};
-
-/// One tensor inside a frame.
-struct tensor_record {
-  tensor_role role = tensor_role::output;
-  std::string context;  ///< "weight", "input[0]", "output", "output[1]", or a checkpoint's text
-  health_result health;
-  bool is_tensor = true;   ///< false: a non-tensor argument ("not a tensor" line)
-  bool is_none = false;    ///< an absent optional argument ("None" line)
-  std::string repr;        ///< a non-tensor argument's text (what Python's repr() would show); "None" for is_none
-  bool allowed = false;    ///< non-finite values here were allowed by a rule
-  unsigned warned = 0;     ///< bit i: crossed the warning threshold of lp_format i
-  bool has_margins = false;  ///< `margins` is filled (recorder_options::count_margins)
-  margins_result margins;    ///< would-overflow / subnormal / flush-to-zero counts per low-precision format
-  source_location where;
-  tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
-  reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
-};
-
-/// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
-struct frame {
-  std::uint64_t step = 0;
-  std::uint64_t sequence = 0;  ///< completion order across the recorder
-  std::string module_path;     ///< "encoder.block.2.layer.1.DenseReluDense.wo"; "" for the root module
-  std::string class_name;      ///< "Linear"; "" for a checkpoint outside any class
-  bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
-  bool complete = false;
-  source_location where;       ///< where the scope (or checkpoint) was opened
-  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
-  /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
-  std::string banner;
-  std::vector<tensor_record> tensors;
-
-  bool inputs_finite() const {
-    for (const auto& t : tensors)
-      if (t.role != tensor_role::output && t.role != tensor_role::checkpoint && t.is_tensor &&
-          t.health.has_nonfinite() && !t.allowed)
-        return false;
-    return true;
-  }
-  bool outputs_nonfinite() const {
-    for (const auto& t : tensors)
-      if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && t.is_tensor &&
-          t.health.has_nonfinite() && !t.allowed)
-        return true;
-    return false;
-  }
-  /// True when this frame made the first non-finite value: its inputs were finite, an output is not.
-  bool produced_nonfinite() const { return outputs_nonfinite() && inputs_finite(); }
-};
-
-/// What happened, handed to callbacks and carried by detection_error.
-struct detection {
-  std::uint64_t step = 0;
-  std::string module_path;
-  std::string class_name;
-  std::string context;           ///< the tensor that triggered: "output", "input[0]", a checkpoint text
-  tensor_role role = tensor_role::output;
-  health_result health;          ///< of that tensor
-  source_location where;
-  bool produced_here = false;    ///< the triggering frame's inputs were finite
-  std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
-  std::string report;            ///< the report text as printed (in the recorder's style)
-};
-
-/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
-/// ValueError text, byte for byte); report() the whole text.
-class detection_error : public std::runtime_error {
- public:
-  explicit detection_error(std::shared_ptr<const detection> d)
-      : std::runtime_error(first_line(d->report)), d_(std::move(d)) {}
-  detection_error(std::shared_ptr<const detection> d, const std::string& what)
-      : std::runtime_error(what), d_(std::move(d)) {}
-  const detection& info() const { return *d_; }
-  const std::string& report() const { return d_->report; }
-
- private:
-  static std::string first_line(const std::string& s) {
-    std::size_t b = s.find_first_not_of('\n');
-    if (b == std::string::npos) return "nanscope: inf/nan detected";
-    std::size_t e = s.find('\n', b);
-    return s.substr(b, e == std::string::npos ? std::string::npos : e - b);
-  }
-  std::shared_ptr<const detection> d_;
-};
-
-/// Thrown when `abort_after_step` is reached (HuggingFace's abort_after_batch_num), under every policy but
-/// `abort`.
-class stop_requested : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
 enum class report_style : std::uint8_t {
@@ -9048,61 +9489,194 @@ struct recorder_options {
   bool count_margins = false;
 };
 
-class recorder;
-class scope;
-struct early_warning;  // early_warning.hpp (raised by history.hpp, written by the layer tree)
+NANSCOPE_NAMESPACE_END
 
-/// Receives a recorder's scope events: the layer-tree writer (tree.hpp) is one. The calls come on the recording
-/// thread, outside the recorder's lock, in call order for that thread; a listener synchronises itself. They must
-/// not throw. A recorder has any number of listeners (recorder::add_listener / remove_listener), each attached
-/// and detached on its own: detaching waits until calls into that listener on other threads have returned, so a
-/// listener may be destroyed right after remove_listener returns, in any order relative to the others.
-class scope_listener {
+#endif  // NANSCOPE_RECORDER_OPTIONS_HPP
+// ---- end nanscope/recorder_options.hpp ----
+// #include "view.hpp": inlined above
+// #include "detail/atomic_file.hpp": inlined above
+// ---- begin nanscope/detail/pending_raise.hpp ----
+// nanscope — detail/pending_raise.hpp: what a recorder raises later than it learns it. A scope's destructor must
+// not throw, so the hf style's detection_error, the exception a detection callback threw there, and
+// abort_after_step's stop_requested wait here until the next scope opens, the next record, next_step() or
+// raise_pending().
+#ifndef NANSCOPE_DETAIL_PENDING_RAISE_HPP
+#define NANSCOPE_DETAIL_PENDING_RAISE_HPP
+
+// #include "../config.hpp": inlined above
+// #include "../frame.hpp": inlined above
+// #include "../hf_style.hpp": inlined above
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Thread-safe. The armed flags are read without the lock (one atomic load on the recording path).
+class pending_raise {
  public:
-  virtual ~scope_listener() = default;
-  /// A scope opened; `outermost`: no enclosing scope of the same recorder on this thread.
-  virtual void scope_opened(const frame& f, bool outermost) noexcept = 0;
-  /// A tensor (or a non-tensor argument) was recorded into the open frame `f`; `rec.view` is valid during the
-  /// call. Checkpoints (DETECT_OVERFLOW) arrive with a frame whose `checkpoint` is true.
-  virtual void tensor_recorded(const frame& f, const tensor_record& rec) noexcept = 0;
-  /// The scope is closing (also during stack unwinding).
-  virtual void scope_closed(const frame& f, bool outermost) noexcept = 0;
-  /// Whether tensor_record::reference is worth computing for this listener (adapters skip the cost otherwise).
-  virtual bool wants_reference_stats() const noexcept { return false; }
-  /// A layer above the recorder (history.hpp) raised an early warning about a tensor recorded into the open
-  /// frame `f` (recorder::notify_warning). The layer-tree writer writes it into the tree; others ignore it.
-  virtual void warning_raised(const frame& f, const early_warning& w) noexcept {
-    (void)f;
-    (void)w;
+  /// Whether anything waits to be raised.
+  bool any() const noexcept { return detection_armed() || stop_armed(); }
+  bool detection_armed() const noexcept { return detection_.load(std::memory_order_acquire); }
+  bool stop_armed() const noexcept { return stop_.load(std::memory_order_acquire); }
+
+  /// A detection_error for `d` is raised next (the hf style: HuggingFace raises in the hook of the call).
+  void arm_detection(std::shared_ptr<const detection> d) noexcept {
+    std::lock_guard<std::mutex> lk(m_);
+    detection_info_ = std::move(d);
+    detection_.store(true, std::memory_order_release);
   }
-  /// Whether recorder_destroyed is to be called (asked once, when the listener is attached). Only a listener
-  /// that answers true is touched by the recorder's destructor: one that does not may be gone by then.
-  virtual bool hears_recorder_destroyed() const noexcept { return false; }
-  /// The recorder `r` is being destroyed while this listener is still attached (a recorder that ends before
-  /// the objects attached to it): it has been detached already and must not touch `r` again.
-  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
+#if NANSCOPE_IMPL_EXCEPTIONS
+  /// What a detection callback threw inside a scope's destructor is raised next, in the detection's place.
+  void arm_callback_error(std::exception_ptr e) noexcept {
+    std::lock_guard<std::mutex> lk(m_);
+    callback_error_ = std::move(e);
+    detection_.store(true, std::memory_order_release);
+  }
+#endif
+  /// stop_requested(message) is raised next, unless a stop is armed already (then false: the first one stays).
+  bool arm_stop(std::string message) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (stop_.load(std::memory_order_relaxed)) return false;
+    stop_message_ = std::move(message);
+    stop_.store(true, std::memory_order_release);
+    return true;
+  }
+  /// Disarms the stop; returns whether one was armed, with its message in `message`.
+  bool take_stop(std::string& message) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!stop_.exchange(false, std::memory_order_relaxed)) return false;
+    message = std::move(stop_message_);
+    stop_message_.clear();
+    return true;
+  }
+
+  /// Throws the armed detection (the callback's own exception first), once; nothing when none is armed.
+  void raise_detection() {
+    if (!detection_armed()) return;
+    std::shared_ptr<const detection> d;
+#if NANSCOPE_IMPL_EXCEPTIONS
+    std::exception_ptr error;
+#endif
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!detection_.exchange(false, std::memory_order_relaxed)) return;
+      d = std::move(detection_info_);
+      detection_info_.reset();
+#if NANSCOPE_IMPL_EXCEPTIONS
+      error = std::move(callback_error_);
+      callback_error_ = nullptr;
+#endif
+    }
+#if NANSCOPE_IMPL_EXCEPTIONS
+    if (error) std::rethrow_exception(error);
+#endif
+    if (d) NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
+  }
+  /// Throws the armed stop, once.
+  void raise_stop() {
+    if (!stop_armed()) return;
+    std::string msg;
+    if (take_stop(msg)) NANSCOPE_IMPL_THROW(stop_requested(msg));
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::atomic<bool> detection_{false};
+  std::atomic<bool> stop_{false};
+  std::shared_ptr<const detection> detection_info_;
+  std::string stop_message_;
+#if NANSCOPE_IMPL_EXCEPTIONS
+  std::exception_ptr callback_error_;
+#endif
 };
 
-/// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
-/// time each check took (control.hpp's controller is one). Calls come on the recording thread, outside the
-/// recorder's lock; they must not throw. Attach with recorder::set_gate while no scope of the recorder is open.
-class check_gate {
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_PENDING_RAISE_HPP
+// ---- end nanscope/detail/pending_raise.hpp ----
+// ---- begin nanscope/detail/step_marks.hpp ----
+// nanscope — detail/step_marks.hpp: what a recorder has said already in the current step (the detection it
+// reported, the sites it warned about, the trace banner it printed), so that each is said once per step.
+#ifndef NANSCOPE_DETAIL_STEP_MARKS_HPP
+#define NANSCOPE_DETAIL_STEP_MARKS_HPP
+
+// #include "../config.hpp": inlined above
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// Not thread-safe: the recorder uses it under its lock.
+class step_marks {
  public:
-  static constexpr std::uint32_t skip = 0xFFFFFFFFu;
-  virtual ~check_gate() = default;
-  /// A ticket for checked(), or `skip`: the tensor is neither checked nor recorded. May change `mode`.
-  virtual std::uint32_t admit(const frame& f, tensor_role role, std::string_view context, check_mode& mode) noexcept = 0;
-  /// The admitted check `ticket` read `bytes` bytes in `ns` nanoseconds.
-  virtual void checked(std::uint32_t ticket, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
-  /// A step ended (outermost scope with auto_step, next_step(), set_step()); `next` is the step that starts.
-  virtual void step_boundary(std::uint64_t next) noexcept = 0;
-  /// Whether recorder_destroyed is to be called (asked once, by set_gate): a gate that answers false is not
-  /// touched by the recorder's destructor.
-  virtual bool hears_recorder_destroyed() const noexcept { return false; }
-  /// The recorder `r` is being destroyed with this gate installed: it has been removed and must not touch `r`.
-  virtual void recorder_destroyed(recorder& r) noexcept { (void)r; }
+  static constexpr std::uint64_t none = ~std::uint64_t{0};
+  /// A new step starts: nothing has been said in it. Allocates nothing.
+  void begin_step() noexcept {
+    reported_step_ = none;
+    banner_step_ = none;
+    warned_sites_.clear();
+  }
+  /// Whether a detection was reported in step `s`.
+  bool reported(std::uint64_t s) const noexcept { return reported_step_ == s; }
+  void mark_reported(std::uint64_t s) noexcept { reported_step_ = s; }
+  /// True the first time it is asked for step `s` (a trace prints its banner once per step).
+  bool first_banner(std::uint64_t s) noexcept {
+    const bool first = banner_step_ != s;
+    banner_step_ = s;
+    return first;
+  }
+  /// True the first time `site` is warned about in this step (may throw std::bad_alloc).
+  bool first_warning(std::string site) {
+    for (const auto& w : warned_sites_)
+      if (w == site) return false;
+    warned_sites_.push_back(std::move(site));
+    return true;
+  }
+
+ private:
+  std::uint64_t reported_step_ = none;
+  std::uint64_t banner_step_ = none;
+  std::vector<std::string> warned_sites_;
 };
 
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_STEP_MARKS_HPP
+// ---- end nanscope/detail/step_marks.hpp ----
+// ---- begin nanscope/detail/recorder_support.hpp ----
+// nanscope — detail/recorder_support.hpp: the recorder's small helpers: user text callbacks, glob rules, integer
+// ranges as torch computes them, serial numbers, the formatter hooks report.hpp fills, and JSON/file-name text.
+#ifndef NANSCOPE_DETAIL_RECORDER_SUPPORT_HPP
+#define NANSCOPE_DETAIL_RECORDER_SUPPORT_HPP
+
+// #include "../config.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+// #include "../frame.hpp": inlined above
+// #include "../recorder_options.hpp": inlined above
+// #include "../view.hpp": inlined above
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+
+NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 /// Hands `text` to a user's text callback (a recorder's sink, a tree writer's or controller's on_error). One that
 /// throws (a logger whose disk is full) must not lose the text nor end the process from a destructor (~scope
@@ -9211,15 +9785,13 @@ inline reference_stats take_reference_stats(const void* data) {
   return r;
 }
 
-/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one. A scope
-/// unlinks itself when it ends, also when it ends out of order (see ~scope).
-inline scope*& thread_top_scope() {
-  thread_local scope* top = nullptr;
-  return top;
-}
-
 /// A process-wide serial number for recorders (1, 2, ...).
 inline std::uint64_t next_recorder_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+/// A process-wide serial number for frames (frame::serial: 1, 2, ...).
+inline std::uint64_t next_frame_serial() {
   static std::atomic<std::uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
 }
@@ -9300,6 +9872,34 @@ inline const char* role_word(tensor_role r) {
   return "?";
 }
 }  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_RECORDER_SUPPORT_HPP
+// ---- end nanscope/detail/recorder_support.hpp ----
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+class scope;
+
 
 /// The recorder: options, the step counter, the ring of completed frames.
 class recorder {
@@ -9308,14 +9908,10 @@ class recorder {
   explicit recorder(recorder_options o) : opts_(std::move(o)) { ring_.resize(opts_.max_frames); }
   recorder(const recorder&) = delete;
   recorder& operator=(const recorder&) = delete;
-  /// Detaches the listeners and the gate still attached, and tells those that asked (hears_recorder_destroyed:
-  /// the tree writer, history, controller, rank_evidence) so that, destroyed later, they do not touch it.
-  /// Others are not called: a listener destroyed without detaching itself may be gone already.
-  ~recorder() {
-    listeners_.remove_all([this](scope_listener& l) { l.recorder_destroyed(*this); });
-    check_gate* g = gate_.exchange(nullptr, std::memory_order_acq_rel);
-    if (g != nullptr && gate_told_.load(std::memory_order_acquire)) g->recorder_destroyed(*this);
-  }
+  /// Ends every attachment (waiting for calls into the attached objects on other threads, and for
+  /// connection::with_recorder calls in progress) and tells each attached object (attachable::detached), which
+  /// then never reaches this recorder again. Allocates nothing.
+  ~recorder() { hub_->close(*this); }
 
   /// Replaces the options (clears the saved frames when max_frames changes).
   void set_options(recorder_options o) {
@@ -9338,49 +9934,65 @@ class recorder {
       std::lock_guard<std::mutex> lk(m_);
       begin_step_locked(s);
     }
-    if (check_gate* g = gate()) g->step_boundary(s);
+    tell_step_boundary(s);
   }
   /// Marks the current step complete and starts the next one (what auto_step does at the outermost scope).
   void next_step() { complete_step(); }
 
-  /// Attaches a listener of scope events (in addition to those attached already; attaching one twice has no
-  /// effect). Events of scopes opened before it attached are passed on from then on (a listener that needs whole
-  /// scopes ignores closes it never saw open, as the tree writer does).
-  void add_listener(scope_listener* l) {
-    if (l != nullptr) listeners_.add(l, l->hears_recorder_destroyed());
+  /// Attaches `l` as a listener of scope events (in addition to those attached already) and returns the handle of
+  /// that attachment: it ends when the handle is destroyed or disconnected, when `l` is destroyed, when
+  /// remove_listener(&l) is called, or when this recorder is destroyed, whichever comes first (l is told of the
+  /// last two through detached()). A listener attached already, or a recorder being destroyed: an empty
+  /// connection (connected() false), nothing attached. Events of scopes opened before it attached are passed on
+  /// from then on (a listener that needs whole scopes ignores closes it never saw open, as the tree writer does).
+  [[nodiscard]] connection connect(scope_listener& l) { return connection(hub_->attach(l, &l, false)); }
+  /// Makes `g` the check gate and returns the handle of that attachment (as connect). The gate it replaces is
+  /// detached and told (detached()).
+  [[nodiscard]] connection connect_gate(check_gate& g) { return connection(hub_->attach(g, &g, true)); }
+  /// Attaches `l` without a handle: it stays attached until remove_listener(l), set_listener, the end of `l` or
+  /// the end of this recorder. Returns false when it was attached already (nothing changes) or the recorder is
+  /// being destroyed. nullptr: no effect.
+  bool add_listener(scope_listener* l) {
+    if (l == nullptr) return false;
+    return hub_->attach(*l, l, false)->st.load(std::memory_order_acquire) == detail::attachment::state::attached;
   }
-  /// Detaches a listener; returns whether it was attached. Waits until every call into it on other threads has
-  /// returned (a call on this thread that is still running — a listener detaching itself from inside its own
-  /// callback — is not waited for). Afterwards the recorder never touches it again.
-  bool remove_listener(scope_listener* l) { return listeners_.remove(l); }
-  /// Replaces all listeners by `l` (nullptr: detaches all) and returns the most recently attached one before
-  /// (nullptr if none). Kept for compatibility: code that restores the returned pointer later must know that it
-  /// is still alive; add_listener / remove_listener need no such care.
+  /// Detaches `l` (however it was attached) and tells it (detached()); returns whether it was attached. Waits
+  /// until every call into it on other threads has returned (a call on this thread that is still running — a
+  /// listener detaching itself from inside its own callback — is not waited for). Afterwards the recorder never
+  /// touches it again.
+  bool remove_listener(scope_listener* l) { return l != nullptr && hub_->detach_listener(l); }
+  /// Replaces all listeners by `l` (nullptr: detaches all; each detached one is told) and returns the most
+  /// recently attached one before (nullptr if none). Kept for compatibility: code that restores the returned
+  /// pointer later must know that it is still alive; connect / add_listener / remove_listener need no such care.
   scope_listener* set_listener(scope_listener* l) {
-    const std::vector<scope_listener*> old = listeners_.snapshot();
-    for (scope_listener* o : old)
-      if (o != l) listeners_.remove(o);
+    const std::vector<void*> old = hub_->listeners();
+    for (void* o : old)
+      if (o != l) hub_->detach_listener(o);
     add_listener(l);
-    return old.empty() ? nullptr : old.back();
+    return old.empty() ? nullptr : static_cast<scope_listener*>(old.back());
   }
   /// The most recently attached listener still attached (nullptr if none).
-  scope_listener* listener() const { return listeners_.newest(); }
+  scope_listener* listener() const { return static_cast<scope_listener*>(hub_->newest_listener()); }
   /// Whether an attached listener asks for tensor_record::reference (adapters skip that cost otherwise).
   bool listeners_want_reference_stats() const {
-    return listeners_.any_of([](const scope_listener& l) { return l.wants_reference_stats(); });
+    return hub_->any_listener([](void* l) { return static_cast<scope_listener*>(l)->wants_reference_stats(); });
   }
   /// How many listeners are attached.
-  std::size_t listener_count() const { return listeners_.size(); }
+  std::size_t listener_count() const { return hub_->listener_count(); }
 
-  /// A number unique to this recorder within the process (snapshot file names carry it).
+  /// A number unique to this recorder within the process (snapshot file names and frame::recorder carry it).
   std::uint64_t id() const { return id_; }
 
-  /// Installs the check gate (control.hpp; nullptr removes it) and returns the previous one.
+  /// Makes `g` the check gate without a handle (nullptr: no gate) and returns the previous one, which is detached
+  /// and told (detached()). connect_gate gives a handle.
   check_gate* set_gate(check_gate* g) {
-    gate_told_.store(g != nullptr && g->hears_recorder_destroyed(), std::memory_order_release);
-    return gate_.exchange(g, std::memory_order_acq_rel);
+    if (g == nullptr) return static_cast<check_gate*>(hub_->detach_gate());
+    void* old = nullptr;
+    hub_->attach(*g, g, true, &old);
+    return static_cast<check_gate*>(old);
   }
-  check_gate* gate() const { return gate_.load(std::memory_order_acquire); }
+  /// The check gate attached now (nullptr if none).
+  check_gate* gate() const { return static_cast<check_gate*>(hub_->gate()); }
   /// Switches checking off and on at run time (change it between steps). Off: scopes opened while off do
   /// nothing but count steps, record() returns an empty result, no data is read.
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
@@ -9392,7 +10004,7 @@ class recorder {
   }
   /// Passes an early warning about a tensor recorded into the open frame `f` to every listener
   /// (scope_listener::warning_raised), on the calling thread: for layers above the recorder (history.hpp).
-  void notify_warning(const frame& f, const early_warning& w) {
+  void notify_warning(const frame& f, const early_warning& w) noexcept {
     notify([&](scope_listener& l) { l.warning_raised(f, w); });
   }
 
@@ -9423,43 +10035,13 @@ class recorder {
   /// the next scope opens, by recording (detection_error only) and by next_step(); call it after a forward pass
   /// to raise at once what HuggingFace raises in the root module's hook.
   void raise_pending() {
-    raise_pending_detection();
-    raise_pending_stop();
+    pending_.raise_detection();
+    pending_.raise_stop();
   }
   /// raise_pending() (the name scopes call when they open).
-  void raise_pending_stop() {
-    raise_pending_detection();
-    if (!stop_pending_.load(std::memory_order_acquire)) return;
-    std::string msg;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      if (!stop_pending_.exchange(false, std::memory_order_relaxed)) return;
-      msg = stop_message_;
-    }
-    NANSCOPE_IMPL_THROW(stop_requested(msg));
-  }
+  void raise_pending_stop() { raise_pending(); }
   /// Throws the hf style's pending detection_error, if any.
-  void raise_pending_detection() {
-    if (!detection_pending_.load(std::memory_order_acquire)) return;
-    std::shared_ptr<const detection> d;
-#if NANSCOPE_IMPL_EXCEPTIONS
-    std::exception_ptr error;
-#endif
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      if (!detection_pending_.exchange(false, std::memory_order_relaxed)) return;
-      d = std::move(pending_detection_);
-      pending_detection_.reset();
-#if NANSCOPE_IMPL_EXCEPTIONS
-      error = std::move(pending_callback_error_);
-      pending_callback_error_ = nullptr;
-#endif
-    }
-#if NANSCOPE_IMPL_EXCEPTIONS
-    if (error) std::rethrow_exception(error);  // the callback's own exception, deferred out of ~scope
-#endif
-    NANSCOPE_IMPL_THROW(detection_error(d, detail::hf_detected_text()));
-  }
+  void raise_pending_detection() { pending_.raise_detection(); }
 
   // --- used by scope ---
   void complete(frame&& f, bool outermost);
@@ -9487,11 +10069,14 @@ class recorder {
       if (t == s) return true;
     return false;
   }
-  void begin_step_locked(std::uint64_t s) {
+  void begin_step_locked(std::uint64_t s) noexcept {
     step_.store(s, std::memory_order_relaxed);
-    reported_step_ = ~std::uint64_t{0};
-    warned_sites_.clear();
-    banner_step_ = ~std::uint64_t{0};
+    marks_.begin_step();
+  }
+  /// Tells the gate (if any) that step `next` starts.
+  void tell_step_boundary(std::uint64_t next) noexcept {
+    detail::attachment_hub::gate_hold hold(*hub_);
+    if (void* g = hold.get()) static_cast<check_gate*>(g)->step_boundary(next);
   }
   void emit(std::string_view text) const {
     if (text.empty()) return;
@@ -9540,24 +10125,16 @@ class recorder {
   std::size_t head_ = 0, count_ = 0;
   std::atomic<std::uint64_t> step_{0};
   std::uint64_t sequence_ = 0;
-  std::uint64_t reported_step_ = ~std::uint64_t{0};
-  std::uint64_t banner_step_ = ~std::uint64_t{0};
-  std::vector<std::string> warned_sites_;
-  std::atomic<bool> stop_pending_{false};
-  std::string stop_message_;
+  detail::step_marks marks_;  ///< what was said in this step (under m_)
   std::atomic<std::uint64_t> detections_{0};
   std::atomic<std::uint64_t> warnings_{0};
   detail::hf_machine<frame> hf_;  ///< report_style::hf: HuggingFace's hook state (hf_style.hpp)
-  std::atomic<bool> detection_pending_{false};
-  std::shared_ptr<const detection> pending_detection_;
-#if NANSCOPE_IMPL_EXCEPTIONS
-  std::exception_ptr pending_callback_error_;  ///< hf style: what the callback threw, raised like a detection
-#endif
+  detail::pending_raise pending_;  ///< what a scope's end could not throw
   /// Calls fn(listener) for every attached listener, outside the recorder's locks; allocates nothing, so it
   /// cannot throw: ~scope calls it.
   template <class F>
-  void notify(F&& fn) noexcept {
-    listeners_.for_each(fn);
+  void notify(F&& fn) const noexcept {
+    hub_->for_each_listener([&](void* l) { fn(*static_cast<scope_listener*>(l)); });
   }
   /// A misuse of lifetimes (scopes ended out of order): printed to the sink.
   void report_misuse(const std::string& text) {
@@ -9565,11 +10142,10 @@ class recorder {
     emit(text);
   }
 
-  detail::listener_set<scope_listener> listeners_;
   const std::uint64_t id_ = detail::next_recorder_id();
-  std::atomic<check_gate*> gate_{nullptr};
-  std::atomic<bool> gate_told_{false};  ///< the gate asked for recorder_destroyed
   std::atomic<bool> enabled_{true};
+  /// The attached listeners and gate; shared with the attachments, which may outlive the recorder.
+  const std::shared_ptr<detail::attachment_hub> hub_ = std::make_shared<detail::attachment_hub>(*this);
 };
 
 /// The process-wide default recorder used by the macros.
@@ -9578,6 +10154,470 @@ inline recorder& default_recorder() {
   static recorder* const r = new recorder();
   return *r;
 }
+
+// ------------------------------------------------------------------------------------------------------
+// recorder implementation
+// ------------------------------------------------------------------------------------------------------
+
+inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
+                                         std::string repr) {
+  if (!enabled()) return;
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.is_tensor = false;
+  rec.is_none = is_none;
+  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
+  f.tensors.push_back(std::move(rec));
+  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
+}
+
+inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                                      source_location where, allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
+  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
+  if (pending_.any()) {
+    bool hf;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hf = opts_.style == report_style::hf;
+    }
+    if (hf) raise_pending();
+  }
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.where = where;
+  rec.view = v;
+  rec.reference = detail::take_reference_stats(v.data);
+  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
+  bool skip = false;
+  check_mode mode;
+  unsigned threads;
+  bool skip_int;
+  bool want_margins;
+  bool hf;
+  bool warn;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    allowed = allowed | rule_allow(f.module_path, skip);
+    hf = opts_.style == report_style::hf;
+    warn = !hf || opts_.warn_in_hf_style;
+    mode = opts_.mode;
+    threads = opts_.check_threads;
+    skip_int = opts_.skip_integer_tensors;
+    want_margins = opts_.count_margins;
+  }
+  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
+  // attached until this check has been told to it.
+  const detail::attachment_hub::gate_hold hold(*hub_);
+  check_gate* const g = static_cast<check_gate*>(hold.get());
+  std::uint32_t ticket = check_gate::skip;
+  if (g != nullptr) {
+    ticket = g->admit(f, role, rec.context, mode);
+    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
+      if (known != nullptr) return *known;
+      return (check)(v, check_options{}.with_mode(check_mode::shape));
+    }
+  }
+  struct gate_timer {
+    check_gate* g;
+    std::uint32_t ticket;
+    std::uint64_t bytes;
+    std::chrono::steady_clock::time_point t0;
+    ~gate_timer() {
+      if (g == nullptr) return;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
+          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
+  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
+  auto known_as = [&](check_mode m) {
+    health_result h = *known;
+    if (m == check_mode::shape || m == check_mode::no_tensor) {
+      health_result s;
+      s.type = h.type;
+      s.mode = m;
+      s.rank = h.rank;
+      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
+      s.count = h.count;
+      return s;
+    }
+    return h;
+  };
+  if (!is_float(v.type)) {
+    if (known != nullptr) {
+      rec.health = known_as(check_mode::shape);
+      if (skip_int) return rec.health;
+      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
+        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    } else {
+      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    }
+    f.tensors.push_back(std::move(rec));
+    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
+    return f.tensors.back().health;
+  }
+  if (known != nullptr) {
+    rec.health = known_as(skip ? check_mode::shape : known->mode);
+  } else if (skip) {
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+  } else {
+    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
+      auto hm = check_margins(v, copt);
+      rec.health = hm.first;
+      rec.margins = hm.second;
+      rec.has_margins = true;
+    } else {
+      rec.health = (check)(v, copt);
+      if (want_margins) {
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
+    }
+  }
+  const health_result& h = rec.health;
+  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
+                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
+                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
+  rec.allowed = h.has_nonfinite() && !bad;
+  f.tensors.push_back(std::move(rec));
+  tensor_record& stored = f.tensors.back();
+  if (warn) maybe_warn(f, stored);
+  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
+  const health_result result = stored.health;
+  if (bad && !hf) detect(f, stored);
+  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
+  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
+  if (bad && hf && role == tensor_role::checkpoint) {
+    std::string lines;
+    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
+    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
+    std::lock_guard<std::mutex> lk(m_);
+    if (opts_.policy != on_detect::callback) emit(lines);
+  }
+  return result;
+}
+
+inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
+  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
+  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (rec.health.has_nonfinite() && !rec.allowed) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const dtype target = cast_target_locked(f.module_path, rec.health.type);
+    for (int i = 0; i < lp_format_count; ++i) {
+      const double thr = opts_.warn_abs_max[i];
+      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
+      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
+      rec.warned |= 1u << i;
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += '#';
+      site += static_cast<char>('0' + i);
+      if (!marks_.first_warning(std::move(site))) continue;
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    if (!text.empty()) emit(text);
+  }
+}
+
+inline void recorder::detect(frame& current, const tensor_record& rec) {
+  auto d = std::make_shared<detection>();
+  on_detect policy;
+  std::function<void(const detection&)> cb;
+  std::string snapshot_dir;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t s = step_.load(std::memory_order_relaxed);
+    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
+    if (opts_.report_once_per_step && marks_.reported(s)) return;
+    marks_.mark_reported(s);
+    detections_.fetch_add(1, std::memory_order_relaxed);
+    d->step = s;
+    d->module_path = current.module_path;
+    d->class_name = current.class_name;
+    d->context = rec.context;
+    d->role = rec.role;
+    d->health = rec.health;
+    d->where = rec.where;
+    d->produced_here = current.inputs_finite();
+    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
+    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
+    d->frames.push_back(current);
+    for (auto& f : d->frames)
+      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (auto fn = detail::report_formatter().load()) {
+      d->report = fn(opts_.style, *d);
+    } else {
+      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+    }
+    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
+    policy = opts_.policy;
+    cb = opts_.callback;
+    snapshot_dir = opts_.snapshot_dir;
+    if (policy != on_detect::callback) emit(d->report);
+  }
+  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
+  switch (policy) {
+    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
+    case on_detect::abort: std::abort();
+    case on_detect::print_and_continue: return;
+    case on_detect::callback:
+      if (cb) cb(*d);
+      return;
+  }
+}
+
+inline void recorder::complete(frame&& f, bool outermost) {
+  bool hf;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    hf = opts_.style == report_style::hf;
+  }
+  if (hf) {
+    const std::uint64_t before = step();
+    complete_hf(std::move(f), outermost);
+    const std::uint64_t after = step();
+    if (after != before) tell_step_boundary(after);
+    return;
+  }
+  std::string trace;
+  std::uint64_t boundary = 0;
+  bool advanced = false;
+  {
+    bool stop = false;
+    std::uint64_t finished_step = 0;
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    const std::uint64_t s = f.step;
+    if (tracing_locked(s)) {
+      if (auto fn = detail::trace_formatter().load()) {
+        trace = fn(f, marks_.first_banner(s));
+      }
+    }
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      frame& slot = ring_[head_];
+      slot = std::move(f);
+      for (auto& t : slot.tensors) t.view.data = nullptr;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
+    if (!trace.empty()) emit(trace);
+    if (outermost && opts_.auto_step) {
+      finished_step = step_.load(std::memory_order_relaxed);
+      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
+             !pending_.stop_armed();
+      begin_step_locked(finished_step + 1);
+      advanced = true;
+      boundary = finished_step + 1;
+      if (stop) {
+        std::string msg = stop_text(finished_step + 1);
+        emit(msg + "\n");
+        if (opts_.policy == on_detect::abort) std::abort();
+        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
+        pending_.arm_stop(std::move(msg));
+      }
+    }
+  }
+  if (advanced) tell_step_boundary(boundary);
+}
+
+inline void recorder::complete_inert() {
+  std::uint64_t next = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!opts_.auto_step) return;
+    next = step_.load(std::memory_order_relaxed) + 1;
+    begin_step_locked(next);
+  }
+  tell_step_boundary(next);
+}
+
+inline void recorder::complete_step() {
+  raise_pending_detection();
+  std::string msg;
+  std::uint64_t boundary = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const bool hf = opts_.style == report_style::hf;
+    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    std::uint64_t next = finished;
+    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
+    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
+    if (pending_.take_stop(msg)) {
+      // auto_step armed the stop already
+    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
+                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
+      msg = stop_text(finished + 1);
+      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
+      if (opts_.policy == on_detect::abort) std::abort();
+    }
+    begin_step_locked(finished + 1);
+    boundary = finished + 1;
+  }
+  tell_step_boundary(boundary);
+  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
+}
+
+/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
+/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
+/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
+inline void recorder::complete_hf(frame&& f, bool outermost) {
+  std::shared_ptr<detection> d;
+  on_detect policy = on_detect::throw_exception;
+  std::function<void(const detection&)> cb;
+  bool abort_now = false;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      ring_[head_] = f;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
+    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
+    const bool is_root = outermost && opts_.auto_step;
+    std::uint64_t batch = step_.load(std::memory_order_relaxed);
+    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
+    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
+    bool skip = pending_.any();
+#if NANSCOPE_IMPL_EXCEPTIONS
+    skip = skip || std::uncaught_exceptions() > 0;
+#endif
+    if (skip) {
+      if (is_root) {
+        hf_.end_batch(batch, -1);
+        begin_step_locked(batch);
+      }
+      return;
+    }
+    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
+    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
+    const std::uint64_t call_batch = batch;
+    const bool reported_before = marks_.reported(call_batch);
+    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
+                         [this](std::uint64_t b) { return tracing_locked(b); });
+    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
+    policy = opts_.policy;
+    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
+    if (o.trace && policy != on_detect::callback) {
+      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
+    }
+    bool raised = false;
+    if (o.report) {
+      hf_.clear_detected();
+      if (!(opts_.report_once_per_step && reported_before)) {
+        marks_.mark_reported(call_batch);
+        detections_.fetch_add(1, std::memory_order_relaxed);
+        d = std::make_shared<detection>();
+        const frame& ff = hf_.first_frame();
+        const tensor_record& t = ff.tensors[hf_.first_tensor()];
+        d->step = batch;
+        d->module_path = ff.module_path;
+        d->class_name = ff.class_name;
+        d->context = t.context;
+        d->role = t.role;
+        d->health = t.health;
+        d->where = t.where;
+        d->produced_here = ff.inputs_finite();
+        d->frames = hf_.frames();
+        if (auto fn = detail::report_formatter().load()) {
+          d->report = fn(report_style::hf, *d);
+        } else {
+          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+        }
+        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
+        // prints them
+        if (policy != on_detect::callback) text += d->report;
+        cb = opts_.callback;
+        if (policy == on_detect::throw_exception) {
+          raised = true;
+          pending_.arm_detection(d);
+        }
+        abort_now = policy == on_detect::abort;
+      }
+    }
+    if (o.stop && !raised && !pending_.stop_armed()) {
+      std::string msg = detail::hf_abort_text(batch, opts_.abort_after_step);
+      if (policy == on_detect::abort) {
+        text += msg + "\n";  // the process ends: the reason must show somewhere
+        abort_now = true;
+      } else {
+        pending_.arm_stop(std::move(msg));  // HF prints nothing: it raises
+      }
+    }
+    emit(text);
+  }
+  if (abort_now) std::abort();
+  if (d && policy == on_detect::callback && cb) {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
+    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
+    try {
+      cb(*d);
+    } catch (...) {
+      pending_.arm_callback_error(std::current_exception());
+    }
+#else
+    cb(*d);
+#endif
+  }
+}
+
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
+}
+
+inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
+                                                 std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(v, context, where, allowed, &h);
+}
+
+
+NANSCOPE_NAMESPACE_END
+
+// class scope, and recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope)
+// ---- begin nanscope/scope.hpp ----
+// nanscope — scope.hpp: module scopes: a scope names one module call on its thread, nests into the enclosing
+// scope's path, records the call's tensors into its frame and hands the frame to the recorder when it ends.
+#ifndef NANSCOPE_SCOPE_HPP
+#define NANSCOPE_SCOPE_HPP
+
+// #include "config.hpp": inlined above
+// #include "frame.hpp": inlined above
+// #include "recorder.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <utility>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+/// The innermost active scope of this thread (any recorder); scopes link to their enclosing one. A scope
+/// unlinks itself when it ends, also when it ends out of order (see ~scope).
+inline scope*& thread_top_scope() {
+  thread_local scope* top = nullptr;
+  return top;
+}
+}  // namespace detail
 
 /// RAII module scope: names a module (path components nest with '.'), collects its tensors, and hands the
 /// completed frame to the recorder when it ends. One scope per module call; not movable.
@@ -9606,6 +10646,8 @@ class scope {
     frame_.where = where;
     frame_.class_name.assign(class_name.data(), class_name.size());
     frame_.step = r.step();
+    frame_.serial = detail::next_frame_serial();
+    frame_.recorder = r.id();
     detail::thread_top_scope() = this;
     r.notify([&](scope_listener& l) { l.scope_opened(frame_, same_parent_ == nullptr); });
   }
@@ -9734,448 +10776,6 @@ inline scope* current_scope(recorder& r) {
 }
 }  // namespace detail
 
-// ------------------------------------------------------------------------------------------------------
-// recorder implementation
-// ------------------------------------------------------------------------------------------------------
-
-inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
-                                         std::string repr) {
-  if (!enabled()) return;
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.is_tensor = false;
-  rec.is_none = is_none;
-  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
-  f.tensors.push_back(std::move(rec));
-  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-}
-
-inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed, const health_result* known) {
-  if (!enabled()) {
-    health_result off;
-    off.mode = check_mode::no_tensor;
-    return off;
-  }
-  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
-  if (detection_pending_.load(std::memory_order_acquire) || stop_pending_.load(std::memory_order_acquire)) {
-    bool hf;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      hf = opts_.style == report_style::hf;
-    }
-    if (hf) raise_pending_stop();
-  }
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.where = where;
-  rec.view = v;
-  rec.reference = detail::take_reference_stats(v.data);
-  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
-  bool skip = false;
-  check_mode mode;
-  unsigned threads;
-  bool skip_int;
-  bool want_margins;
-  bool hf;
-  bool warn;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    allowed = allowed | rule_allow(f.module_path, skip);
-    hf = opts_.style == report_style::hf;
-    warn = !hf || opts_.warn_in_hf_style;
-    mode = opts_.mode;
-    threads = opts_.check_threads;
-    skip_int = opts_.skip_integer_tensors;
-    want_margins = opts_.count_margins;
-  }
-  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost.
-  check_gate* const g = gate();
-  std::uint32_t ticket = check_gate::skip;
-  if (g != nullptr) {
-    ticket = g->admit(f, role, rec.context, mode);
-    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
-      if (known != nullptr) return *known;
-      return (check)(v, check_options{}.with_mode(check_mode::shape));
-    }
-  }
-  struct gate_timer {
-    check_gate* g;
-    std::uint32_t ticket;
-    std::uint64_t bytes;
-    std::chrono::steady_clock::time_point t0;
-    ~gate_timer() {
-      if (g == nullptr) return;
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
-    }
-  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
-          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
-  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
-  auto known_as = [&](check_mode m) {
-    health_result h = *known;
-    if (m == check_mode::shape || m == check_mode::no_tensor) {
-      health_result s;
-      s.type = h.type;
-      s.mode = m;
-      s.rank = h.rank;
-      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
-      s.count = h.count;
-      return s;
-    }
-    return h;
-  };
-  if (!is_float(v.type)) {
-    if (known != nullptr) {
-      rec.health = known_as(check_mode::shape);
-      if (skip_int) return rec.health;
-      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
-        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    } else {
-      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
-      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    }
-    f.tensors.push_back(std::move(rec));
-    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-    return f.tensors.back().health;
-  }
-  if (known != nullptr) {
-    rec.health = known_as(skip ? check_mode::shape : known->mode);
-  } else if (skip) {
-    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-  } else {
-    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
-    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
-      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
-      auto hm = check_margins(v, copt);
-      rec.health = hm.first;
-      rec.margins = hm.second;
-      rec.has_margins = true;
-    } else {
-      rec.health = (check)(v, copt);
-      if (want_margins) {
-        rec.margins = margins(v);
-        rec.has_margins = true;
-      }
-    }
-  }
-  const health_result& h = rec.health;
-  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
-                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
-                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
-  rec.allowed = h.has_nonfinite() && !bad;
-  f.tensors.push_back(std::move(rec));
-  tensor_record& stored = f.tensors.back();
-  if (warn) maybe_warn(f, stored);
-  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
-  const health_result result = stored.health;
-  if (bad && !hf) detect(f, stored);
-  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
-  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
-  if (bad && hf && role == tensor_role::checkpoint) {
-    std::string lines;
-    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
-    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
-    std::lock_guard<std::mutex> lk(m_);
-    if (opts_.policy != on_detect::callback) emit(lines);
-  }
-  return result;
-}
-
-inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
-  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
-  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
-  if (rec.health.has_nonfinite() && !rec.allowed) return;
-  std::string text;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const dtype target = cast_target_locked(f.module_path, rec.health.type);
-    for (int i = 0; i < lp_format_count; ++i) {
-      const double thr = opts_.warn_abs_max[i];
-      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
-      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
-      rec.warned |= 1u << i;
-      std::string site = f.module_path;
-      site += ':';
-      site += rec.context;
-      site += '#';
-      site += static_cast<char>('0' + i);
-      bool seen = false;
-      for (const auto& w : warned_sites_)
-        if (w == site) seen = true;
-      if (seen) continue;
-      warned_sites_.push_back(std::move(site));
-      warnings_.fetch_add(1, std::memory_order_relaxed);
-      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
-    }
-    if (!text.empty()) emit(text);
-  }
-}
-
-inline void recorder::detect(frame& current, const tensor_record& rec) {
-  auto d = std::make_shared<detection>();
-  on_detect policy;
-  std::function<void(const detection&)> cb;
-  std::string snapshot_dir;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const std::uint64_t s = step_.load(std::memory_order_relaxed);
-    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
-    if (opts_.report_once_per_step && reported_step_ == s) return;
-    reported_step_ = s;
-    detections_.fetch_add(1, std::memory_order_relaxed);
-    d->step = s;
-    d->module_path = current.module_path;
-    d->class_name = current.class_name;
-    d->context = rec.context;
-    d->role = rec.role;
-    d->health = rec.health;
-    d->where = rec.where;
-    d->produced_here = current.inputs_finite();
-    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
-    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
-    d->frames.push_back(current);
-    for (auto& f : d->frames)
-      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
-    if (auto fn = detail::report_formatter().load()) {
-      d->report = fn(opts_.style, *d);
-    } else {
-      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-    }
-    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
-    policy = opts_.policy;
-    cb = opts_.callback;
-    snapshot_dir = opts_.snapshot_dir;
-    if (policy != on_detect::callback) emit(d->report);
-  }
-  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
-  switch (policy) {
-    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
-    case on_detect::abort: std::abort();
-    case on_detect::print_and_continue: return;
-    case on_detect::callback:
-      if (cb) cb(*d);
-      return;
-  }
-}
-
-inline void recorder::complete(frame&& f, bool outermost) {
-  bool hf;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    hf = opts_.style == report_style::hf;
-  }
-  if (hf) {
-    const std::uint64_t before = step();
-    complete_hf(std::move(f), outermost);
-    const std::uint64_t after = step();
-    if (after != before)
-      if (check_gate* g = gate()) g->step_boundary(after);
-    return;
-  }
-  std::string trace;
-  std::uint64_t boundary = 0;
-  bool advanced = false;
-  {
-    bool stop = false;
-    std::uint64_t finished_step = 0;
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    const std::uint64_t s = f.step;
-    if (tracing_locked(s)) {
-      if (auto fn = detail::trace_formatter().load()) {
-        trace = fn(f, banner_step_ != s);
-        banner_step_ = s;
-      }
-    }
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      frame& slot = ring_[head_];
-      slot = std::move(f);
-      for (auto& t : slot.tensors) t.view.data = nullptr;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (!trace.empty()) emit(trace);
-    if (outermost && opts_.auto_step) {
-      finished_step = step_.load(std::memory_order_relaxed);
-      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
-             !stop_pending_.load(std::memory_order_relaxed);
-      begin_step_locked(finished_step + 1);
-      advanced = true;
-      boundary = finished_step + 1;
-      if (stop) {
-        stop_message_ = stop_text(finished_step + 1);
-        emit(stop_message_ + "\n");
-        if (opts_.policy == on_detect::abort) std::abort();
-        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
-        stop_pending_.store(true, std::memory_order_release);
-      }
-    }
-  }
-  if (advanced)
-    if (check_gate* g = gate()) g->step_boundary(boundary);
-}
-
-inline void recorder::complete_inert() {
-  std::uint64_t next = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    if (!opts_.auto_step) return;
-    next = step_.load(std::memory_order_relaxed) + 1;
-    begin_step_locked(next);
-  }
-  if (check_gate* g = gate()) g->step_boundary(next);
-}
-
-inline void recorder::complete_step() {
-  raise_pending_detection();
-  std::string msg;
-  std::uint64_t boundary = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const bool hf = opts_.style == report_style::hf;
-    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
-    std::uint64_t next = finished;
-    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
-    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
-    const bool already = stop_pending_.exchange(false, std::memory_order_relaxed);
-    if (already) {
-      msg = stop_message_;  // auto_step armed the stop already
-    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
-                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
-      msg = stop_text(finished + 1);
-      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
-      if (opts_.policy == on_detect::abort) std::abort();
-    }
-    begin_step_locked(finished + 1);
-    boundary = finished + 1;
-  }
-  if (check_gate* g = gate()) g->step_boundary(boundary);
-  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
-}
-
-/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
-/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
-/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
-inline void recorder::complete_hf(frame&& f, bool outermost) {
-  std::shared_ptr<detection> d;
-  on_detect policy = on_detect::throw_exception;
-  std::function<void(const detection&)> cb;
-  bool abort_now = false;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      ring_[head_] = f;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
-    const bool is_root = outermost && opts_.auto_step;
-    std::uint64_t batch = step_.load(std::memory_order_relaxed);
-    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
-    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
-    bool skip = detection_pending_.load(std::memory_order_relaxed) || stop_pending_.load(std::memory_order_relaxed);
-#if NANSCOPE_IMPL_EXCEPTIONS
-    skip = skip || std::uncaught_exceptions() > 0;
-#endif
-    if (skip) {
-      if (is_root) {
-        hf_.end_batch(batch, -1);
-        begin_step_locked(batch);
-      }
-      return;
-    }
-    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
-    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
-    const std::uint64_t call_batch = batch;
-    const bool reported_before = reported_step_ == call_batch;
-    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
-                         [this](std::uint64_t b) { return tracing_locked(b); });
-    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
-    policy = opts_.policy;
-    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
-    if (o.trace && policy != on_detect::callback) {
-      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
-    }
-    bool raised = false;
-    if (o.report) {
-      hf_.clear_detected();
-      if (!(opts_.report_once_per_step && reported_before)) {
-        reported_step_ = call_batch;
-        detections_.fetch_add(1, std::memory_order_relaxed);
-        d = std::make_shared<detection>();
-        const frame& ff = hf_.first_frame();
-        const tensor_record& t = ff.tensors[hf_.first_tensor()];
-        d->step = batch;
-        d->module_path = ff.module_path;
-        d->class_name = ff.class_name;
-        d->context = t.context;
-        d->role = t.role;
-        d->health = t.health;
-        d->where = t.where;
-        d->produced_here = ff.inputs_finite();
-        d->frames = hf_.frames();
-        if (auto fn = detail::report_formatter().load()) {
-          d->report = fn(report_style::hf, *d);
-        } else {
-          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-        }
-        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
-        // prints them
-        if (policy != on_detect::callback) text += d->report;
-        cb = opts_.callback;
-        if (policy == on_detect::throw_exception) {
-          raised = true;
-          pending_detection_ = d;
-          detection_pending_.store(true, std::memory_order_release);
-        }
-        abort_now = policy == on_detect::abort;
-      }
-    }
-    if (o.stop && !raised && !stop_pending_.load(std::memory_order_relaxed)) {
-      stop_message_ = detail::hf_abort_text(batch, opts_.abort_after_step);
-      if (policy == on_detect::abort) {
-        text += stop_message_ + "\n";  // the process ends: the reason must show somewhere
-        abort_now = true;
-      } else {
-        stop_pending_.store(true, std::memory_order_release);  // HF prints nothing: it raises
-      }
-    }
-    emit(text);
-  }
-  if (abort_now) std::abort();
-  if (d && policy == on_detect::callback && cb) {
-#if NANSCOPE_IMPL_EXCEPTIONS
-    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
-    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
-    try {
-      cb(*d);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(m_);
-      pending_callback_error_ = std::current_exception();
-      detection_pending_.store(true, std::memory_order_release);
-    }
-#else
-    cb(*d);
-#endif
-  }
-}
-
-template <class T>
-health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
-  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
-}
-
-inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
-                                                 std::string_view context, source_location where, allow allowed) {
-  return checkpoint_impl(v, context, where, allowed, &h);
-}
-
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
                                                allow allowed, const health_result* known) {
   if (!enabled()) {
@@ -10196,6 +10796,8 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
   p.f.checkpoint = true;
   p.f.step = step();
   p.f.where = where;
+  p.f.serial = detail::next_frame_serial();
+  p.f.recorder = id_;
   if (s != nullptr) {
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
@@ -10203,8 +10805,11 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
   return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
 }
 
+
 NANSCOPE_NAMESPACE_END
 
+#endif  // NANSCOPE_SCOPE_HPP
+// ---- end nanscope/scope.hpp ----
 // recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
 // ---- begin nanscope/snapshot.hpp ----
 // nanscope — snapshot.hpp: what a detection saves into recorder_options::snapshot_dir — the offending tensor
@@ -11039,6 +11644,33 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_TREE_JSON_HPP
 // ---- end nanscope/tree_json.hpp ----
+// ---- begin nanscope/tree_limits.hpp ----
+// nanscope — tree_limits.hpp: how deep a layer tree may nest (one limit, one message, for its writer and readers).
+#ifndef NANSCOPE_TREE_LIMITS_HPP
+#define NANSCOPE_TREE_LIMITS_HPP
+
+// #include "config.hpp": inlined above
+
+#include <cstddef>
+#include <string>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The most modules a layer tree nests: the modules on the path from the root to its deepest node, the root
+/// included (a root alone is 1 deep; 1000 scopes opened one inside the other are 1000 deep). What the tree
+/// writer writes up to this depth, nanscope-diff and nanscope report read; deeper trees are refused by all of
+/// them with tree_depth_error()'s text.
+inline constexpr std::size_t max_tree_depth = 1000;
+
+/// The text every refusal of a deeper tree uses: "the layer tree is nested more than 1000 modules deep".
+inline std::string tree_depth_error() {
+  return "the layer tree is nested more than " + std::to_string(max_tree_depth) + " modules deep";
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_TREE_LIMITS_HPP
+// ---- end nanscope/tree_limits.hpp ----
 // ---- begin nanscope/tree_warnings.hpp ----
 // nanscope — tree_warnings.hpp: an early warning (early_warning.hpp) as a layer-tree JSON entry, for the
 // "nanscope_warnings" key of a node and the "warnings" list of the root's "nanscope" object (docs/tree.md).
@@ -11755,11 +12387,12 @@ inline bool layer_number(const std::string& path, std::string& number) {
 }  // namespace detail
 
 /// Writes the layer tree of every outermost scope of a recorder (see the file comment). Attaches itself as one
-/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder and
-/// destroyed in any order.
+/// of the recorder's scope listeners for its lifetime; several writers may be attached to one recorder, and the
+/// writer and its recorder may end in any order (attachment.hpp). Events of other recorders (the writer attached
+/// to a second one with add_listener) are ignored; frames are matched by serial number, never by address.
 class tree_writer final : public scope_listener {
  public:
-  explicit tree_writer(recorder& r, tree_options o = {}) : rec_(&r), opts_(std::move(o)) {
+  explicit tree_writer(recorder& r, tree_options o = {}) : recorder_id_(r.id()), opts_(std::move(o)) {
     rank_ = opts_.rank >= 0 ? opts_.rank : detail::env_rank();
     if (rank_ < 0) rank_ = 0;
     active_ = opts_.ranks == tree_ranks::every_rank || rank_ == 0;
@@ -11769,15 +12402,13 @@ class tree_writer final : public scope_listener {
         detail::file_fail(opts_.directory, "tree_writer: not a directory and cannot be created");
     }
     run_id_ = detail::unique_run_id();
-    r.add_listener(this);
+    conn_ = r.connect(*this);
   }
   tree_writer(const tree_writer&) = delete;
   tree_writer& operator=(const tree_writer&) = delete;
   /// Detaches from the recorder (waiting for calls in progress on other threads). A pass still open is
   /// abandoned: its temporary files are removed and the previous files stay.
-  ~tree_writer() override {
-    if (recorder* r = rec_.exchange(nullptr, std::memory_order_acq_rel)) r->remove_listener(this);
-  }
+  ~tree_writer() override { end_attachments(); }
 
   /// Whether this process writes trees (rank selection).
   bool active() const { return active_; }
@@ -11814,12 +12445,12 @@ class tree_writer final : public scope_listener {
 
   void scope_opened(const frame& f, bool outermost) noexcept override {
     hook([&] {
-      if (!active_) return;
+      if (!active_ || f.recorder != recorder_id_) return;
       if (outermost) {
         if (in_pass_ && std::this_thread::get_id() == thread_) {
-          // the pass's own thread opens an outermost scope: the pass's root closed unheard (the writer was
-          // detached meanwhile, e.g. set_listener(nullptr) and back); that pass can never complete
-          abandon("the outermost scope of the pass closed while the writer was detached");
+          // the pass's own thread opens an outermost scope: the pass's root closed unheard; that pass can never
+          // complete (a detach abandons the pass when it happens: this is a safety net)
+          abandon("the outermost scope of the pass closed unheard");
         }
         if (in_pass_) return;  // another thread's outermost scope while a pass runs
         begin_pass(f);
@@ -11832,33 +12463,39 @@ class tree_writer final : public scope_listener {
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     hook([&] {
-      if (!in_pass_ || f.checkpoint || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (!in_pass_ || f.checkpoint || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ ||
+          nodes_.empty())
+        return;
       node& n = nodes_.back();
-      if (n.fp != &f) return;
+      if (n.serial != f.serial) return;
       add_record(n, rec);
     });
   }
 
   bool wants_reference_stats() const noexcept override { return active_; }
-  bool hears_recorder_destroyed() const noexcept override { return true; }
-  /// The recorder ended first: nothing to detach from any more (a pass still open is never completed).
-  void recorder_destroyed(recorder& r) noexcept override {
-    recorder* expected = &r;
-    rec_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+  /// The recorder ended, or detached this writer (remove_listener, set_listener): a pass still open can never
+  /// complete, and is abandoned (its temporary files removed, the previous files kept, the error reported).
+  void detached(recorder& r) noexcept override {
+    (void)r;
+    hook([&] {
+      if (in_pass_) abandon("the writer was detached from its recorder while a pass was open");
+    });
   }
+  /// Whether the writer is attached to its recorder (false once either has ended the attachment).
+  bool attached() const noexcept { return conn_.connected(); }
 
   /// An early warning (history.hpp, attached to the same recorder) about a tensor of frame `f`: written, with
   /// extras, as "nanscope_warnings" on f's node and into the root's "nanscope" object (docs/tree.md).
   void warning_raised(const frame& f, const early_warning& w) noexcept override {
     hook([&] {
-      if (!in_pass_ || !opts_.extras || std::this_thread::get_id() != thread_) return;
+      if (!in_pass_ || !opts_.extras || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_) return;
       // the node of f; for a checkpoint, the node of the scope it was taken in (the innermost open one)
       node* at = nullptr;
       if (f.checkpoint) {
         if (!nodes_.empty() && nodes_.back().module_path == f.module_path) at = &nodes_.back();
       } else {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
-          if (it->fp == &f) at = &*it;
+          if (it->serial == f.serial) at = &*it;
       }
       if (at != nullptr) at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
       pass_warnings_.push_back(detail::tree_warning_json(w, at != nullptr ? at->path : hf_path(f.module_path)));
@@ -11868,13 +12505,13 @@ class tree_writer final : public scope_listener {
   void scope_closed(const frame& f, bool outermost) noexcept override {
     (void)outermost;
     hook([&] {
-      if (!in_pass_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
       bool open = false;
-      for (const node& n : nodes_) open = open || n.fp == &f;
+      for (const node& n : nodes_) open = open || n.serial == f.serial;
       if (!open) return;
       // A scope that ends before the scopes opened inside it (a heap scope deleted out of order, which the
       // recorder reports) closes them too: the tree stays well formed.
-      while (nodes_.back().fp != &f) close_node();
+      while (nodes_.back().serial != f.serial) close_node();
       close_node();
       if (nodes_.empty()) end_pass();
     });
@@ -11894,7 +12531,7 @@ class tree_writer final : public scope_listener {
     bool layer;
   };
   struct node {
-    const frame* fp = nullptr;  ///< compared, never read through (the frame may be gone after a detach)
+    std::uint64_t serial = 0;   ///< the frame's (frame::serial)
     std::string module_path;    ///< the frame's
     std::string path;
     int depth = 0;
@@ -12012,7 +12649,7 @@ class tree_writer final : public scope_listener {
     root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
-    r.fp = &f;
+    r.serial = f.serial;
     r.module_path = f.module_path;
     r.path = class_name_;
     r.depth = 0;
@@ -12044,6 +12681,11 @@ class tree_writer final : public scope_listener {
   }
 
   void open_node(const frame& f) {
+    if (nodes_.size() >= max_tree_depth) {
+      // what nanscope-diff and nanscope report would refuse is not written either (tree_limits.hpp)
+      abandon((tree_depth_error() + " (at '" + f.module_path + "')").c_str());
+      return;
+    }
     const int parent_idx = static_cast<int>(nodes_.size()) - 1;
     node& parent = nodes_.back();
     write_header(parent_idx);
@@ -12055,7 +12697,7 @@ class tree_writer final : public scope_listener {
       w.add("\"children\": [");
     }
     node c;
-    c.fp = &f;
+    c.serial = f.serial;
     c.module_path = f.module_path;
     c.path = hf_path(f.module_path);
     c.depth = parent.depth + 1;
@@ -12474,7 +13116,7 @@ class tree_writer final : public scope_listener {
     return r.run(0, 0);
   }
 
-  std::atomic<recorder*> rec_;  ///< nullptr once the recorder is destroyed
+  const std::uint64_t recorder_id_;  ///< the recorder whose scopes this writer follows
   tree_options opts_;
   std::string run_id_;
   std::uint64_t pass_ = 0;
@@ -12498,6 +13140,7 @@ class tree_writer final : public scope_listener {
   std::uint64_t written_ = 0;
   std::string last_error_;
   std::string pending_errors_;  ///< error lines for on_error, handed over after the lock is released
+  connection conn_;  ///< the attachment made by the constructor (last: ended before the members above go)
 };
 
 NANSCOPE_NAMESPACE_END

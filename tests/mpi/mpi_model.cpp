@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
 
   std::string out, mode = "tp";
   int steps = 8, kill_rank = -1, kill_step = -1;
-  bool all_stop_on = false, write_at_exit = false;
+  bool all_stop_on = false, write_at_exit = false, continue_after_stop = false, manual_steps = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
       g_faults.push_back(f);
     } else if (a == "--all-stop") {
       all_stop_on = true;
+    } else if (a == "--continue-after-stop") {
+      continue_after_stop = true;
+    } else if (a == "--manual-steps") {
+      manual_steps = true;
     } else if (a == "--write-at-exit") {
       write_at_exit = true;
     } else if (a == "--kill") {
@@ -132,12 +136,13 @@ int main(int argc, char** argv) {
   ro.policy = nanscope::on_detect::print_and_continue;
   ro.sink = [](std::string_view) {};  // the reports are not what these tests look at
   ro.warn_abs_max[0] = 0.0;
+  ro.auto_step = !manual_steps;  // --manual-steps: the engine sets each step (set_step) itself
   nanscope::recorder rec(ro);
 
   nanscope::rank_evidence_options eo;
   eo.dir = out;
   eo.write_at_exit = write_at_exit;
-  int completed = 0;
+  int completed = 0, stops = 0;
   std::uint64_t stop_collectives = 0;
   {
     nanscope::rank_evidence ev(rec, eo);
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
     const mat w0 = weights(0, rank), w1 = weights(1, rank), ws = weights(2, rank);
     for (int step = 0; step < steps; ++step) {
       if (kill_rank == rank && kill_step == step) std::raise(SIGKILL);
+      if (manual_steps) rec.set_step(static_cast<std::uint64_t>(step));
       if (mode == "tp") {
         nanscope::scope model(rec, "model", "TPModel");
         vec x = data(step, rank);
@@ -224,12 +230,15 @@ int main(int argc, char** argv) {
       }
       completed = step + 1;
       if (kill_rank >= 0) MPI_Barrier(MPI_COMM_WORLD);  // every rank has written what this step showed it
-      if (stop.step_boundary()) break;
+      if (stop.step_boundary()) {
+        ++stops;
+        if (!continue_after_stop) break;
+      }
     }
     stop_collectives = stop.collectives_issued();
   }
-  std::printf("rank %d: completed %d steps, all-stop collectives %llu\n", rank, completed,
-              static_cast<unsigned long long>(stop_collectives));
+  std::printf("rank %d: completed %d steps, all-stop collectives %llu stops %d\n", rank, completed,
+              static_cast<unsigned long long>(stop_collectives), stops);
   std::fflush(stdout);
   MPI_Finalize();
   return 0;

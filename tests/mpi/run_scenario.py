@@ -60,6 +60,17 @@ SCENARIOS = {
         args=["--fault", "2:5:probe0:nan", "--all-stop", "--steps", "10"], rc=1,
         origins=[(2, 5, "model.probe0", "output", "produced")], receivers=[], chain=[], later=[],
         completed=6, stop_step=5, stop_collectives=6),
+    # All-stop on, and the ranks go on after it (a print-and-continue engine): they stop once, at step 5, not at
+    # every later step.
+    "allstop_continue": dict(
+        args=["--fault", "2:5:probe0:nan", "--all-stop", "--continue-after-stop", "--steps", "10"], rc=1,
+        origins=[(2, 5, "model.probe0", "output", "produced")], receivers=[], chain=[], later=[],
+        completed=10, stop_step=5, stop_collectives=10, stops=1),
+    # All-stop with the engine setting each step itself (auto_step off): the stop is at the NaN's step.
+    "allstop_manual": dict(
+        args=["--fault", "2:5:probe0:nan", "--all-stop", "--manual-steps", "--steps", "10"], rc=1,
+        origins=[(2, 5, "model.probe0", "output", "produced")], receivers=[], chain=[], later=[],
+        completed=6, stop_step=5, stop_collectives=6, stops=1),
     # All-stop off: the same fault; the others run to the end and (not asked to write at exit) leave no file.
     "allstop_off": dict(
         args=["--fault", "2:5:probe0:nan", "--steps", "10"], rc=3, missing=[0, 1, 3],
@@ -147,16 +158,18 @@ def main():
     completed = {}
     for line in run_out.splitlines():
         parts = line.split()
-        if len(parts) >= 8 and parts[0] == "rank" and parts[2] == "completed":
-            completed[int(parts[1].rstrip(":"))] = (int(parts[3]), int(parts[7]))
+        if len(parts) >= 10 and parts[0] == "rank" and parts[2] == "completed":
+            completed[int(parts[1].rstrip(":"))] = (int(parts[3]), int(parts[7]), int(parts[9]))
     if "completed" in sc:
         if sorted(completed) != [0, 1, 2, 3]:
             fail("not every rank finished: %s" % completed)
-        for r, (n, coll) in completed.items():
+        for r, (n, coll, stops) in completed.items():
             if n != sc["completed"]:
                 fail("rank %d completed %d steps, expected %d" % (r, n, sc["completed"]))
             if "stop_collectives" in sc and coll != sc["stop_collectives"]:
                 fail("rank %d issued %d all-stop collectives, expected %d" % (r, coll, sc["stop_collectives"]))
+            if "stops" in sc and stops != sc["stops"]:
+                fail("rank %d's all-stop said stop %d times, expected %d" % (r, stops, sc["stops"]))
     if "killed" in sc and sc["killed"] in completed:
         fail("rank %d was to be killed but finished" % sc["killed"])
 

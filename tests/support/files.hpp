@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -57,6 +58,18 @@ inline std::vector<std::string> list_dir(const std::string& dir) {
     ::closedir(d);
   }
   return out;
+}
+
+/// Removes a directory and everything under it (symbolic links are removed, not followed); quiet on failure.
+inline void remove_tree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    for (const std::string& name : list_dir(path)) remove_tree(path + "/" + name);
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
 }
 
 }  // namespace nstest

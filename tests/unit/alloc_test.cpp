@@ -3,6 +3,7 @@
 // strided views, and the multi-threaded path. The same operator new can fail the n-th allocation of a thread
 // (alloc_fail_after): a scope's life survives an allocation failure at any point.
 #include <doctest/doctest.h>
+#include <nanscope/control.hpp>
 #include <nanscope/history.hpp>
 #include <nanscope/nanscope.hpp>
 
@@ -230,6 +231,101 @@ TEST_CASE("a user's text callback that throws while memory is short: its text st
   ::close(saved);
   ::close(null_fd);
   CHECK(left == 1);  // nothing was allocated after the callback threw
+}
+TEST_CASE("a config file read while memory runs out: bad_alloc or a result, never terminate") {
+  // toml++'s own noexcept functions allocate (std::terminate on bad_alloc); nanscope's reader does not.
+  const std::string text =
+      "every = 4\nbudget = \"2%\"\n[[site]]\nglob = 'a_glob_longer_than_the_small_string_buffer.*'\n";
+  int failures = 0;
+  for (long k = 1; k < 10000; ++k) {
+    nanscope::control_config c;
+    std::string e;
+    bool threw = false, ok = false;
+    alloc_fail_after = k;
+    try {
+      ok = nanscope::parse_control_toml(text, "x.toml", c, e);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool reached = alloc_fail_after == 0;
+    alloc_fail_after = 0;
+    if (!threw && !reached) {
+      CHECK(ok);
+      CHECK(c.every == 4);
+      break;
+    }
+    ++failures;
+  }
+  CHECK(failures > 5);
+}
+
+TEST_CASE("a controller's checks and step boundaries while memory runs out end no process (issue 29 item 6)") {
+  // controller::step_boundary and admit are noexcept and allocated (pending_errors_ += ..., new sites, the
+  // re-read config): bad_alloc there was std::terminate. Every allocation of a step fails in turn, with the
+  // config file changed before each step so that the boundary re-reads it.
+  char tmpl[] = "/tmp/nanscope_alloc_ctl_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/control.toml";
+  nanscope::recorder_options ro;
+  ro.policy = nanscope::on_detect::print_and_continue;
+  ro.sink = [](std::string_view) {};
+  nanscope::recorder r(ro);
+  nanscope::controller_options co;
+  co.config_path = path;
+  co.read_environment = false;
+  co.on_error = [](std::string_view) {};
+  nanscope::controller c(co);
+  c.attach(r);
+  std::vector<float> x(16, 1.0f);
+  std::fflush(stderr);
+  const int saved = ::dup(2);  // the controller says "out of memory" on stderr each time
+  REQUIRE(saved >= 0);
+  const int null_fd = ::open("/dev/null", O_WRONLY);
+  REQUIRE(null_fd >= 0);
+  ::dup2(null_fd, 2);
+  int failures = 0;
+  long k = 1;
+  for (; k < 4000; ++k) {
+    {
+      const std::string text = "every = 1\n# version " + std::to_string(k) +
+                               "\n[[site]]\nglob = 'a_site_pattern_longer_than_the_small_string_buffer_" +
+                               std::to_string(k) + "*'\n";
+      std::FILE* f = std::fopen(path.c_str(), "w");
+      REQUIRE(f != nullptr);
+      std::fputs(text.c_str(), f);
+      std::fclose(f);
+    }
+    bool threw = false;
+    alloc_fail_after = k;
+    try {
+      nanscope::scope root(r, "", "Model");
+      nanscope::scope l(r, "layer_with_a_name_longer_than_the_buffer_" + std::to_string(k % 7), "Linear");
+      l.output(x);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool reached = alloc_fail_after == 0;
+    alloc_fail_after = 0;
+    if (!threw && !reached) break;
+    ++failures;
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(null_fd);
+  CHECK(failures > 10);
+  CHECK(k < 4000);  // the sequence of allocations of one step ended
+  CHECK(c.report().errors > 0);  // failures inside the noexcept hooks were counted, not fatal
+  {  // the controller still works
+    nanscope::scope root(r, "", "Model");
+    nanscope::scope l(r, "again", "Linear");
+    l.output(x);
+  }
+  CHECK(c.report().checks > 0);
+  c.detach();
+  const int rc = std::system(("rm -rf '" + dir + "'").c_str());
+  (void)rc;
 }
 #else
 TEST_CASE("check: no heap allocation per check (skipped under sanitizers, which own operator new)") {

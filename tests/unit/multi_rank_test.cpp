@@ -269,7 +269,7 @@ TEST_CASE("rank_evidence: writes from several threads leave the newest text on d
   CHECK(stale == 0);
 }
 
-TEST_CASE("rank_evidence: forwards scope events to the listener it replaced, and restores it") {
+TEST_CASE("rank_evidence: listens next to the other listeners and leaves them when it ends") {
   struct counting : nanscope::scope_listener {
     int opened = 0, tensors = 0, closed = 0;
     void scope_opened(const nanscope::frame&, bool) noexcept override { ++opened; }
@@ -277,18 +277,21 @@ TEST_CASE("rank_evidence: forwards scope events to the listener it replaced, and
     void scope_closed(const nanscope::frame&, bool) noexcept override { ++closed; }
   } inner;
   nanscope::recorder rec(silent_options());
-  rec.set_listener(&inner);
+  rec.add_listener(&inner);
   {
     nanscope::rank_evidence_options eo;
     eo.dir = temp_dir("fwd");
     nanscope::rank_evidence ev(rec, eo);
     CHECK(rec.listener() == &ev);
+    CHECK(rec.listener_count() == 2);
+    CHECK(ev.attached());
     std::vector<float> x(4, 1.0f);
     nanscope::scope s(rec, "m", "M");
     s.input(x);
     s.output(x);
   }
   CHECK(rec.listener() == &inner);
+  CHECK(rec.listener_count() == 1);
   CHECK(inner.opened == 1);
   CHECK(inner.tensors == 2);
   CHECK(inner.closed == 1);

@@ -189,13 +189,7 @@ TEST_CASE("snapshot: JSON strings stay valid for hostile module names") {
 // ---- issue 13 items 10 and 11: parents created, names unique per process and recorder, nothing overwritten
 
 namespace {
-void remove_tree(const std::string& dir) {
-  for (const auto& f : visible_files(dir)) {
-    const std::string p = dir + "/" + f;
-    if (::unlink(p.c_str()) != 0) remove_tree(p);
-  }
-  ::rmdir(dir.c_str());
-}
+using nstest::remove_tree;
 /// One detection in recorder `rec` at step 0: output of "m" is NaN.
 void detect_once(nanscope::recorder& rec, float marker) {
   const std::vector<float> bad{marker, std::nanf("")};

@@ -684,7 +684,7 @@ TEST_CASE("tree: on_error may call the writer; a root closed while detached; a r
     small_model{}.run(rec);
     CHECK(w.trees_written() == 1);  // the stale pass blocked every later one
     REQUIRE(errors.size() == 1);
-    CHECK(errors[0].find("closed while the writer was detached") != std::string::npos);
+    CHECK(errors[0].find("detached from its recorder while a pass was open") != std::string::npos);
     CHECK(exists(dir + "/TinyNet_debug_tree_SUMMARY.json"));
   }
   SUBCASE("the recorder is destroyed before the writer and a history attached to it") {
