@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   const nanscope_merge::result r = nanscope_merge::merge_dir(dir);
-  const std::string text = as_json ? nanscope_merge::to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : nanscope_merge::to_text(r);
+  const std::string text = as_json ? nanscope_merge::to_json_text(r) : nanscope_merge::to_text(r);
   if (r.exit == nanscope_merge::error && !as_json) {
     std::fputs(text.c_str(), stderr);
   } else {
