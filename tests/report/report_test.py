@@ -11,7 +11,10 @@ The page is loaded with `chromium --headless --dump-dom` (the DOM after its scri
 data-ready and data-load-ms on <body>) and parsed with Python's html.parser; one screenshot is written.
 
 Usage: report_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--chromium PATH] [--quick]
-       [--screenshot PATH] [--group NAME]...
+       [--screenshot PATH] [--fsync-shim PATH] [--deep-tree-writer PATH] [--group NAME]...
+--fsync-shim: an LD_PRELOAD library whose fsync() fails on directories (fail_dir_fsync.cpp), to provoke the late
+directory-sync failure (group errors); --deep-tree-writer: nanscope_deep_tree (tests/diff/deep_tree.cpp), which
+writes trees as deep as the tree writer allows (group depth).
 Exit status 0 when every check passed, 1 when one failed, 77 (CTest: skipped) when a browser group runs and no
 chromium is installed.
 """
@@ -35,6 +38,8 @@ CHROMIUM = None
 WORK = None
 QUICK = False
 SCREENSHOT = None
+FSYNC_SHIM = None
+DEEP_WRITER = None
 
 
 def fail(msg):
@@ -306,7 +311,7 @@ def group_errors():
         # hostile inputs: deep nesting overflowed the stack (SIGSEGV); a pipe without a writer hung; /dev/zero was
         # read until memory ran out
         (write_text("deep.json", '{"site": "a", "step": 1, "log2_abs_max": 1, "x": ' + "[" * 200000 + "]" * 200000 + "}"),
-         "nested more than 512 levels deep"),
+         "nested more than 2010 levels deep"),
         (write_text("deep.jsonl", '{"site": "a", "step": 1, "log2_abs_max": 1}\n{"site": "a", "x": ' + "[" * 100000 +
                     "]" * 100000 + "}\n"), "line 2: nested more than"),
         (make_fifo("nowriter.json"), "a named pipe (FIFO) with no writer"),
@@ -366,6 +371,48 @@ def group_errors():
     # self-contained: no network reference anywhere (the SVG namespace is a name, not a fetch)
     for needle in ("src=\"http", "href=\"http", "url(", "@import", "//cdn", "fetch(", "XMLHttpRequest"):
         expect(needle not in page, f"the page references {needle!r}")
+    output_names_escaped(good)
+
+
+def output_names_escaped(good):
+    """Every message names the output escaped (control characters and invalid UTF-8 as \\xNN, never raw), the
+    late one included: the page renamed into place, the fsync() of its directory failed (provoked with an
+    LD_PRELOAD shim, fail_dir_fsync.cpp, since no permission stops root from syncing a directory). It printed the
+    library's text raw, escape sequences and all."""
+    odd = os.path.join(os.fsencode(WORK), b"odd\x1b[31m\nline\xff")
+    os.makedirs(odd, exist_ok=True)
+    shown = b"odd\\x1b[31m\\x0aline\\xff"  # how the messages must show the directory's name
+
+    def report_bytes(out, env=None):
+        p = subprocess.run([os.fsencode(NANSCOPE), b"report", os.fsencode(good), b"-o", out], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=600, env=env)
+        return p.returncode, p.stderr
+
+    def no_raw(se, what):
+        body = se[:-1] if se.endswith(b"\n") else se
+        raw = [b for b in (b"\x1b", b"\x07", b"\xff", b"\n") if b in body]
+        expect(not raw, f"{what}: raw {raw!r} in the message {se!r}")
+
+    # early: no such directory below it (the error names the directory write_atomically tried)
+    rc, se = report_bytes(os.path.join(odd, b"no\x07dir", b"r.html"))
+    expect(rc == 2 and b"cannot create a temporary file in" in se and shown + b"/no\\x07dir/" in se,
+           f"report into a missing directory with control characters in its name: exit {rc}, stderr {se!r}")
+    no_raw(se, "report into a missing directory")
+    if not FSYNC_SHIM:
+        print("note: no --fsync-shim, the late directory-sync failure is not provoked")
+        return
+    env = dict(os.environ, LD_PRELOAD=FSYNC_SHIM)
+    # (a sanitizer runtime must otherwise come first in the library list)
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
+    out = os.path.join(odd, b"r\x07.html")
+    rc, se = report_bytes(out, env)
+    expect(rc == 2, f"report with a failing directory fsync: exit {rc}, expected 2 (stderr {se!r})")
+    expect(b"written, but fsync of its directory" in se and b"(a crash now may lose the report's new name; exit 2)" in se,
+           f"report with a failing directory fsync: stderr {se!r}")
+    expect(shown + b"/r\\x07.html" in se, f"the late directory-sync failure does not name the output escaped: {se!r}")
+    no_raw(se, "the late directory-sync failure")
+    with open(out, "rb") as f:
+        expect(f.read(15) == b"<!DOCTYPE html>", "the page is not in place after the late directory-sync failure")
 
 
 def hostile_names():
@@ -652,6 +699,70 @@ def group_large():
     expect(sms < 500.0, f"large tree: a search took {sms:.0f} ms (bound 500 ms)")
 
 
+def load_dom_text(page, budget_ms=30000, timeout=300):
+    """The dumped DOM as text (for pages whose DOM is too deep for Elem.iter's recursion); "" when chromium failed."""
+    p = subprocess.run(["timeout", str(timeout)] + chromium_cmd(["--virtual-time-budget=" + str(budget_ms),
+                                                                 "--dump-dom"], page),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    expect(p.returncode == 0 and p.stdout, f"chromium --dump-dom {page}: exit {p.returncode}, "
+           f"{p.stderr.decode('utf-8', 'replace')[-500:]}")
+    return p.stdout.decode("utf-8", "replace") if p.returncode == 0 else ""
+
+
+def group_depth():
+    """Trees as deep as the tree writer writes them (nanscope::max_tree_depth = 1000 modules, written by the real
+    writer through nested scopes: tests/diff/deep_tree.hpp) are read, with the first NaN and the diff found at the
+    innermost module; one module deeper, or one JSON level deeper than a tree at the limit needs, is refused with
+    the shared text. With chromium, the page of the deep tree renders."""
+    if not expect(DEEP_WRITER is not None, "group depth needs --deep-tree-writer"):
+        return
+    p = subprocess.run([DEEP_WRITER, path("deep")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    if not expect(p.returncode == 0, f"nanscope_deep_tree: exit {p.returncode}, {p.stderr!r}"):
+        return
+    limit = 1000
+    inner = "Deep" + ".l" * (limit - 1)
+    full = "Deep_debug_tree_FULL_TENSORS.json"
+    a, b, torch = (path(os.path.join("deep", d, full)) for d in ("a", "b", "torch"))
+
+    if not os.path.exists(report("deep.html", a)):
+        return
+    d = page_data(path("deep.html"))
+    nodes = d["trees"][0]["nodes"] if d.get("trees") else []
+    expect(len(nodes) == limit, f"the deep tree has {len(nodes)} rows, expected {limit}")
+    expect(all(n[0] == i - 1 for i, n in enumerate(nodes)), "the deep tree's rows are not one chain of parents")
+    expect(nodes and nodes[-1][1] == inner, "the innermost row is not the innermost module")
+    first = d.get("first") or {}
+    expect(first.get("node") == limit - 1 and first.get("text", "").startswith("first NaN: " + inner + " outputs[0]"),
+           f"the deep tree's first NaN: {str(first)[:200]}")
+
+    d = page_data(report("deep_diff.html", a, b))
+    diff = d.get("diff") or {}
+    expect(diff.get("first_text") == inner + " outputs[0]" and diff.get("producer_text") == inner and
+           diff.get("producer_node") == limit - 1, f"the deep diff: {str(diff)[:300]}")
+    d = page_data(report("deep_styles.html", torch, a))
+    expect((d.get("diff") or {}).get("diverged_flag") is False, "the deep trees of two styles differ")
+    d = page_data(report("deep_hand.html", path("deep/hand_limit.json")))
+    expect(len(d["trees"][0]["nodes"]) == limit if d.get("trees") else False, "the hand-built tree at the limit")
+
+    for name, text in (("hand_deeper.json", "the layer tree is nested more than 1000 modules deep"),
+                       ("hand_rank9.json", "nested more than 2010 levels deep")):
+        rel = os.path.join("deep", name)
+        rc, so, se = run("report", rel, "-o", "deep_refused.html", cwd=WORK)
+        expect(rc == 2 and se == f"nanscope: file '{rel}': {text} (exit 2)\n", f"report {rel}: exit {rc}, stderr {se!r}")
+        expect(not os.path.exists(path("deep_refused.html")), f"report {rel} wrote a page")
+
+    if not CHROMIUM:
+        print("note: no chromium, the deep tree's page is not rendered")
+        return
+    dom = load_dom_text(path("deep.html"))
+    body = re.search(r"<body[^>]*>", dom)
+    expect(body is not None and 'data-ready="1"' in body.group(0), "the deep tree's page did not finish its script")
+    row_nodes = re.findall(r'<div class="row[^"]*" data-node="(\d+)"', dom)
+    expect(len(row_nodes) == limit, f"the deep tree's page shows {len(row_nodes)} rows, expected {limit}")
+    expect(re.search(r'<div class="row[^"]*\bfirst\b[^"]*" data-node="' + str(limit - 1) + '"', dom) is not None,
+           "the deep tree's page does not mark the innermost row as the first NaN")
+
+
 def page_data(page_path):
     """The JSON the page embeds (<script type="application/json" id="nanscope-data">)."""
     with open(page_path, encoding="utf-8") as f:
@@ -684,11 +795,11 @@ def group_warnings():
 
 
 GROUPS = {"errors": (group_errors, False), "warnings": (group_warnings, False), "browser": (group_browser, True), "hostile": (group_hostile, True),
-          "history": (group_history, True), "large": (group_large, True)}
+          "history": (group_history, True), "large": (group_large, True), "depth": (group_depth, False)}
 
 
 def main():
-    global NANSCOPE, NANSCOPE_DIFF, CHROMIUM, WORK, QUICK, SCREENSHOT
+    global NANSCOPE, NANSCOPE_DIFF, CHROMIUM, WORK, QUICK, SCREENSHOT, FSYNC_SHIM, DEEP_WRITER
     ap = argparse.ArgumentParser()
     ap.add_argument("--nanscope", required=True)
     ap.add_argument("--nanscope-diff")
@@ -696,10 +807,14 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--screenshot")
+    ap.add_argument("--fsync-shim")
+    ap.add_argument("--deep-tree-writer")
     ap.add_argument("--group", action="append")
     a = ap.parse_args()
     NANSCOPE, QUICK, SCREENSHOT = os.path.abspath(a.nanscope), a.quick, a.screenshot
     NANSCOPE_DIFF = os.path.abspath(a.nanscope_diff) if a.nanscope_diff else None
+    FSYNC_SHIM = os.path.abspath(a.fsync_shim) if a.fsync_shim else None
+    DEEP_WRITER = os.path.abspath(a.deep_tree_writer) if a.deep_tree_writer else None
     CHROMIUM = a.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if CHROMIUM and not os.access(CHROMIUM, os.X_OK):
         CHROMIUM = None

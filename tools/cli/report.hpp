@@ -386,6 +386,17 @@ inline CLI::App* add_report_command(CLI::App& app, report_args& args, CLI::Optio
   return cmd;
 }
 
+/// Prints one error of `nanscope report` to stderr and returns its exit status, 2. Every message goes through here:
+/// the whole text is escaped for a terminal (nanscope_cli::text_escape: control characters and invalid UTF-8 as
+/// \xNN), because file and directory names enter it from many places (the inputs, the output, the directory of the
+/// output inside an error text built by write_atomically or the library). `note`, when given, goes before the exit
+/// status: "MESSAGE (NOTE; exit 2)".
+inline int report_failure(const std::string& message, const char* note = nullptr) {
+  std::fprintf(stderr, "%s (%s%sexit 2)\n", nanscope_cli::text_escape(message).c_str(), note ? note : "",
+               note ? "; " : "");
+  return 2;
+}
+
 /// Runs `nanscope report`. Returns the exit status.
 inline int run_report(const report_args& args, const std::string& version) {
   model m;
@@ -393,12 +404,9 @@ inline int run_report(const report_args& args, const std::string& version) {
     try {
       read_input(m, in);
     } catch (const input_error& e) {
-      std::fprintf(stderr, "%s (exit 2)\n", nanscope_cli::text_escape(e.what()).c_str());
-      return 2;
+      return report_failure(e.what());
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "nanscope: file '%s': %s (exit 2)\n", nanscope_cli::text_escape(in).c_str(),
-                   nanscope_cli::text_escape(e.what()).c_str());
-      return 2;
+      return report_failure("nanscope: file '" + in + "': " + e.what());
     }
   }
   std::string page;
@@ -410,38 +418,26 @@ inline int run_report(const report_args& args, const std::string& version) {
     page += data;
     page += page_tail;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nanscope: report: %s (exit 2)\n", nanscope_cli::text_escape(e.what()).c_str());
-    return 2;
+    return report_failure(std::string("nanscope: report: ") + e.what());
   }
   struct stat st {};
-  if (::stat(args.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    std::fprintf(stderr, "nanscope: cannot write the report '%s': it exists and is not a regular file (exit 2)\n",
-                 nanscope_cli::text_escape(args.output).c_str());
-    return 2;
-  }
+  if (::stat(args.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return report_failure("nanscope: cannot write the report '" + args.output +
+                          "': it exists and is not a regular file");
   // never over one of its own inputs (the same file by device and inode: another name, a link): that would
   // replace the evidence with the page
   if (::stat(args.output.c_str(), &st) == 0) {
     for (const std::string& in : args.inputs) {
       struct stat si {};
-      if (::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino) {
-        std::fprintf(stderr, "nanscope: cannot write the report '%s': it is the input '%s' (exit 2)\n",
-                     nanscope_cli::text_escape(args.output).c_str(), nanscope_cli::text_escape(in).c_str());
-        return 2;
-      }
+      if (::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)
+        return report_failure("nanscope: cannot write the report '" + args.output + "': it is the input '" + in + "'");
     }
   }
   bool renamed = false;
   const std::string err = write_atomically(args.output, page, renamed);
-  if (renamed && !err.empty()) {  // the library's text says it: "written, but fsync of its directory failed"
-    std::fprintf(stderr, "%s (a crash now may lose the report's new name; exit 2)\n", err.c_str());
-    return 2;
-  }
-  if (!err.empty()) {
-    std::fprintf(stderr, "nanscope: cannot write the report '%s': %s (exit 2)\n",
-                 nanscope_cli::text_escape(args.output).c_str(), err.c_str());
-    return 2;
-  }
+  // (the library's text names the output and its directory: "written, but fsync of its directory '...' failed")
+  if (renamed && !err.empty()) return report_failure(err, "a crash now may lose the report's new name");
+  if (!err.empty()) return report_failure("nanscope: cannot write the report '" + args.output + "': " + err);
   return 0;
 }
 

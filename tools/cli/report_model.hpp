@@ -103,8 +103,9 @@ inline std::string read_whole_file(const std::string& path) {
   return out;
 }
 
-/// Parses one JSON text, refusing nesting deeper than nanscope-diff's limit while parsing (a deep document
-/// overflowed the stack). `where` names the file (and line) in the error.
+/// Parses one JSON text, refusing nesting deeper than nanscope-diff's limits while parsing (a deep document
+/// overflowed the stack): a tree of more than nanscope::max_tree_depth modules, JSON deeper than the deepest tree
+/// needs (tools/diff/nesting.hpp). `where` names the file (and line) in the error.
 inline json parse_bounded(std::string_view text, const std::string& where) {
   try {
     return json::parse(text, nsdiff::nesting_guard());
@@ -484,38 +485,38 @@ inline std::vector<long> diff_node_map(const nsdiff::tree_file& a, const nsdiff:
       for (std::size_t c = n->children.size(); c-- > 0;) st.push_back(&n->children[c]);
     }
   }
+  // pre-order over the paired nodes (the order of the diff's report::nodes), without recursion (trees nest up to
+  // nsdiff::max_module_depth modules): a pair, then its paired children in A's order, each with its subtree
+  auto rel = [](const std::string& path, const std::string& root) {
+    if (path == root) return std::string();
+    if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '.')
+      return path.substr(root.size() + 1);
+    return "\x01" + path;
+  };
   std::vector<long> out;
-  // recursion depth is bounded by nsdiff::max_nesting (the loader refuses deeper trees)
-  struct walker {
-    const nsdiff::tree_file& a;
-    const nsdiff::tree_file& b;
-    const std::map<const nsdiff::tree_node*, long>& index_b;
-    std::vector<long>& out;
-    static std::string rel(const std::string& path, const std::string& root) {
-      if (path == root) return std::string();
-      if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '.')
-        return path.substr(root.size() + 1);
-      return "\x01" + path;
+  std::vector<std::pair<const nsdiff::tree_node*, const nsdiff::tree_node*>> todo{{&a.root, &b.root}};
+  std::vector<std::pair<const nsdiff::tree_node*, const nsdiff::tree_node*>> paired;
+  while (!todo.empty()) {
+    const auto [x, y] = todo.back();
+    todo.pop_back();
+    out.push_back(index_b.at(y));
+    using key = std::pair<std::string, int>;
+    std::map<std::string, int> seen;
+    std::map<key, std::size_t> in_y;
+    for (std::size_t i = 0; i < y->children.size(); ++i) {
+      const std::string r = rel(y->children[i].path, b.root.path);
+      in_y.emplace(key{r, seen[r]++}, i);
     }
-    void visit(const nsdiff::tree_node& x, const nsdiff::tree_node& y) {
-      out.push_back(index_b.at(&y));
-      using key = std::pair<std::string, int>;
-      std::map<std::string, int> seen;
-      std::map<key, std::size_t> in_y;
-      for (std::size_t i = 0; i < y.children.size(); ++i) {
-        const std::string r = rel(y.children[i].path, b.root.path);
-        in_y.emplace(key{r, seen[r]++}, i);
-      }
-      seen.clear();
-      for (const auto& c : x.children) {
-        const std::string r = rel(c.path, a.root.path);
-        const int k = seen[r]++;
-        const auto it = in_y.find(key{r, k});
-        if (it != in_y.end()) visit(c, y.children[it->second]);
-      }
+    seen.clear();
+    paired.clear();
+    for (const auto& c : x->children) {
+      const std::string r = rel(c.path, a.root.path);
+      const int k = seen[r]++;
+      const auto it = in_y.find(key{r, k});
+      if (it != in_y.end()) paired.emplace_back(&c, &y->children[it->second]);
     }
-  } w{a, b, index_b, out};
-  w.visit(a.root, b.root);
+    for (std::size_t i = paired.size(); i-- > 0;) todo.push_back(paired[i]);
+  }
   return out;
 }
 

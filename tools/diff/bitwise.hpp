@@ -58,18 +58,25 @@ inline std::string relative_path(const std::string& path, const std::string& roo
 
 using key = std::tuple<std::string, int, std::string>;  // relative path, call number, label
 
-inline void flatten(const tree_node& n, const std::string& root, std::map<std::string, int>& calls,
+/// The tensors of a tree in call order (pre-order: a module's inputs, its outputs, then its children), without
+/// recursion (trees nest up to max_module_depth modules).
+inline void flatten(const tree_node& top, const std::string& root, std::map<std::string, int>& calls,
                     std::vector<hashed_tensor>& out, std::vector<key>& keys) {
-  const std::string rel = relative_path(n.path, root);
-  const int call = calls[rel]++;
-  const std::string display = call == 0 ? n.path : n.path + " (call " + std::to_string(call + 1) + ")";
-  for (const auto* slots : {&n.inputs, &n.outputs})
-    for (const slot& s : *slots) {
-      if (s.kind != slot_kind::tensor) continue;
-      out.push_back({display, s.label, s.tensor.hash, s.tensor.dtype, shape_text(s.tensor.shape)});
-      keys.emplace_back(rel, call, s.label);
-    }
-  for (const tree_node& c : n.children) flatten(c, root, calls, out, keys);
+  std::vector<const tree_node*> todo{&top};
+  while (!todo.empty()) {
+    const tree_node& n = *todo.back();
+    todo.pop_back();
+    const std::string rel = relative_path(n.path, root);
+    const int call = calls[rel]++;
+    const std::string display = call == 0 ? n.path : n.path + " (call " + std::to_string(call + 1) + ")";
+    for (const auto* slots : {&n.inputs, &n.outputs})
+      for (const slot& s : *slots) {
+        if (s.kind != slot_kind::tensor) continue;
+        out.push_back({display, s.label, s.tensor.hash, s.tensor.dtype, shape_text(s.tensor.shape)});
+        keys.emplace_back(rel, call, s.label);
+      }
+    for (std::size_t i = n.children.size(); i-- > 0;) todo.push_back(&n.children[i]);
+  }
 }
 
 }  // namespace bitwise_detail

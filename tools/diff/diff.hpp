@@ -183,25 +183,38 @@ inline bool is_layer_block(const tree_node& n) {
   return false;
 }
 
-/// The Python tool's prune_intermediate_layers: of more than two layer-block children, keep the first and last.
-inline void prune_layers(tree_node& n) {
-  std::vector<std::size_t> blocks;
-  for (std::size_t i = 0; i < n.children.size(); ++i)
-    if (is_layer_block(n.children[i])) blocks.push_back(i);
-  if (blocks.size() > 2) {
-    std::vector<tree_node> kept;
-    for (std::size_t i = 0; i < n.children.size(); ++i) {
-      const bool middle = std::find(blocks.begin() + 1, blocks.end() - 1, i) != blocks.end() - 1;
-      if (!middle) kept.push_back(std::move(n.children[i]));
+/// The Python tool's prune_intermediate_layers: of more than two layer-block children, keep the first and last,
+/// at every depth. (Without recursion, as every walk of a tree here: trees nest up to max_module_depth modules.)
+inline void prune_layers(tree_node& root) {
+  std::vector<tree_node*> todo{&root};
+  while (!todo.empty()) {
+    tree_node& n = *todo.back();
+    todo.pop_back();
+    std::vector<std::size_t> blocks;
+    for (std::size_t i = 0; i < n.children.size(); ++i)
+      if (is_layer_block(n.children[i])) blocks.push_back(i);
+    if (blocks.size() > 2) {
+      std::vector<tree_node> kept;
+      for (std::size_t i = 0; i < n.children.size(); ++i) {
+        const bool middle = std::find(blocks.begin() + 1, blocks.end() - 1, i) != blocks.end() - 1;
+        if (!middle) kept.push_back(std::move(n.children[i]));
+      }
+      n.children = std::move(kept);
     }
-    n.children = std::move(kept);
+    for (auto& c : n.children) todo.push_back(&c);
   }
-  for (auto& c : n.children) prune_layers(c);
 }
 
-inline std::size_t subtree_size(const tree_node& n) {
-  std::size_t s = 1;
-  for (const auto& c : n.children) s += subtree_size(c);
+/// The number of nodes of a subtree, its root included.
+inline std::size_t subtree_size(const tree_node& root) {
+  std::size_t s = 0;
+  std::vector<const tree_node*> todo{&root};
+  while (!todo.empty()) {
+    const tree_node* n = todo.back();
+    todo.pop_back();
+    ++s;
+    for (const auto& c : n->children) todo.push_back(&c);
+  }
   return s;
 }
 
@@ -300,53 +313,89 @@ class differ {
     return path + " (call " + std::to_string(k + 1) + ")";
   }
 
-  void visit(const tree_node& a, const tree_node& b, const std::string& display) {
+  /// A paired node being visited: its children are paired and visited in A's order, one at a time.
+  struct visit_frame {
+    const tree_node* a;
+    const tree_node* b;
+    std::string display;
+    std::map<std::string, int> total_a, total_b, seen;
+    std::map<std::pair<std::string, int>, std::size_t> in_b;  ///< (relative path, occurrence) -> index in b
+    std::vector<bool> used;                                   ///< b's children paired so far
+    std::size_t next = 0;                                     ///< a's next child
+    std::size_t last_b = 0;
+    bool reordered = false;
+  };
+
+  /// Compares a node pair's tensors and prepares the pairing of their children.
+  visit_frame enter(const tree_node& a, const tree_node& b, const std::string& display) {
     const std::size_t ni = r_.nodes.size();
     r_.nodes.push_back(node_result{display, false, false, false});
     compare_slots(ni, a.inputs, b.inputs, true);
     compare_slots(ni, a.outputs, b.outputs, false);
-
-    using key = std::pair<std::string, int>;
-    std::map<std::string, int> total_a, total_b, seen;
-    for (const auto& c : a.children) ++total_a[relative(c.path, a_.root.path)];
-    for (const auto& c : b.children) ++total_b[relative(c.path, b_.root.path)];
-    std::map<key, std::size_t> in_b;
+    visit_frame f;
+    f.a = &a;
+    f.b = &b;
+    f.display = display;
+    for (const auto& c : a.children) ++f.total_a[relative(c.path, a_.root.path)];
+    for (const auto& c : b.children) ++f.total_b[relative(c.path, b_.root.path)];
     for (std::size_t i = 0; i < b.children.size(); ++i) {
       const std::string rel = relative(b.children[i].path, b_.root.path);
-      in_b.emplace(key{rel, seen[rel]++}, i);
+      f.in_b.emplace(std::make_pair(rel, f.seen[rel]++), i);
     }
-    seen.clear();
-    std::vector<bool> used(b.children.size(), false);
-    std::size_t last_b = 0;
-    bool reordered = false;
-    for (const auto& ca : a.children) {
+    f.seen.clear();
+    f.used.assign(b.children.size(), false);
+    return f;
+  }
+
+  /// After the last child of A: B's children left unpaired are extra modules.
+  void leave(visit_frame& f) {
+    f.seen.clear();
+    const tree_node& b = *f.b;
+    for (std::size_t i = 0; i < b.children.size(); ++i) {
+      const std::string rel = relative(b.children[i].path, b_.root.path);
+      const int k = f.seen[rel]++;
+      if (f.used[i]) continue;
+      const std::size_t sub = subtree_size(b.children[i]) - 1;
+      const int total = std::max(f.total_a[rel], f.total_b[rel]);
+      r_.structural.push_back(
+          {"extra module", call_display(b.children[i].path, k, total), "", "", sub ? std::to_string(sub) : std::string()});
+      ++r_.extra_modules;
+    }
+    if (f.reordered) r_.notes.push_back("the children of " + f.display + " are called in a different order in B");
+  }
+
+  /// Visits a pair of nodes and everything below them in call order: a node's tensors, then its children one by
+  /// one (each with everything below it), then B's unpaired children. Without recursion: the open pairs are a
+  /// stack of frames (trees nest up to max_module_depth modules).
+  void visit(const tree_node& a, const tree_node& b, const std::string& display) {
+    std::vector<visit_frame> open;
+    open.push_back(enter(a, b, display));
+    while (!open.empty()) {
+      visit_frame& f = open.back();
+      if (f.next == f.a->children.size()) {
+        leave(f);
+        open.pop_back();
+        continue;
+      }
+      const tree_node& ca = f.a->children[f.next++];
       const std::string rel = relative(ca.path, a_.root.path);
-      const int k = seen[rel]++;
-      const int total = std::max(total_a[rel], total_b[rel]);
-      const auto it = in_b.find(key{rel, k});
-      if (it == in_b.end()) {
+      const int k = f.seen[rel]++;
+      const int total = std::max(f.total_a[rel], f.total_b[rel]);
+      const auto it = f.in_b.find(std::make_pair(rel, k));
+      if (it == f.in_b.end()) {
         const std::size_t sub = subtree_size(ca) - 1;
         r_.structural.push_back({"missing module", call_display(ca.path, k, total), "",
                                  sub ? std::to_string(sub) : std::string(), ""});
         ++r_.missing_modules;
         continue;
       }
-      used[it->second] = true;
-      if (it->second < last_b) reordered = true;
-      last_b = it->second;
-      visit(ca, b.children[it->second], call_display(ca.path, k, total));
+      f.used[it->second] = true;
+      if (it->second < f.last_b) f.reordered = true;
+      f.last_b = it->second;
+      const tree_node& cb = f.b->children[it->second];
+      visit_frame child = enter(ca, cb, call_display(ca.path, k, total));  // (f is invalid after the push)
+      open.push_back(std::move(child));
     }
-    seen.clear();
-    for (std::size_t i = 0; i < b.children.size(); ++i) {
-      const std::string rel = relative(b.children[i].path, b_.root.path);
-      const int k = seen[rel]++;
-      if (used[i]) continue;
-      const std::size_t sub = subtree_size(b.children[i]) - 1;
-      r_.structural.push_back({"extra module", call_display(b.children[i].path, k, std::max(total_a[rel], total_b[rel])),
-                               "", "", sub ? std::to_string(sub) : std::string()});
-      ++r_.extra_modules;
-    }
-    if (reordered) r_.notes.push_back("the children of " + display + " are called in a different order in B");
   }
 
   void compare_slots(std::size_t ni, const std::vector<slot>& as, const std::vector<slot>& bs, bool input) {

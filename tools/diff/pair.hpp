@@ -5,6 +5,7 @@
 #define NANSCOPE_DIFF_PAIR_HPP
 
 #include "input.hpp"
+#include "nesting.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -69,8 +70,9 @@ inline std::string pair_sibling(const std::string& path) {
 class pair_reader {
  public:
   pair_id result;
-  bool not_object = false, malformed = false, too_deep = false;
-  std::string error;  ///< a parse error's message
+  bool not_object = false, malformed = false;
+  std::string error;     ///< a parse error's message
+  std::string too_deep;  ///< why the document nests too deeply (nesting.hpp), else empty
 
   bool null() { return scalar(); }
   bool boolean(bool) { return scalar(); }
@@ -95,15 +97,17 @@ class pair_reader {
   bool start_object(std::size_t) {
     if (depth_ == 1 && want_) capturing_ = true;
     else if (capturing_ && depth_ == 2 && (key_ == "run" || key_ == "pass")) return bad();
-    return push();
+    return push(true);
   }
   bool key(std::string& k) {
+    nesting_.key(k);
     if (depth_ == 1) want_ = k == pair_key;
     if (capturing_ && depth_ == 2) key_ = k;
     return true;
   }
   bool end_object() {
     --depth_;
+    nesting_.close();
     if (capturing_ && depth_ == 1) {
       if (!run_ || !pass_) return bad();
       result.present = true;
@@ -118,10 +122,11 @@ class pair_reader {
     }
     if (depth_ == 1 && want_) return bad();
     if (capturing_ && depth_ == 2 && (key_ == "run" || key_ == "pass")) return bad();
-    return push();
+    return push(false);
   }
   bool end_array() {
     --depth_;
+    nesting_.close();
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
@@ -130,14 +135,13 @@ class pair_reader {
   }
 
  private:
-  bool push() {
-    if (++depth_ > 512) {
-      too_deep = true;
-      return false;
-    }
-    return true;
+  bool push(bool object) {
+    ++depth_;
+    too_deep = nesting_.open(object);
+    return too_deep.empty();
   }
   bool scalar() {
+    nesting_.scalar();
     if (depth_ == 0) {
       not_object = true;
       return false;
@@ -155,6 +159,7 @@ class pair_reader {
     malformed = true;
     return false;
   }
+  nesting_tracker nesting_;  // the same bounds as the trees (a sibling of a tree at the limit is read)
   int depth_ = 0;
   bool want_ = false, capturing_ = false, run_ = false, pass_ = false;
   std::string key_;
@@ -168,7 +173,7 @@ inline pair_id read_pair(const std::string& path, const input_limits& limits) {
   nlohmann::json::sax_parse(is, &r);
   if (r.not_object) throw bad_input("the top level is not an object (not a layer-tree file)");
   if (r.malformed) throw bad_input(std::string(pair_key) + ": " + pair_expected);
-  if (r.too_deep) throw bad_input("nested more than 512 levels deep");
+  if (!r.too_deep.empty()) throw bad_input(r.too_deep);
   if (!r.result.present && !r.error.empty()) {
     std::string msg = r.error;
     if (!msg.empty() && msg.front() == '[') {

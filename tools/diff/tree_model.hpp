@@ -8,6 +8,7 @@
 
 #include "input.hpp"
 #include "names.hpp"
+#include "nesting.hpp"
 #include "pair.hpp"
 
 #include <nlohmann/json.hpp>
@@ -21,19 +22,20 @@
 #include <cstring>
 #include <limits>
 #include <istream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-
 namespace nsdiff {
 
 using json = nlohmann::json;
 
 inline constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
-inline constexpr int max_nesting = 512;  ///< deeper trees / values are refused (bounded recursion)
+/// The deepest bracket nesting read in torch's print of a tensor (one level per dimension; the parser recurses).
+inline constexpr int max_print_nesting = 512;
 
 /// One statistic ("mean", "std", "min", "max"): absent, or a value (NaN and ±inf allowed).
 struct stat_value {
@@ -87,6 +89,26 @@ struct tree_node {
   std::string jpath;  ///< "" for the root, "children[2].children[0]" below
   std::vector<slot> inputs, outputs;
   std::vector<tree_node> children;
+
+  tree_node() = default;
+  tree_node(tree_node&&) noexcept = default;
+  tree_node& operator=(tree_node&&) noexcept = default;
+  tree_node(const tree_node&) = delete;  // a copy would recurse as deep as the tree: trees are moved, never copied
+  tree_node& operator=(const tree_node&) = delete;
+  /// Destroys the subtree without recursion (a tree nests up to max_module_depth modules): the descendants are
+  /// moved out onto a list, level after level, so that each one is destroyed without children of its own.
+  ~tree_node() {
+    if (children.empty()) return;
+    std::vector<tree_node> below;
+    for (tree_node& c : children) below.push_back(std::move(c));
+    children.clear();
+    while (!below.empty()) {
+      tree_node n = std::move(below.back());
+      below.pop_back();
+      for (tree_node& c : n.children) below.push_back(std::move(c));
+      n.children.clear();
+    }
+  }
 };
 
 struct tree_file {
@@ -257,7 +279,7 @@ class torch_text_parser {
     return true;
   }
   bool element(shown_values& out, int depth, std::string& err) {
-    if (depth > max_nesting) return error(err, "nested too deeply");
+    if (depth > max_print_nesting) return error(err, "nested too deeply");
     if (pos_ < s_.size() && s_[pos_] == '[') {
       ++pos_;
       out.layout += '[';
@@ -408,7 +430,15 @@ class tree_loader {
     if (!doc.is_object()) fail_at("", "the top level is " + kind_of(doc) + ", not a node object with \"module_path\"");
     if (!doc.contains("module_path"))
       fail_at("", "the top level has no \"module_path\" (not a layer-tree file)");
-    node(doc, "", f_.root, 0);
+    // pre-order, without recursion: a node's inputs and outputs, then its children in order (the first problem met
+    // is the one reported, as a recursive walk would find it)
+    std::vector<pending_node> todo;
+    todo.push_back({&doc, std::string(), &f_.root, 1});
+    while (!todo.empty()) {
+      pending_node p = std::move(todo.back());
+      todo.pop_back();
+      node(*p.j, p.jp, *p.out, p.depth, todo);
+    }
     if (auto it = doc.find("nanscope"); it != doc.end() && it->is_object()) {
       f_.nanscope_meta = true;
       if (auto p = it->find("pruned"); p != it->end() && p->is_boolean()) {
@@ -431,8 +461,18 @@ class tree_loader {
     }
   }
 
-  void node(const json& j, const std::string& jp, tree_node& out, int depth) {
-    if (depth > max_nesting) fail_at(jp, "the tree is nested more than " + std::to_string(max_nesting) + " levels deep");
+  /// A node still to be read: its JSON, its JSON path, where it goes, its module depth (the root is 1).
+  struct pending_node {
+    const json* j;
+    std::string jp;
+    tree_node* out;
+    std::size_t depth;
+  };
+
+  /// Reads one node and queues its children (in reverse, so that they are read in order).
+  void node(const json& j, const std::string& jp, tree_node& out, std::size_t depth, std::vector<pending_node>& todo) {
+    // (the parse refuses such a tree already: this guards documents parsed without nesting_guard())
+    if (depth > max_module_depth) throw bad_input(nanscope::tree_depth_error());
     if (!j.is_object()) fail_at(jp, "a node must be an object with \"module_path\", got " + kind_of(j));
     ++f_.nodes;
     out.jpath = jp;
@@ -448,51 +488,67 @@ class tree_loader {
         const std::string ap = join_path(ip, "args");
         if (!a->is_array()) fail_at(ap, "expected an array, got " + shown(*a));
         for (std::size_t i = 0; i < a->size(); ++i)
-          io((*a)[i], index_path(ap, i), index_path("inputs.args", i), out.inputs, depth + 1);
+          io((*a)[i], index_path(ap, i), index_path("inputs.args", i), out.inputs);
       }
       if (auto k = in->find("kwargs"); k != in->end() && !k->is_null()) {
         const std::string kp = join_path(ip, "kwargs");
         if (!k->is_object()) fail_at(kp, "expected an object, got " + shown(*k));
         for (auto it = k->begin(); it != k->end(); ++it)
-          io(it.value(), join_path(kp, it.key()), "inputs.kwargs." + it.key(), out.inputs, depth + 1);
+          io(it.value(), join_path(kp, it.key()), "inputs.kwargs." + it.key(), out.inputs);
       }
     }
     if (auto o = j.find("outputs"); o != j.end() && !o->is_null())
-      io(*o, join_path(jp, "outputs"), "outputs", out.outputs, depth + 1);
+      io(*o, join_path(jp, "outputs"), "outputs", out.outputs);
     if (auto c = j.find("children"); c != j.end() && !c->is_null()) {
       const std::string cp = join_path(jp, "children");
       if (!c->is_array()) fail_at(cp, "expected an array of nodes, got " + shown(*c));
-      out.children.resize(c->size());
-      for (std::size_t i = 0; i < c->size(); ++i) node((*c)[i], index_path(cp, i), out.children[i], depth + 1);
+      out.children.resize(c->size());  // never resized again: the queued pointers into it stay valid
+      for (std::size_t i = c->size(); i-- > 0;)
+        todo.push_back({&(*c)[i], index_path(cp, i), &out.children[i], depth + 1});
     }
   }
 
   static bool looks_like_tensor(const json& j) { return j.is_object() && j.contains("shape") && j.contains("dtype"); }
 
-  void io(const json& j, const std::string& jp, const std::string& label, std::vector<slot>& out, int depth) {
-    if (depth > max_nesting) fail_at(jp, "nested more than " + std::to_string(max_nesting) + " levels deep");
-    if (looks_like_tensor(j)) {
+  /// An input or output value, flattened into slots: a tensor, a list or object of them (labelled by index or
+  /// key), or the text of anything else. Without recursion: a value may be nested as deep as the parse allows.
+  void io(const json& j, const std::string& jp, const std::string& label, std::vector<slot>& out) {
+    struct item {
+      const json* j;
+      std::string jp, label;
+    };
+    std::vector<item> todo;
+    todo.push_back({&j, jp, label});
+    std::vector<item> members;
+    while (!todo.empty()) {
+      const item it = std::move(todo.back());
+      todo.pop_back();
+      const json& v = *it.j;
+      if (looks_like_tensor(v)) {
+        slot s;
+        s.label = it.label;
+        s.kind = slot_kind::tensor;
+        tensor(v, it.jp, s.tensor);
+        out.push_back(std::move(s));
+        continue;
+      }
+      if (v.is_array() && !v.empty()) {
+        for (std::size_t i = v.size(); i-- > 0;) todo.push_back({&v[i], index_path(it.jp, i), index_path(it.label, i)});
+        continue;
+      }
+      if (v.is_object() && !v.empty()) {
+        members.clear();
+        for (auto m = v.begin(); m != v.end(); ++m)
+          members.push_back({&m.value(), join_path(it.jp, m.key()), it.label + "." + m.key()});
+        for (std::size_t i = members.size(); i-- > 0;) todo.push_back(std::move(members[i]));
+        continue;
+      }
       slot s;
-      s.label = label;
-      s.kind = slot_kind::tensor;
-      tensor(j, jp, s.tensor);
+      s.label = it.label;
+      s.kind = slot_kind::text;
+      s.text = v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("None") : v.dump();
       out.push_back(std::move(s));
-      return;
     }
-    if (j.is_array() && !j.empty()) {
-      for (std::size_t i = 0; i < j.size(); ++i) io(j[i], index_path(jp, i), index_path(label, i), out, depth + 1);
-      return;
-    }
-    if (j.is_object() && !j.empty()) {
-      for (auto it = j.begin(); it != j.end(); ++it)
-        io(it.value(), join_path(jp, it.key()), label + "." + it.key(), out, depth + 1);
-      return;
-    }
-    slot s;
-    s.label = label;
-    s.kind = slot_kind::text;
-    s.text = j.is_string() ? j.get<std::string>() : j.is_null() ? std::string("None") : j.dump();
-    out.push_back(std::move(s));
   }
 
   void tensor(const json& j, const std::string& jp, tensor_info& t) {
@@ -567,7 +623,7 @@ class tree_loader {
         fail_at(index_path(vp, line), "cannot parse the printed tensor: " + err + " at column " + std::to_string(column));
       }
     } else {
-      numeric_value(v, vp, t.values, 0);
+      numeric_value(v, vp, t.values);
     }
     const std::string problem = check_layout(t.values.layout, t.shape);
     if (!problem.empty()) fail_at(vp, problem);
@@ -575,14 +631,43 @@ class tree_loader {
     ++f_.tensors_with_values;
   }
 
-  void numeric_value(const json& v, const std::string& vp, shown_values& out, int depth) {
-    if (depth > max_nesting) fail_at(vp, "nested too deeply");
-    if (v.is_array()) {
-      out.layout += '[';
-      for (std::size_t i = 0; i < v.size(); ++i) numeric_value(v[i], index_path(vp, i), out, depth + 1);
-      out.layout += ']';
-      return;
+  /// The numeric style's "value": nested arrays of numbers, "nan"/"inf"/"-inf" and "...", read into `out` in print
+  /// order. Without recursion: the open arrays are a stack of (array, next index).
+  static void numeric_value(const json& v, const std::string& vp, shown_values& out) {
+    struct level {
+      const json* a;
+      std::size_t next;
+    };
+    std::vector<level> open;
+    auto where = [&]() {  // the JSON path of the element being read
+      std::string p = vp;
+      for (const level& l : open) p = index_path(p, l.next - 1);
+      return p;
+    };
+    const json* cur = &v;
+    while (true) {
+      if (cur != nullptr) {
+        if (cur->is_array()) {
+          out.layout += '[';
+          open.push_back({cur, 0});
+        } else {
+          numeric_element(*cur, where, out);
+        }
+        cur = nullptr;
+      }
+      if (open.empty()) return;
+      level& l = open.back();
+      if (l.next < l.a->size()) {
+        cur = &(*l.a)[l.next++];
+      } else {
+        out.layout += ']';
+        open.pop_back();
+      }
     }
+  }
+
+  template <class Where>
+  static void numeric_element(const json& v, const Where& where, shown_values& out) {
     double x = 0;
     if (v.is_number()) {
       x = v.get<double>();
@@ -592,7 +677,7 @@ class tree_loader {
       out.layout += 'e';
       return;
     } else if (!(v.is_string() && parse_number(v.get_ref<const std::string&>(), x))) {
-      fail_at(vp, "expected a number, \"nan\", \"inf\", \"-inf\" or \"...\", got " + shown(v));
+      fail_at(where(), "expected a number, \"nan\", \"inf\", \"-inf\" or \"...\", got " + shown(v));
     }
     out.layout += 'n';
     out.v.push_back(x);
@@ -653,19 +738,36 @@ class tree_loader {
   tree_file& f_;
 };
 
-/// Reads and parses one file (streamed, within `limits`). Throws bad_input with a message for the user (without
-/// the file name).
-/// A parser callback that refuses nesting deeper than max_nesting while parsing, before it costs memory or
-/// stack: throws bad_input.
+/// A parser callback that refuses a document nesting too deeply while it is parsed, before the depth costs memory
+/// or stack: a tree of more than max_module_depth modules (nanscope::tree_depth_error()'s text), or more than
+/// max_nesting JSON containers one inside the other (nesting.hpp). Throws bad_input.
 inline json::parser_callback_t nesting_guard() {
-  return [](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= max_nesting)
-      throw bad_input("nested more than " + std::to_string(max_nesting) + " levels deep");
+  auto t = std::make_shared<nesting_tracker>();
+  return [t](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string problem = t->open(event == json::parse_event_t::object_start);
+        if (!problem.empty()) throw bad_input(problem);
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        t->close();
+        break;
+      case json::parse_event_t::key:
+        if (parsed.is_string()) t->key(parsed.get_ref<const std::string&>());
+        break;
+      case json::parse_event_t::value:
+        t->scalar();
+        break;
+    }
     return true;
   };
 }
 
+/// Reads and parses one file (streamed, within `limits`). Throws bad_input with a message for the user (without
+/// the file name).
 inline tree_file load_tree_file(const std::string& path, const input_limits& limits = input_limits{}) {
   tree_file f;
   f.file = path;
