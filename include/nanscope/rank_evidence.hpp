@@ -99,15 +99,16 @@ class rank_evidence : public scope_listener {
     }
     if (opts_.max_events == 0) opts_.max_events = 1;
     last_step_ = rec.step();
-    conn_ = rec.connect(*this);
+    connection c = rec.connect(*this);  // its events may arrive on other threads from here on: conn_ under m_
+    std::lock_guard<std::mutex> lk(m_);
+    conn_ = std::move(c);
   }
   rank_evidence(const rank_evidence&) = delete;
   rank_evidence& operator=(const rank_evidence&) = delete;
   ~rank_evidence() override {
     {
-      const std::uint64_t s = current_step();
       std::lock_guard<std::mutex> lk(m_);
-      last_step_ = s;
+      last_step_ = step_locked();
     }
     end_attachments();
     if (opts_.write_at_exit) try_write("exit");
@@ -121,19 +122,25 @@ class rank_evidence : public scope_listener {
   int rank() const { return opts_.rank; }
   int world_size() const { return opts_.world_size; }
   /// Whether the evidence still listens to its recorder (false once either has ended the attachment).
-  bool attached() const noexcept { return conn_.connected(); }
+  bool attached() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return conn_.connected();
+  }
   /// The recorder's step now, or its last step once the attachment has ended.
   std::uint64_t current_step() const {
-    std::uint64_t s = 0;
-    if (conn_.with_recorder([&](recorder& r) { s = r.step(); })) return s;
     std::lock_guard<std::mutex> lk(m_);
-    return last_step_;
+    return step_locked();
   }
   /// The module path of this thread's innermost open scope of the recorder ("" when none, or once the
   /// attachment has ended).
   std::string current_site() const {
     std::string site;
-    conn_.with_recorder([&](recorder& r) {
+    attachment_ref ref;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      ref = conn_.ref();
+    }
+    ref.with_recorder([&](recorder& r) {
       if (scope* sc = detail::current_scope(r)) site = sc->module_path();
     });
     return site;
@@ -446,7 +453,7 @@ class rank_evidence : public scope_listener {
   std::string last_error_;
   std::map<std::string, std::uint64_t> coll_seq_;
   std::map<std::tuple<std::string, int, int, bool>, std::uint64_t> pair_seq_;
-  connection conn_;  ///< the constructor's attachment (set once, before any other thread sees the evidence)
+  connection conn_;  ///< the constructor's attachment (under m_: events may arrive while the constructor sets it)
 };
 
 /// Marks one collective (or, with kind send/recv, use p2p_call): checks the input before the call and the output

@@ -120,7 +120,13 @@ struct cleanup {
   }
 };
 
+// ThreadSanitizer's instrumentation takes several times the stack of a plain frame (the reading of a whole file
+// alone overflowed 512 KiB under it): a stack 4x larger there still fails a reader that recursed per module.
+#if defined(__SANITIZE_THREAD__)
+constexpr std::size_t small_stack = std::size_t{2048} << 10;
+#else
 constexpr std::size_t small_stack = std::size_t{512} << 10;
+#endif
 
 }  // namespace ns_tree_depth
 
