@@ -470,8 +470,8 @@ def group_browser():
         p = subprocess.run([NANSCOPE_DIFF, "--json", a, b], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         d = json.loads(p.stdout)
         prod = by_id(dom, "diff-producer")
-        expect(prod is not None and prod.text() == d["likely_producer"],
-               f"diff producer {prod.text() if prod else None!r}, nanscope-diff says {d['likely_producer']!r}")
+        expect(prod is not None and prod.text() == d["likely_producer_text"],
+               f"diff producer {prod.text() if prod else None!r}, nanscope-diff says {d['likely_producer_text']!r}")
         fd = d["first_divergence"]
         firstd = by_id(dom, "diff-first")
         expect(firstd is not None and firstd.text().startswith(fd["module"]),
@@ -737,7 +737,8 @@ def group_depth():
 
     d = page_data(report("deep_diff.html", a, b))
     diff = d.get("diff") or {}
-    expect(diff.get("first_text") == inner + " outputs[0]" and diff.get("producer_text") == inner and
+    expect(diff.get("first_text") == inner + " outputs[0]" and diff.get("producer_module") == inner and
+           diff.get("producer_text", "").startswith(inner + " (its inputs match") and
            diff.get("producer_node") == limit - 1, f"the deep diff: {str(diff)[:300]}")
     d = page_data(report("deep_styles.html", torch, a))
     expect((d.get("diff") or {}).get("diverged_flag") is False, "the deep trees of two styles differ")
@@ -794,8 +795,265 @@ def group_warnings():
     expect(notes == [], f"a tree without warnings has no notes: {notes!r}")
 
 
+TINYMLP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "diff", "fixtures", "tinymlp")
+
+
+def rows_by_path(d, tree=0):
+    """{path or 'path checkpoint "text"': row index} of a tree in the page's data."""
+    out = {}
+    for i, n in enumerate(d["trees"][tree]["nodes"]):
+        name = n[1] + (' checkpoint "%s"' % n[3]["checkpoint"] if len(n) > 3 and "checkpoint" in n[3] else "")
+        out[name] = i
+    return out
+
+
+def reference_first(tree):
+    """(node, side, label) of the first NaN/Inf in call order, computed here: a node's parameters and inputs when it
+    is entered, its children, its outputs when it is left (nodes as JSON objects, health counts)."""
+    def bad(t):
+        return isinstance(t, dict) and sum(t["health"][k] for k in ("nan", "pos_inf", "neg_inf")) > 0
+
+    def visit(n):
+        for k, t in (n.get("parameters") or {}).items():
+            if bad(t):
+                return n, "p", "parameters." + k
+        for i, t in enumerate((n.get("inputs") or {}).get("args") or []):
+            if bad(t):
+                return n, "i", "inputs.args[%d]" % i
+        for c in n.get("children") or []:
+            r = visit(c)
+            if r:
+                return r
+        if bad(n.get("outputs")):
+            return n, "o", "outputs"
+        return None
+    return visit(tree)
+
+
+def write_npy(name, values, shape, descr="<f4"):
+    """A .npy file (format 1.0) of float32 values, written here (no numpy)."""
+    import struct
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
+    pad = 64 - (10 + len(header) + 1) % 64
+    header += " " * pad + "\n"
+    data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack("<%df" % len(values), *values)
+    with open(path(name), "wb") as f:
+        f.write(data)
+    return path(name)
+
+
+def group_producer():
+    """Issue 30 item 2: the summary's first NaN/Inf names its producer as the recorder does (the fixtures of
+    tests/diff/fixtures/tinymlp: blocks.1's own code makes the Inf after its last child fc2), checkpoint rows and
+    the recorder's detection are marked, pruning is noted, and a snapshot index shows the detection it records."""
+    for n in os.listdir(TINYMLP):
+        shutil.copy(os.path.join(TINYMLP, n), path(n.replace("_FULL", "")))
+    dash = " \u2014 "
+
+    def load_tree(name):
+        with open(path(name + ".json"), encoding="utf-8") as f:
+            return json.load(f)
+
+    def page(name, *more):
+        return page_data(report(name + ".html", path(name + ".json"), *[path(m + ".json") for m in more]))
+
+    # the native tree: the recorder's detection on blocks.1 (produced here, after fc2)
+    d = page("native_inf")
+    rows_ = rows_by_path(d)
+    want = ("first Inf: TinyMLP.blocks.1 outputs, step 0, rank 0 (native_inf.json)" + dash +
+            "produced in TinyMLP.blocks.1, in its own code after TinyMLP.blocks.1.fc2 (the recorder's verdict)")
+    expect((d.get("first") or {}).get("text") == want, f"native_inf: summary {d.get('first')!r}, expected {want!r}")
+    ref = reference_first(load_tree("native_inf"))
+    expect(d["first"]["node"] == rows_[ref[0]["module_path"]] and ref[2] == "outputs",
+           f"native_inf: first row {d['first']['node']}, the reference walk says {ref[0]['module_path']} {ref[2]}")
+    expect(d["first"].get("producer") == rows_["TinyMLP.blocks.1"] == d["trees"][0].get("producer"),
+           f"native_inf: producer row {d['first'].get('producer')}, expected {rows_['TinyMLP.blocks.1']}")
+    want_det = ("Inf at TinyMLP.blocks.1 outputs, step 0: produced in TinyMLP.blocks.1, in its own code after "
+                "TinyMLP.blocks.1.fc2 (the recorder's verdict)")
+    expect(d.get("detections") == [{"tree": 0, "node": rows_["TinyMLP.blocks.1"], "text": want_det}],
+           f"native_inf: detections {d.get('detections')!r}")
+    expect(d["trees"][0]["notes"] == [], f"native_inf: notes {d['trees'][0]['notes']!r}")
+
+    # the writer before (outputs on leaves only, no detection), pruned: blocks.2's inputs carry it from the
+    # left-out blocks.1
+    d = page("today_inf_pruned")
+    want = ("first Inf: TinyMLP.blocks.2 inputs.args[0], step 0, rank 0 (today_inf_pruned.json)" + dash +
+            "carried from TinyMLP.blocks.1, which pruning left out of the file (it may also be TinyMLP.blocks.0, in "
+            "its own code after TinyMLP.blocks.0.fc2, or TinyMLP, in its own code before TinyMLP.blocks.2)")
+    expect((d.get("first") or {}).get("text") == want, f"today_inf_pruned: summary {d.get('first')!r}, expected {want!r}")
+    want_note = ("the file was pruned (middle layer blocks left out: TinyMLP.blocks.1): the producer may be in a block "
+                 "that is not in the file; write it with tree_options::with_pruning(false)")
+    expect(d["trees"][0]["notes"] == [want_note], f"today_inf_pruned: notes {d['trees'][0]['notes']!r}")
+    expect(d["first"].get("producer") == -1 and d.get("detections") == [],
+           f"today_inf_pruned: producer {d['first'].get('producer')}, detections {d.get('detections')!r}")
+    d = page("hf_inf_pruned")
+    expect(d["first"]["text"].startswith("first Inf: TinyMLP.blocks.2 inputs.args[0] (hf_inf_pruned.json)" + dash +
+                                         "carried from TinyMLP.blocks.1, which pruning left out of the file"),
+           f"hf_inf_pruned: summary {d['first']['text']!r}")
+    expect(d["trees"][0]["notes"] == [want_note + ' (no nanscope "pruned" key: inferred from the gaps in the block numbers)'],
+           f"hf_inf_pruned: notes {d['trees'][0]['notes']!r}")
+    # unpruned: blocks.1 records no outputs: its own code after fc2, inferred
+    d = page("today_inf")
+    want = ("first Inf: TinyMLP.blocks.2 inputs.args[0], step 0, rank 0 (today_inf.json)" + dash +
+            "carried from TinyMLP.blocks.1, in its own code after TinyMLP.blocks.1.fc2 (inferred: the file does not "
+            "record the outputs of TinyMLP.blocks.1; it may also be TinyMLP, in its own code before TinyMLP.blocks.2)")
+    expect(d["first"]["text"] == want, f"today_inf: summary {d['first']['text']!r}, expected {want!r}")
+    expect(d["first"].get("producer") == rows_by_path(d)["TinyMLP.blocks.1"], "today_inf: the producer's row")
+    # a checkpoint row: its own node, marked; the producer is its module
+    d = page("native_cp_inf")
+    rows_ = rows_by_path(d)
+    cp = rows_.get('TinyMLP.blocks.1 checkpoint "after residual"')
+    nodes = d["trees"][0]["nodes"]
+    expect(cp is not None and nodes[cp][0] == rows_["TinyMLP.blocks.1"] and nodes[cp][3] == {"checkpoint": "after residual"},
+           f"native_cp_inf: no checkpoint row under TinyMLP.blocks.1: {[n[:2] + n[3:] for n in nodes]}")
+    want = ('first Inf: TinyMLP.blocks.1 checkpoint "after residual" outputs, step 0, rank 0 (native_cp_inf.json)' +
+            dash + 'produced in TinyMLP.blocks.1, in its own code after TinyMLP.blocks.1.fc2, found at its checkpoint '
+            '"after residual" (the recorder\'s verdict)')
+    expect(d["first"]["text"] == want and d["first"]["node"] == cp, f"native_cp_inf: summary {d['first']!r}")
+    expect(d["first"].get("producer") == rows_["TinyMLP.blocks.1"] and d["trees"][0].get("detection") == cp,
+           f"native_cp_inf: producer row {d['first'].get('producer')}, detection row {d['trees'][0].get('detection')}")
+    # a parameter holding Inf is the producer (a row of role 2)
+    d = page("native_wnan")
+    rows_ = rows_by_path(d)
+    t = d["trees"][0]["nodes"][d["first"]["node"]][2][d["first"]["tensor"]] if d.get("first") else None
+    expect(d["first"]["node"] == rows_["TinyMLP.blocks.1.fc2"] and t and t[0] == "parameters.weight" and t[3] == 2 and
+           t[5] == 1, f"native_wnan: first tensor {t!r}")
+    expect(d["first"]["text"].endswith(dash + "a parameter holding Inf: TinyMLP.blocks.1.fc2 parameters.weight is the "
+                                       "producer (it held Inf before the module ran)"), f"native_wnan: {d['first']['text']!r}")
+    expect([x["text"] for x in d.get("detections", [])] ==
+           ["Inf at TinyMLP.blocks.1.fc2 parameters.weight, step 0: a parameter holding Inf: TinyMLP.blocks.1.fc2 "
+            "parameters.weight is the producer (it held Inf before the module ran)"], f"native_wnan: {d.get('detections')!r}")
+    # a pass a throwing detection ended
+    d = page("native_inf_thrown")
+    expect(d["trees"][0]["notes"] == ["the pass ended at the recorder's detection (a throwing policy): the modules after "
+                                      "it are not in the file"], f"native_inf_thrown: notes {d['trees'][0]['notes']!r}")
+    # two trees: the diff's producer is nanscope-diff's, marked in B's tree (B's recorder names blocks.1, which A
+    # left out)
+    d = page("native_good_pruned", "native_inf_pruned")
+    diff = d.get("diff") or {}
+    rows_b = rows_by_path(d, 1)
+    expect(diff.get("producer_node") == rows_b["TinyMLP.blocks.1"] and diff.get("producer_module") == "TinyMLP.blocks.1",
+           f"diff of the pruned trees: {str(diff)[:400]}")
+    expect(any(n.startswith("A was pruned (middle layer blocks left out)") for n in diff.get("notes", [])),
+           f"diff of the pruned trees: notes {diff.get('notes')!r}")
+    if NANSCOPE_DIFF:
+        p = subprocess.run([NANSCOPE_DIFF, "--json", path("native_good_pruned.json"), path("native_inf_pruned.json")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        nd = json.loads(p.stdout)
+        expect(diff.get("producer_text") == nd["likely_producer_text"],
+               f"diff producer {diff.get('producer_text')!r}, nanscope-diff says {nd['likely_producer_text']!r}")
+    # a detection on a node that records no tensor (a hand-made file): named, nothing read out of bounds
+    bare = write_json("bare.json", {"module_path": "M", "children": [
+        {"module_path": "M.a", "nanscope_detection": {"tensor": "output", "produced_here": True, "after": None}}]})
+    d = page_data(report("bare.html", bare))
+    want = "detection: M.a (bare.json)" + dash + "produced in M.a, in its own code (the recorder's verdict)"
+    expect((d.get("first") or {}).get("text") == want and d["first"].get("tensor") == -1,
+           f"a detection on a node without tensors: {d.get('first')!r}, expected {want!r}")
+    snapshots()
+    if CHROMIUM:
+        producer_page()
+
+
+def snapshots():
+    """`nanscope report` on a snapshot's index (recorder_options::snapshot_dir): the detection it records, with the
+    counts of the .npy files next to it; files it cannot read are notes, never a hang or an escape from the
+    directory."""
+    os.makedirs(path("snap"), exist_ok=True)
+    inf, nan = float("inf"), float("nan")
+    out_v = [1.0, inf, -inf, 2.0, nan, 0.5, inf, -3.0]
+    stem = "nanscope_p42_rec1_step3_1"
+    write_npy(f"snap/{stem}_0_blocks.1_output.npy", out_v, [2, 4])
+    write_npy(f"snap/{stem}_1_blocks.1_input[0].npy", [0.25] * 8, [2, 4])
+    write_npy(f"snap/{stem}_2_blocks.1_weight.npy", [0.5, -0.5, 0.125, 1.5], [2, 2])
+    index = {"step": 3, "module_path": "blocks.1", "class": "Block", "context": "output", "produced_here": True,
+             "files": [{"file": f"{stem}_0_blocks.1_output.npy", "role": "output", "context": "output", "dtype": "f32",
+                        "shape": [2, 4], "offending": True},
+                       {"file": f"{stem}_1_blocks.1_input[0].npy", "role": "input", "context": "input[0]",
+                        "dtype": "f32", "shape": [2, 4], "offending": False},
+                       {"file": f"{stem}_2_blocks.1_weight.npy", "role": "parameter", "context": "weight",
+                        "dtype": "f32", "shape": [2, 2], "offending": False}]}
+    idx = write_json(f"snap/{stem}_index.json", index)
+    d = page_data(report("snapshot.html", idx))
+    tree = (d.get("trees") or [{}])[0]
+    expect(tree.get("kind") == "snapshot", f"snapshot: kind {tree.get('kind')!r}")
+    want = (f"first NaN: blocks.1 output, step 3 (snap/{stem}_index.json) \u2014 produced here: every input and "
+            "parameter of blocks.1 (Block) was finite (the recorder's verdict)")
+    expect((d.get("first") or {}).get("text") == want, f"snapshot: summary {d.get('first')!r}, expected {want!r}")
+    ts = tree["nodes"][0][2] if tree.get("nodes") else []
+    got = [(t[0], t[3], t[4], t[5], t[6], t[7]) for t in ts]
+    counts = lambda v: (sum(math.isnan(x) for x in v), sum(x == inf for x in v), sum(x == -inf for x in v))
+    # (|x| max over the non-NaN values, as the tree's abs_max: inf here)
+    want_rows = [("output", 0) + counts(out_v) + ("inf",), ("input[0]", 1, 0, 0, 0, 0.25),
+                 ("parameters.weight", 2, 0, 0, 0, 1.5)]
+    expect(got == want_rows, f"snapshot: rows {got}, expected {want_rows}")
+    expect([x["text"] for x in d.get("detections", [])] ==
+           ["snapshot of a detection: blocks.1 (Block) output, step 3: produced here: every input and parameter of "
+            "blocks.1 (Block) was finite (the recorder's verdict)"], f"snapshot: detections {d.get('detections')!r}")
+    # arrived already non-finite: only the offending tensor; hostile and unreadable files are notes
+    os.mkfifo(path("snap/fifo.npy"))
+    os.symlink("/etc/passwd", path("snap/link.npy"))
+    write_text("snap/bad.npy", "\x93NUMPY garbage")
+    write_npy("snap/ok.npy", [nan, 1.0], [2])
+    files = [{"file": "ok.npy", "role": "output", "context": "output", "offending": True}] + [
+        {"file": f, "role": "input", "context": "input[%d]" % i} for i, f in
+        enumerate(["../escape.npy", "", "fifo.npy", "link.npy", "missing.npy", "bad.npy", "a\u0000b.npy"])]
+    idx2 = write_json("snap/carried_index.json", {"step": 4, "module_path": "blocks.2", "class": "Block",
+                                                   "context": "output", "produced_here": False, "files": files,
+                                                   "note": "the value arrived already non-finite"})
+    t0 = time.monotonic()
+    d = page_data(report("snapshot2.html", idx2))
+    expect(time.monotonic() - t0 < 60, "snapshot with a FIFO: the report took a minute")
+    first = (d.get("first") or {}).get("text", "")
+    expect(first.endswith("\u2014 it arrived already non-finite: made before blocks.2 (Block) ran (the "
+                                       "recorder's verdict)") and first.startswith("first NaN: blocks.2 output"),
+           f"snapshot (carried): summary {first!r}")
+    notes = d["trees"][0]["notes"]
+    for f, why in (("../escape.npy", "not a file name in the index's directory"), ("", "not a file name"),
+                   ("fifo.npy", "not a regular file (a pipe)"), ("link.npy", "cannot open: "),
+                   ("missing.npy", "cannot open: No such file or directory"), ("bad.npy", "not an .npy file"),
+                   ("a\u0000b.npy", "not a file name")):
+        expect(any(n.startswith(f"the snapshot's file '{f}' was not read: {why}") for n in notes),
+               f"snapshot: no note for {f!r} ({why}): {notes!r}")
+    expect("the value arrived already non-finite" in notes, f"snapshot: the index's note is not shown: {notes!r}")
+    unknown = [t for t in d["trees"][0]["nodes"][0][2] if t[0] != "output"] if d["trees"][0]["nodes"] else []
+    expect(all(t[4:7] == [-2, -2, -2] for t in unknown), f"snapshot: unread files have counts: {unknown!r}")
+    # a malformed index is an error naming the key
+    for bad, needle in (({"files": 3}, '"files" must be an array'), ({"produced_here": "yes"}, '"produced_here" must be'),
+                        ({"files": [{"role": "output"}]}, 'files[0]."file" is missing')):
+        b = write_json("snap/bad_index.json", dict(index, **bad))
+        rc, so, se = run("report", b, "-o", path("bad.html"))
+        expect(rc == 2 and needle in se, f"snapshot index {bad}: exit {rc}, stderr {se!r}")
+
+
+def producer_page():
+    """The page in the browser: checkpoint rows, the producer's and the detection's rows are marked."""
+    dom, _ = load(path("native_cp_inf.html"))
+    rs = rows(dom)
+    cps = [r for r in rs if "checkpoint" in r.classes()]
+    expect(len(cps) == 1 and cps[0].attrs.get("data-checkpoint") == "after residual" and "detection" in cps[0].classes(),
+           f"checkpoint rows: {[(r.attrs.get('data-path'), r.classes()) for r in cps]}")
+    label = [e.text() for e in cps[0].iter() if "label" in e.classes()] if cps else []
+    expect(label == ["checkpoint \u201cafter residual\u201d"], f"the checkpoint row's label: {label!r}")
+    prod = [r for r in rs if "producer" in r.classes()]
+    expect(len(prod) == 1 and prod[0].attrs.get("data-path") == "TinyMLP.blocks.1" and "checkpoint" not in prod[0].classes(),
+           f"producer rows: {[(r.attrs.get('data-path'), r.classes()) for r in prod]}")
+    name = by_id(dom, "details-name")  # the first NaN/Inf's row is selected at load: the checkpoint's
+    expect(name is not None and name.text() == "TinyMLP.blocks.1 checkpoint \u201cafter residual\u201d",
+           f"the selected row's details: {name.text() if name else None!r}")
+    link = by_id(dom, "producer")
+    expect(link is not None and link.text() == "TinyMLP.blocks.1", f"#producer: {link.text() if link else None!r}")
+    det = [e for e in dom.iter() if "detection-text" in e.classes()]
+    expect(len(det) == 1 and det[0].text().startswith('Inf at TinyMLP.blocks.1 checkpoint "after residual" outputs'),
+           f"the summary's detection: {[e.text() for e in det]!r}")
+    dom, _ = load(path("snapshot.html"))
+    expect(by_id(dom, "first-nan") is not None and by_id(dom, "no-nan") is None,
+           "the snapshot's page says there is no NaN or Inf")
+
+
 GROUPS = {"errors": (group_errors, False), "warnings": (group_warnings, False), "browser": (group_browser, True), "hostile": (group_hostile, True),
-          "history": (group_history, True), "large": (group_large, True), "depth": (group_depth, False)}
+          "history": (group_history, True), "large": (group_large, True), "depth": (group_depth, False),
+          "producer": (group_producer, False)}
 
 
 def main():

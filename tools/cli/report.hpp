@@ -59,18 +59,27 @@ inline std::string count_json(std::int64_t c) { return std::to_string(c); }
 
 inline std::string first_word(const tensor_row& t) {
   const bool nan = t.nan > 0 || t.nan == -1;
+  const bool inf = t.pos_inf > 0 || t.pos_inf == -1 || t.neg_inf > 0 || t.neg_inf == -1;
+  if (!nan && !inf) return "detection: ";  // a snapshot whose tensor could not be read
   return std::string(nan ? "first NaN: " : "first Inf: ");
 }
 
-/// "first NaN: block.2.ff.wo outputs, step 5"
+/// How a row is named: its module path; a checkpoint's row as `path checkpoint "text"`.
+inline std::string row_name(const node_row& n) {
+  return n.is_checkpoint ? n.path + " checkpoint \"" + n.checkpoint + "\"" : n.path;
+}
+
+/// "first NaN: block.2.ff.wo outputs, step 5, rank 0 (file) — produced in block.2.ff.wo, in its own code"
 inline std::string first_text(const tree_view& v) {
-  const tensor_row& t = v.nodes[static_cast<std::size_t>(v.first_node)].tensors[static_cast<std::size_t>(v.first_tensor)];
-  std::string s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path + " ";
-  if (v.kind == "scan") s = first_word(t) + v.nodes[static_cast<std::size_t>(v.first_node)].path;
-  else s += t.label;
+  const node_row& n = v.nodes[static_cast<std::size_t>(v.first_node)];
+  static const tensor_row none;
+  const tensor_row& t = v.first_tensor >= 0 ? n.tensors[static_cast<std::size_t>(v.first_tensor)] : none;
+  std::string s = first_word(t) + row_name(n);
+  if (v.kind != "scan" && !t.label.empty()) s += " " + t.label;
   if (v.step >= 0) s += ", step " + std::to_string(v.step);
   if (v.rank >= 0) s += ", rank " + std::to_string(v.rank);
   s += " (" + v.source + ")";
+  if (!v.producer_text.empty()) s += " \u2014 " + v.producer_text;
   return s;
 }
 
@@ -128,7 +137,7 @@ inline heatmap tree_heatmap(const model& m) {
       double amax = nan_value;
       bool any = false, bad = false;
       for (const tensor_row& t : n.tensors) {
-        if (t.input) continue;
+        if (t.input || t.param) continue;
         any = true;
         bad = bad || t.nonfinite();
         if (!std::isnan(t.abs_max) && (std::isnan(amax) || t.abs_max > amax)) amax = t.abs_max;
@@ -201,19 +210,38 @@ inline std::string tree_json(const tree_view& v) {
   for (std::size_t i = 0; i < v.notes.size(); ++i) s += (i ? "," : "") + json_string(v.notes[i]);
   s += "],\"first\":";
   s += v.first_node >= 0 ? "[" + std::to_string(v.first_node) + "," + std::to_string(v.first_tensor) + "]" : "null";
+  s += ",\"producer\":" + std::to_string(v.producer_node) + ",\"producer_text\":" + json_string(v.producer_text) +
+       ",\"detection\":" + std::to_string(v.detection_node) + ",\"detection_text\":" + json_string(v.detection_text);
   s += ",\"nodes\":[";
   for (std::size_t i = 0; i < v.nodes.size(); ++i) {
     const node_row& n = v.nodes[i];
     s += (i ? ",[" : "[") + std::to_string(n.parent) + "," + json_string(n.path) + ",[";
     for (std::size_t k = 0; k < n.tensors.size(); ++k) {
       const tensor_row& t = n.tensors[k];
+      // role: 0 an output, 1 an input, 2 a parameter
       s += (k ? ",[" : "[") + json_string(t.label) + "," + json_string(t.dtype) + "," + json_string(t.shape) + "," +
-           (t.input ? "1" : "0") + "," + count_json(t.nan) + "," + count_json(t.pos_inf) + "," +
+           (t.param ? "2" : t.input ? "1" : "0") + "," + count_json(t.nan) + "," + count_json(t.pos_inf) + "," +
            count_json(t.neg_inf) + "," + json_number(t.abs_max) + "]";
     }
-    s += "]]";
+    s += "]";
+    if (n.is_checkpoint) s += ",{\"checkpoint\":" + json_string(n.checkpoint) + "}";
+    s += "]";
   }
   return s + "]}";
+}
+
+/// Each node of a tree by its pre-order index (the order of tree_view::nodes).
+inline std::map<const nsdiff::tree_node*, long> preorder_index(const nsdiff::tree_node& root) {
+  std::map<const nsdiff::tree_node*, long> index;
+  std::vector<const nsdiff::tree_node*> st{&root};
+  long i = 0;
+  while (!st.empty()) {
+    const nsdiff::tree_node* n = st.back();
+    st.pop_back();
+    index[n] = i++;
+    for (std::size_t c = n->children.size(); c-- > 0;) st.push_back(&n->children[c]);
+  }
+  return index;
 }
 
 /// The diff of the two layer-tree inputs, as nanscope-diff computes it with its default options; the modules it
@@ -223,43 +251,45 @@ inline std::string diff_json(model& m) {
   nsdiff::tree_file& b = m.diff_inputs[1];
   const nsdiff::diff_options o;
   const nsdiff::report r = nsdiff::diff_trees(a, b, o);
-  const std::vector<long> map = diff_node_map(a, b);
-  const bool mapped = map.size() == r.nodes.size();
+  const std::map<const nsdiff::tree_node*, long> rows_b = preorder_index(b.root);  // B's rows, by node
+  auto row_b = [&](const nsdiff::tree_node* n) -> long {
+    const auto it = n ? rows_b.find(n) : rows_b.end();
+    return it == rows_b.end() ? -1 : it->second;
+  };
   auto node_index = [&](long ni) -> long {
-    return ni >= 0 && mapped ? map[static_cast<std::size_t>(ni)] : -1;
+    return ni >= 0 && static_cast<std::size_t>(ni) < r.nodes.size() ? row_b(r.nodes[static_cast<std::size_t>(ni)].b) : -1;
   };
   std::string verdict;
   if (r.diverged(o)) {
-    verdict = "verdict: diverged (" + std::to_string(r.tensors_diverged) + " of " + std::to_string(r.tensors_compared) +
-              " tensors";
+    verdict = "verdict: diverged (" + std::to_string(r.tensors_diverged) + " of " +
+              std::to_string(r.tensors_compared + r.params_compared) + " tensors";
     if (!r.structural.empty()) verdict += ", " + std::to_string(r.structural.size()) + " structural differences";
     verdict += ")";
   } else {
-    verdict = "verdict: same within tolerance (" + std::to_string(r.tensors_compared) + " tensors compared)";
+    verdict = "verdict: same within tolerance (" + std::to_string(r.tensors_compared + r.params_compared) +
+              " tensors compared)";
   }
-  std::string first_text, producer_text;
+  std::string first_text, producer_text, producer_module;
   long first_node = -1, producer_node = -1;
   if (r.first >= 0) {
     const nsdiff::tensor_result& t = r.tensors[static_cast<std::size_t>(r.first)];
     first_text = r.nodes[t.node].display + " " + t.label;
     first_node = node_index(static_cast<long>(t.node));
-  }
-  if (r.producer >= 0) {
-    producer_text = r.nodes[static_cast<std::size_t>(r.producer)].display;
-    producer_node = node_index(r.producer);
-  } else if (r.first >= 0) {
-    const nsdiff::tensor_result& t = r.tensors[static_cast<std::size_t>(r.first)];
-    producer_text = r.nodes[t.node].display + " (its inputs already differ)";
+    producer_text = nsdiff::likely_producer_text(r);
+    producer_module = r.likely.module;
+    producer_node = row_b(r.likely.in_b);
   }
   std::string s = "{\"a\":" + json_string(a.file) + ",\"b\":" + json_string(b.file) +
                   ",\"tree\":" + std::to_string(m.tree_files[1]) + ",\"verdict\":" + json_string(verdict) +
                   ",\"diverged_flag\":" + (r.diverged(o) ? "true" : "false") +
                   ",\"first_text\":" + json_string(first_text) + ",\"first_node\":" + std::to_string(first_node) +
                   ",\"producer_text\":" + json_string(producer_text) +
+                  ",\"producer_module\":" + json_string(producer_module) +
                   ",\"producer_node\":" + std::to_string(producer_node) + ",\"diverged\":[";
   bool comma = false;
   for (std::size_t i = 0; i < r.nodes.size(); ++i)
-    if ((r.nodes[i].inputs_diverged || r.nodes[i].outputs_diverged) && node_index(static_cast<long>(i)) >= 0) {
+    if ((r.nodes[i].inputs_diverged || r.nodes[i].outputs_diverged || r.nodes[i].params_diverged) &&
+        node_index(static_cast<long>(i)) >= 0) {
       s += (comma ? "," : "") + std::to_string(node_index(static_cast<long>(i)));
       comma = true;
     }
@@ -293,17 +323,31 @@ inline std::string page_data(model& m, const std::vector<std::string>& inputs, c
       continue;
     }
     const tree_view& b = m.trees[static_cast<std::size_t>(best)];
-    if (t.kind == "tree" && b.kind == "tree" && t.step >= 0 && b.step >= 0 && t.step < b.step) best = static_cast<long>(i);
-    else if (t.kind == "tree" && b.kind == "scan") best = static_cast<long>(i);
+    // layer trees and snapshots by step; scan files after them
+    const bool tt = t.kind != "scan", bt = b.kind != "scan";
+    if (tt && bt && t.step >= 0 && b.step >= 0 && t.step < b.step) best = static_cast<long>(i);
+    else if (tt && !bt) best = static_cast<long>(i);
   }
   s += ",\"first\":";
   if (best >= 0) {
     const tree_view& t = m.trees[static_cast<std::size_t>(best)];
     s += "{\"tree\":" + std::to_string(best) + ",\"node\":" + std::to_string(t.first_node) +
-         ",\"tensor\":" + std::to_string(t.first_tensor) + ",\"text\":" + json_string(first_text(t)) + "}";
+         ",\"tensor\":" + std::to_string(t.first_tensor) + ",\"text\":" + json_string(first_text(t)) +
+         ",\"producer\":" + std::to_string(t.producer_node) + ",\"producer_text\":" + json_string(t.producer_text) + "}";
   } else {
     s += "null";
   }
+  // the recorder's detections the inputs record (a layer tree's nanscope_detection, a snapshot)
+  s += ",\"detections\":[";
+  bool any = false;
+  for (std::size_t i = 0; i < m.trees.size(); ++i) {
+    const tree_view& t = m.trees[i];
+    if (t.detection_text.empty()) continue;
+    s += std::string(any ? "," : "") + "{\"tree\":" + std::to_string(i) + ",\"node\":" +
+         std::to_string(t.detection_node) + ",\"text\":" + json_string(t.detection_text) + "}";
+    any = true;
+  }
+  s += "]";
   s += ",\"trees\":[";
   for (std::size_t i = 0; i < m.trees.size(); ++i) s += (i ? "," : "") + tree_json(m.trees[i]);
   s += "],\"heatmaps\":[";

@@ -4,7 +4,11 @@
 #define NANSCOPE_CLI_REPORT_MODEL_HPP
 
 #include "../diff/diff.hpp"
+#include "../diff/producer.hpp"
 #include "../diff/tree_model.hpp"
+
+#include <nanscope/check.hpp>
+#include <nanscope/npy.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,7 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace nanscope_report {
 
@@ -37,6 +43,7 @@ inline constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
 struct tensor_row {
   std::string label, dtype, shape;
   bool input = false;
+  bool param = false;  ///< a parameter ("parameters.weight"); neither input nor output
   std::int64_t nan = -2, pos_inf = -2, neg_inf = -2;
   double abs_max = nan_value;  ///< NaN: unknown
   bool nonfinite() const { return nan > 0 || nan == -1 || pos_inf > 0 || pos_inf == -1 || neg_inf > 0 || neg_inf == -1; }
@@ -46,6 +53,8 @@ struct node_row {
   long parent = -1;
   std::string path;
   std::vector<tensor_row> tensors;
+  bool is_checkpoint = false;  ///< a DETECT_OVERFLOW checkpoint of the module `path`
+  std::string checkpoint;      ///< its text
 };
 
 /// One tree: a layer-tree file, or the tensors of a `nanscope scan --json` file grouped by file and dotted name.
@@ -56,8 +65,14 @@ struct tree_view {
   bool complete = true;
   std::vector<node_row> nodes;  ///< pre-order (a parent before its children), nodes[0] the root
   std::vector<std::string> notes;
-  // first NaN/Inf in call order: node index and tensor index, or -1
+  // first NaN/Inf: the recorder's detection when the file records one, else the first in call order (node index
+  // and tensor index, or -1)
   long first_node = -1, first_tensor = -1;
+  std::string producer_text;  ///< where it was made: "produced in X, in its own code after Y (...)", "carried from ..."
+  long producer_node = -1;    ///< the producer's row, when it is in the file
+  long detection_node = -1;   ///< the row of the recorder's detection (nanscope_detection, a snapshot's module)
+  std::string detection_text; ///< "Inf at X outputs, step 3: produced in ..."
+  std::vector<std::string> producer_alternatives;
 };
 
 /// One history record (docs/report.md).
@@ -124,10 +139,11 @@ inline std::string json_message(const json::exception& e) {
   return msg;
 }
 
-inline tensor_row tensor_of(const nsdiff::slot& s, bool input) {
+inline tensor_row tensor_of(const nsdiff::slot& s, bool input, bool param = false) {
   tensor_row t;
   t.label = s.label;
   t.input = input;
+  t.param = param;
   if (s.kind != nsdiff::slot_kind::tensor) return t;
   const nsdiff::tensor_info& ti = s.tensor;
   t.dtype = std::string(nsdiff::dtype_name(ti.dtype));
@@ -153,31 +169,9 @@ inline tensor_row tensor_of(const nsdiff::slot& s, bool input) {
   return t;
 }
 
-/// Finds the first NaN/Inf in call order: a node's inputs when it is entered, its children, then its outputs.
-inline void find_first(tree_view& v) {
-  std::vector<std::vector<std::size_t>> kids(v.nodes.size());
-  for (std::size_t i = 1; i < v.nodes.size(); ++i) kids[static_cast<std::size_t>(v.nodes[i].parent)].push_back(i);
-  // iterative walk: (node, phase) phase 0 = inputs + push children, 1 = outputs
-  std::vector<std::pair<std::size_t, int>> st;
-  if (!v.nodes.empty()) st.push_back({0, 0});
-  while (!st.empty()) {
-    const auto [n, phase] = st.back();
-    st.pop_back();
-    const auto& ts = v.nodes[n].tensors;
-    for (std::size_t k = 0; k < ts.size(); ++k)
-      if (ts[k].input == (phase == 0) && ts[k].nonfinite()) {
-        v.first_node = static_cast<long>(n);
-        v.first_tensor = static_cast<long>(k);
-        return;
-      }
-    if (phase == 0) {
-      st.push_back({n, 1});
-      for (std::size_t c = kids[n].size(); c-- > 0;) st.push_back({kids[n][c], 0});
-    }
-  }
-}
-
-inline void add_tree_node(tree_view& v, const nsdiff::tree_node& n, long parent) {
+/// Adds the rows of a tree (pre-order); `index` gets each node's row.
+inline void add_tree_node(tree_view& v, const nsdiff::tree_node& n, long parent,
+                          std::map<const nsdiff::tree_node*, long>& index) {
   // iterative pre-order (trees may be deep)
   std::vector<std::pair<const nsdiff::tree_node*, long>> st{{&n, parent}};
   while (!st.empty()) {
@@ -186,12 +180,54 @@ inline void add_tree_node(tree_view& v, const nsdiff::tree_node& n, long parent)
     node_row r;
     r.parent = par;
     r.path = p->path;
+    r.is_checkpoint = p->is_checkpoint;
+    r.checkpoint = p->checkpoint;
+    for (const auto& s : p->params) r.tensors.push_back(tensor_of(s, false, true));
     for (const auto& s : p->inputs) r.tensors.push_back(tensor_of(s, true));
     for (const auto& s : p->outputs) r.tensors.push_back(tensor_of(s, false));
     const long me = static_cast<long>(v.nodes.size());
+    index[p] = me;
     v.nodes.push_back(std::move(r));
     for (std::size_t c = p->children.size(); c-- > 0;) st.push_back({&p->children[c], me});
   }
+}
+
+/// The first NaN/Inf of a tree and where it was made (nsdiff::find_origin: the recorder's detection when the file
+/// records one, else the first in call order: a node's parameters and inputs when it is entered, its children,
+/// then its outputs), and the notes a reader needs to weigh it: pruning, a pass ended by the detection.
+inline void find_first(tree_view& v, const nsdiff::tree_file& f, const std::map<const nsdiff::tree_node*, long>& index) {
+  auto row = [&](const nsdiff::tree_node* n) -> long {
+    const auto it = n ? index.find(n) : index.end();
+    return it == index.end() ? -1 : it->second;
+  };
+  const nsdiff::origin o = nsdiff::find_origin(f, true);
+  if (o.found() && o.at != nullptr) {
+    v.first_node = row(o.at);
+    if (v.first_node >= 0) {
+      const auto& ts = v.nodes[static_cast<std::size_t>(v.first_node)].tensors;
+      for (std::size_t k = 0; k < ts.size(); ++k)
+        if (ts[k].label == o.label && ts[k].param == (o.side == 'p') && ts[k].input == (o.side == 'i')) {
+          v.first_tensor = static_cast<long>(k);
+          break;
+        }
+      if (v.first_tensor < 0 && !ts.empty()) v.first_tensor = 0;  // (a detection named on a node without tensors: -1)
+    }
+    v.producer_text = o.sentence();
+    v.producer_node = row(o.producer);
+  }
+  if (o.detection) {
+    v.detection_node = row(o.det_at);
+    v.detection_text = nsdiff::detection_text(o);
+  }
+  if (f.ended_by == "detection")
+    v.notes.push_back("the pass ended at the recorder's detection (a throwing policy): the modules after it are not "
+                      "in the file");
+  const nsdiff::pruning_info pr = nsdiff::pruning_of(f);
+  if (pr.left_out())
+    v.notes.push_back(std::string("the file was pruned (middle layer blocks left out: ") + pr.text() +
+                      "): the producer may be in a block that is not in the file; write it with "
+                      "tree_options::with_pruning(false)" +
+                      (pr.flag < 0 ? " (no nanscope \"pruned\" key: inferred from the gaps in the block numbers)" : ""));
 }
 
 inline long int_field(const json& o, const char* key) {
@@ -213,7 +249,8 @@ inline void read_tree(model& m, const std::string& path, const json& doc) {
   v.source = path;
   v.kind = "tree";
   v.complete = f.complete;
-  if (!f.complete) v.notes.push_back("the pass did not complete (an exception was in flight when it was written)");
+  if (!f.complete && f.ended_by != "detection")
+    v.notes.push_back("the pass did not complete (an exception was in flight when it was written)");
   if (auto it = doc.find("nanscope"); it != doc.end() && it->is_object()) {
     v.step = int_field(*it, "step");
     v.rank = int_field(*it, "rank");
@@ -223,8 +260,9 @@ inline void read_tree(model& m, const std::string& path, const json& doc) {
         if (e.is_object())
           if (auto t = e.find("text"); t != e.end() && t->is_string()) v.notes.push_back(t->get<std::string>());
   }
-  add_tree_node(v, f.root, -1);
-  find_first(v);
+  std::map<const nsdiff::tree_node*, long> index;
+  add_tree_node(v, f.root, -1, index);
+  find_first(v, f, index);
   m.tree_files.push_back(m.trees.size());
   m.trees.push_back(std::move(v));
   m.diff_inputs.push_back(std::move(f));
@@ -252,7 +290,7 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
   tree_view v;
   v.source = path;
   v.kind = "scan";
-  v.nodes.push_back(node_row{-1, path, {}});
+  v.nodes.push_back(node_row{-1, path, {}, false, {}});
   std::map<std::string, std::size_t> index;  // "file\0a.b" -> node
   auto node_for = [&](const std::string& file, const std::string& name) -> std::size_t {
     std::string key = file;
@@ -260,7 +298,7 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
     auto it = index.find(key);
     std::size_t cur;
     if (it == index.end()) {
-      v.nodes.push_back(node_row{0, file, {}});
+      v.nodes.push_back(node_row{0, file, {}, false, {}});
       cur = v.nodes.size() - 1;
       index.emplace(key, cur);
     } else {
@@ -278,7 +316,7 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
       key = file + '\0' + prefix;
       it = index.find(key);
       if (it == index.end()) {
-        v.nodes.push_back(node_row{static_cast<long>(cur), prefix, {}});
+        v.nodes.push_back(node_row{static_cast<long>(cur), prefix, {}, false, {}});
         cur = v.nodes.size() - 1;
         index.emplace(key, cur);
       } else {
@@ -411,6 +449,159 @@ inline void read_history(model& m, const std::string& path, const std::vector<st
   m.histories.push_back(std::move(h));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// A detection's snapshot index (recorder_options::snapshot_dir; include/nanscope/snapshot.hpp)
+// ---------------------------------------------------------------------------------------------------------
+
+/// Whether a JSON object is a snapshot's `..._index.json`: "module_path", "produced_here" and "files", and none of a
+/// layer tree's node keys.
+inline bool is_snapshot_index(const json& doc) {
+  return doc.is_object() && doc.contains("module_path") && doc.contains("produced_here") && doc.contains("files") &&
+         !doc.contains("inputs") && !doc.contains("outputs") && !doc.contains("children");
+}
+
+/// The largest .npy file of a snapshot that is read (as the report's other inputs).
+inline constexpr std::uint64_t max_snapshot_npy = std::uint64_t{512} << 20;
+
+/// Reads one .npy file a snapshot index names, `name` in the directory `dir`, and counts its NaN and infinities
+/// (nanscope::check). Returns "" and fills `t`, or why it could not be read. Only a plain file name next to the
+/// index is opened (no '/', no "..", no NUL), never a link or anything but a regular file, at most
+/// max_snapshot_npy bytes; the header is parsed by the library's strict parse_npy.
+inline std::string read_snapshot_npy(const std::string& dir, const std::string& name, tensor_row& t) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    return "not a file name in the index's directory";
+  const std::string file = dir + name;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open: ") + std::strerror(errno);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } c{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::string("cannot stat: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return std::string("not a regular file (") + nsdiff::file_kind(st.st_mode) + ")";
+  if (static_cast<std::uint64_t>(st.st_size) > max_snapshot_npy)
+    return "larger than " + nsdiff::byte_size_text(max_snapshot_npy);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::string("read error: ") + std::strerror(errno);
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
+  try {
+    nanscope::npy_layout lay = nanscope::parse_npy(bytes.data(), bytes.size(), file);
+    if (lay.needs_swap()) return "stored in the other byte order";
+    // the elements, copied to the start of an allocation (aligned for any element type)
+    std::vector<unsigned char> data(bytes.begin() + static_cast<std::ptrdiff_t>(lay.data_offset),
+                                    bytes.begin() + static_cast<std::ptrdiff_t>(lay.data_offset + lay.data_size));
+    t.dtype = nanscope::name(lay.type);
+    t.shape = nsdiff::shape_text(lay.shape);
+    if (lay.numel == 0) {
+      t.nan = t.pos_inf = t.neg_inf = 0;
+      return std::string();
+    }
+    const nanscope::check_options opt = nanscope::check_options{}.with_threads(1);
+    const nanscope::health_result h = (nanscope::check)(
+        nanscope::tensor_view::flat(data.data(), lay.type, static_cast<std::int64_t>(lay.numel)), opt);
+    t.nan = static_cast<std::int64_t>(h.nan);
+    t.pos_inf = static_cast<std::int64_t>(h.pos_inf);
+    t.neg_inf = static_cast<std::int64_t>(h.neg_inf);
+    t.abs_max = h.abs_max;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    const std::string prefix = "nanscope: file '" + file + "': ";  // parse_npy's own prefix: the note names the file
+    if (msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+    return msg;
+  }
+  return std::string();
+}
+
+/// A snapshot index: one row, the module of the detection, with the saved tensors (the offending one, and, when
+/// the module produced the value, its inputs and parameters), their counts read from the .npy files next to it.
+inline void read_snapshot(model& m, const std::string& path, const json& doc) {
+  const std::string where = "nanscope: file '" + path + "': ";
+  auto str = [&](const json& o, const char* key, const std::string& at, bool required) -> std::string {
+    const auto it = o.find(key);
+    if (it == o.end() || it->is_null()) {
+      if (required) throw input_error(where + at + "\"" + key + "\" is missing (a snapshot index)");
+      return std::string();
+    }
+    if (!it->is_string()) throw input_error(where + at + "\"" + key + "\" must be a string");
+    return it->get<std::string>();
+  };
+  tree_view v;
+  v.source = path;
+  v.kind = "snapshot";
+  const std::string module = str(doc, "module_path", "", true);
+  const std::string cls = str(doc, "class", "", false);
+  const std::string context = str(doc, "context", "", false);
+  const auto ph = doc.find("produced_here");
+  if (!ph->is_boolean()) throw input_error(where + "\"produced_here\" must be true or false");
+  const bool produced_here = ph->get<bool>();
+  if (const auto st = doc.find("step"); st != doc.end() && !st->is_null()) {
+    if (!st->is_number_integer() || st->get<std::int64_t>() < 0)
+      throw input_error(where + "\"step\" must be a non-negative integer");
+    v.step = static_cast<long>(st->get<std::int64_t>());
+  }
+  const json& files = doc["files"];
+  if (!files.is_array()) throw input_error(where + "\"files\" must be an array");
+  node_row r;
+  r.path = module.empty() ? std::string("(the root module)") : module;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  long offending = -1;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const json& e = files[i];
+    const std::string at = "files[" + std::to_string(i) + "].";
+    if (!e.is_object()) throw input_error(where + "files[" + std::to_string(i) + "] must be an object");
+    const std::string file = str(e, "file", at, true);
+    const std::string role = str(e, "role", at, false);
+    const std::string ctx = str(e, "context", at, false);
+    bool off = false;
+    if (const auto o = e.find("offending"); o != e.end() && !o->is_null()) {
+      if (!o->is_boolean()) throw input_error(where + at + "\"offending\" must be true or false");
+      off = o->get<bool>();
+    }
+    tensor_row t;
+    t.label = role == "parameter" ? "parameters." + ctx : ctx.empty() ? file : ctx;
+    t.input = role == "input";
+    t.param = role == "parameter";
+    t.dtype = str(e, "dtype", at, false);
+    if (const auto sh = e.find("shape"); sh != e.end() && sh->is_array()) {
+      std::vector<std::int64_t> dims;
+      for (const auto& d : *sh) {
+        if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+          throw input_error(where + at + "\"shape\" must hold non-negative integers");
+        dims.push_back(d.get<std::int64_t>());
+      }
+      t.shape = nsdiff::shape_text(dims);
+    }
+    const std::string problem = read_snapshot_npy(dir, file, t);
+    if (!problem.empty()) v.notes.push_back("the snapshot's file '" + file + "' was not read: " + problem);
+    if (off && offending < 0) offending = static_cast<long>(r.tensors.size());
+    r.tensors.push_back(std::move(t));
+  }
+  if (const auto n = doc.find("note"); n != doc.end() && n->is_string()) v.notes.push_back(n->get<std::string>());
+  v.nodes.push_back(std::move(r));
+  // the detection the snapshot records: the offending tensor, and the recorder's verdict
+  v.first_node = 0;
+  v.first_tensor = offending >= 0 ? offending : (v.nodes[0].tensors.empty() ? -1 : 0);
+  v.detection_node = 0;
+  v.producer_node = produced_here ? 0 : -1;
+  const std::string name = (module.empty() ? std::string("the root module") : module) + (cls.empty() ? "" : " (" + cls + ")");
+  v.producer_text = produced_here
+                        ? "produced here: every input and parameter of " + name + " was finite (the recorder's verdict)"
+                        : "it arrived already non-finite: made before " + name + " ran (the recorder's verdict)";
+  v.detection_text = "snapshot of a detection: " + name + " " + (context.empty() ? std::string("?") : context) +
+                     (v.step >= 0 ? ", step " + std::to_string(v.step) : std::string()) + ": " + v.producer_text;
+  m.trees.push_back(std::move(v));
+}
+
 /// Reads one input file, deciding its kind from its content.
 inline void read_input(model& m, const std::string& path) {
   const std::string text = read_whole_file(path);
@@ -423,6 +614,10 @@ inline void read_input(model& m, const std::string& path) {
   } catch (const json::exception& e) {
     whole = false;
     whole_error = json_message(e);
+  }
+  if (whole && is_snapshot_index(doc)) {
+    read_snapshot(m, path, doc);
+    return;
   }
   if (whole && doc.is_object() && doc.contains("module_path")) {
     read_tree(m, path, doc);
@@ -503,14 +698,16 @@ inline std::vector<long> diff_node_map(const nsdiff::tree_file& a, const nsdiff:
     using key = std::pair<std::string, int>;
     std::map<std::string, int> seen;
     std::map<key, std::size_t> in_y;
+    // (a checkpoint is paired by its module's path and its text, as nanscope-diff pairs it)
+    auto cp = [](const nsdiff::tree_node& n) { return n.is_checkpoint ? "\x02" + n.checkpoint : std::string(); };
     for (std::size_t i = 0; i < y->children.size(); ++i) {
-      const std::string r = rel(y->children[i].path, b.root.path);
+      const std::string r = rel(y->children[i].path, b.root.path) + cp(y->children[i]);
       in_y.emplace(key{r, seen[r]++}, i);
     }
     seen.clear();
     paired.clear();
     for (const auto& c : x->children) {
-      const std::string r = rel(c.path, a.root.path);
+      const std::string r = rel(c.path, a.root.path) + cp(c);
       const int k = seen[r]++;
       const auto it = in_y.find(key{r, k});
       if (it != in_y.end()) paired.emplace_back(&c, &y->children[it->second]);

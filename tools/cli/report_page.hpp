@@ -40,6 +40,12 @@ a.jump { color: #1565c0; cursor: pointer; text-decoration: underline; }
 .row.diff-producer { background: #fde0dc; outline: 2px solid #ad1457; }
 .row.diff-first { box-shadow: inset 4px 0 0 #ad1457; }
 .row.diff-diverged .name { color: #ad1457; }
+.row.checkpoint .label { font-style: italic; color: #4e342e; }
+.row.producer { box-shadow: inset -4px 0 0 var(--bad); }
+.badge { display: inline-block; margin-left: 6px; padding: 0 4px; border-radius: 3px; font-size: 10px; color: #fff; background: var(--bad); }
+.badge.det { background: #6a1b9a; }
+#summary .detection { margin-top: 4px; }
+#summary .producer-line { margin-top: 2px; color: #333; }
 .name { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
 .tog { display: inline-block; width: 14px; color: var(--muted); cursor: pointer; user-select: none; }
 .num { text-align: right; font-variant-numeric: tabular-nums; font-size: 12px; }
@@ -159,6 +165,7 @@ let cur = -1, P = null, rowOf = new Map(), childBox = new Map(), marks = new Map
 
 function shortName(i) {
   const n = P.t.nodes[i], p = n[0];
+  if (n[3] && n[3].checkpoint !== undefined) return "checkpoint \u201c" + String(n[3].checkpoint) + "\u201d";
   const s = String(n[1]);
   if (p < 0) return s;
   const ps = String(P.t.nodes[p][1]);
@@ -193,6 +200,10 @@ function makeRow(i) {
   name.appendChild(tog);
   const label = el("span", "label", shortName(i));
   name.appendChild(label);
+  const m0 = marks.get(i) || [];
+  if (m0.includes("detection")) name.appendChild(el("span", "badge det", "detection"));
+  if (m0.includes("producer")) name.appendChild(el("span", "badge", "producer"));
+  if (P.t.nodes[i][3] && P.t.nodes[i][3].checkpoint !== undefined) { r.classList.add("checkpoint"); r.dataset.checkpoint = P.t.nodes[i][3].checkpoint; }
   if (P.subBad[i] && !(isBad(P.nan[i]) || isBad(P.pinf[i]) || isBad(P.ninf[i]))) name.appendChild(el("span", "sub-bad", "\u25cf NaN/Inf inside"));
   name.title = P.t.nodes[i][1];
   r.appendChild(name);
@@ -277,7 +288,7 @@ function select(i) {
   if (selRow) selRow.classList.add("sel");
   const n = P.t.nodes[i];
   $("details").hidden = false;
-  $("details-name").textContent = n[1];
+  $("details-name").textContent = n[1] + (n[3] && n[3].checkpoint !== undefined ? " checkpoint \u201c" + n[3].checkpoint + "\u201d" : "");
   const body = $("details-body");
   body.textContent = "";
   if (!n[2].length) { body.appendChild(el("div", "stats", "no tensors recorded")); return; }
@@ -309,6 +320,8 @@ function showTree(ti) {
     for (let i = 0; i < P.N; i++) if (all || P.depth[i] < 1) P.open[i] = 1;
   }
   if (P.t.first) addMark(P.t.first[0], "first");
+  if (P.t.producer >= 0) addMark(P.t.producer, "producer");
+  if (P.t.detection >= 0) addMark(P.t.detection, "detection");
   if (D.diff && D.diff.tree === ti) {
     for (const d of D.diff.diverged) addMark(d, "diff-diverged");
     addMark(D.diff.first_node, "diff-first");
@@ -364,6 +377,7 @@ function drawSummary() {
     const a = el("a", "jump", D.first.text);
     a.id = "first-nan";
     a.dataset.path = D.trees[D.first.tree].nodes[D.first.node][1];
+    if (D.first.producer >= 0) a.dataset.producerPath = D.trees[D.first.tree].nodes[D.first.producer][1];
     a.addEventListener("click", () => jump(D.first.tree, D.first.node));
     v.appendChild(a);
   } else {
@@ -371,6 +385,24 @@ function drawSummary() {
     v.id = "no-nan";
   }
   b.appendChild(v);
+  if (D.first && D.first.producer >= 0) {
+    const p = el("div", "producer-line");
+    p.appendChild(el("b", null, "producer: "));
+    const a = el("a", "jump", D.trees[D.first.tree].nodes[D.first.producer][1]);
+    a.id = "producer";
+    a.addEventListener("click", () => jump(D.first.tree, D.first.producer));
+    p.appendChild(a);
+    b.appendChild(p);
+  }
+  for (const d of D.detections) {
+    const p = el("div", "detection");
+    p.appendChild(el("b", null, "recorder's detection (" + D.trees[d.tree].source + "): "));
+    const a = el(d.node >= 0 ? "a" : "span", d.node >= 0 ? "jump" : null, d.text);
+    a.className = (a.className ? a.className + " " : "") + "detection-text";
+    if (d.node >= 0) { a.dataset.path = D.trees[d.tree].nodes[d.node][1]; a.addEventListener("click", () => jump(d.tree, d.node)); }
+    p.appendChild(a);
+    b.appendChild(p);
+  }
   let nodes = 0, tensors = 0, badT = 0;
   for (const t of D.trees) for (const n of t.nodes) { nodes++; for (const x of n[2]) { tensors++; if (isBad(x[4]) || isBad(x[5]) || isBad(x[6])) badT++; } }
   const s = el("div", "stats", D.trees.length + " tree" + (D.trees.length === 1 ? "" : "s") + ", " + nodes + " modules, " + tensors + " tensors, " + badT + " with NaN/Inf" + (D.histories ? ", " + D.histories + " history file" + (D.histories === 1 ? "" : "s") : ""));
@@ -388,7 +420,7 @@ function drawSummary() {
   }
   const sel = $("tree-select");
   D.trees.forEach((t, i) => {
-    const o = el("option", null, t.source + (t.step >= 0 ? " (step " + t.step + ")" : "") + (t.kind === "scan" ? " [scan]" : ""));
+    const o = el("option", null, t.source + (t.step >= 0 ? " (step " + t.step + ")" : "") + (t.kind === "scan" ? " [scan]" : t.kind === "snapshot" ? " [snapshot]" : ""));
     o.value = String(i);
     sel.appendChild(o);
   });

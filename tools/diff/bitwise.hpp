@@ -2,16 +2,18 @@
 //
 // Trees written with tree_options::with_hash() carry each tensor's content hash (nanscope/hash.hpp) under "hash".
 // Tensors are paired by module path relative to the root, the module's call number among modules with that
-// path (pre-order), and the tensor's label ("inputs.args[0]", "outputs", ...). The walk is A's call order:
-// a module's inputs, its outputs, then its children. Exit status: 0 every paired tensor has equal hashes and
+// path (pre-order; a checkpoint is told apart by its text), and the tensor's label ("inputs.args[0]", "outputs",
+// ...). The walk is A's call order: a module's inputs when it is entered, its children, its outputs when it is
+// left (nanscope's native trees record outputs on modules with children too). Parameters are not compared here. Exit status: 0 every paired tensor has equal hashes and
 // nothing is unpaired or unhashed; 1 a hash differs, a tensor is missing on one side, or some tensors carry no
 // hash (bitwise identity not established); 2 a file has no hash at all (written without with_hash(), or by
 // HuggingFace's tool): nothing can be compared.
 #ifndef NANSCOPE_TOOLS_DIFF_BITWISE_HPP
 #define NANSCOPE_TOOLS_DIFF_BITWISE_HPP
 
-#include "tree_model.hpp"
 #include "names.hpp"
+#include "producer.hpp"
+#include "tree_model.hpp"
 
 #include <cstddef>
 #include <map>
@@ -58,25 +60,33 @@ inline std::string relative_path(const std::string& path, const std::string& roo
 
 using key = std::tuple<std::string, int, std::string>;  // relative path, call number, label
 
-/// The tensors of a tree in call order (pre-order: a module's inputs, its outputs, then its children), without
+/// The tensors of a tree in call order (a module's inputs when it is entered, its children, its outputs), without
 /// recursion (trees nest up to max_module_depth modules).
 inline void flatten(const tree_node& top, const std::string& root, std::map<std::string, int>& calls,
                     std::vector<hashed_tensor>& out, std::vector<key>& keys) {
-  std::vector<const tree_node*> todo{&top};
-  while (!todo.empty()) {
-    const tree_node& n = *todo.back();
-    todo.pop_back();
-    const std::string rel = relative_path(n.path, root);
-    const int call = calls[rel]++;
-    const std::string display = call == 0 ? n.path : n.path + " (call " + std::to_string(call + 1) + ")";
-    for (const auto* slots : {&n.inputs, &n.outputs})
-      for (const slot& s : *slots) {
-        if (s.kind != slot_kind::tensor) continue;
-        out.push_back({display, s.label, s.tensor.hash, s.tensor.dtype, shape_text(s.tensor.shape)});
-        keys.emplace_back(rel, call, s.label);
-      }
-    for (std::size_t i = n.children.size(); i-- > 0;) todo.push_back(&n.children[i]);
-  }
+  struct named {
+    std::string rel, display;
+    int call;
+  };
+  std::vector<named> open;  // the modules entered and not yet left
+  walk_call_order(top, [&](const call_event& e) {
+    const tree_node& n = *e.node;
+    if (e.enter) {
+      std::string rel = relative_path(n.path, root);
+      if (n.is_checkpoint) rel += "\x02" + n.checkpoint;
+      const int call = calls[rel]++;
+      const std::string name = node_name(n);
+      open.push_back({rel, call == 0 ? name : name + " (call " + std::to_string(call + 1) + ")", call});
+    }
+    const named& m = open.back();
+    for (const slot& s : e.enter ? n.inputs : n.outputs) {
+      if (s.kind != slot_kind::tensor) continue;
+      out.push_back({m.display, s.label, s.tensor.hash, s.tensor.dtype, shape_text(s.tensor.shape)});
+      keys.emplace_back(m.rel, m.call, s.label);
+    }
+    if (!e.enter) open.pop_back();
+    return true;
+  });
 }
 
 }  // namespace bitwise_detail

@@ -281,18 +281,7 @@ std::string failed_counts(const nsdiff::tensor_result& t) {
   return s;
 }
 
-std::string producer_text(const nsdiff::report& r) {
-  if (r.first < 0) return std::string();
-  if (r.producer >= 0)
-    return r.nodes[static_cast<std::size_t>(r.producer)].display + " (its inputs match, its outputs diverge)";
-  const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
-  const std::string& where = r.nodes[t.node].display;
-  if (t.node == 0 && t.input) return "none: the root's inputs already differ (the runs were fed different inputs)";
-  if (r.last_clean >= 0)
-    return "none recorded: the inputs of " + where + " already differ; the change happened after " +
-           r.nodes[static_cast<std::size_t>(r.last_clean)].display + " (which matches), outside the recorded modules";
-  return "none recorded: the inputs of " + where + " already differ";
-}
+std::string producer_text(const nsdiff::report& r) { return nsdiff::likely_producer_text(r); }
 
 std::vector<const nsdiff::tensor_result*> table_rows(const nsdiff::report& r, bool& within) {
   std::vector<const nsdiff::tensor_result*> rows;
@@ -322,7 +311,8 @@ std::string structural_text(const nsdiff::structural_diff& s) {
 
 std::string verdict_text(const nsdiff::report& r, const nsdiff::diff_options& o) {
   if (!r.diverged(o))
-    return "verdict: same within tolerance (" + plural(r.tensors_compared, "tensor", "tensors") + ", " +
+    return "verdict: same within tolerance (" + plural(r.tensors_compared, "tensor", "tensors") +
+           (r.params_compared ? " and " + plural(r.params_compared, "parameter", "parameters") : std::string()) + ", " +
            std::to_string(r.stats_compared + r.values_compared) + " numbers compared)";
   std::vector<std::string> parts;
   std::size_t value_diverged = 0;
@@ -414,7 +404,8 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
   out << "  B (candidate): " << safe(b.file) << "  [" << describe_file(b) << "]\n";
   out << "  " << tolerance_text(o) << "\n";
   out << "  compared: " << plural(r.nodes.size(), "module", "modules") << ", " << plural(r.tensors_compared, "tensor", "tensors")
-      << ", " << plural(r.stats_compared, "statistic", "statistics") << ", " << plural(r.values_compared, "value", "values")
+      << (r.params_compared ? ", " + plural(r.params_compared, "parameter", "parameters") : std::string()) << ", "
+      << plural(r.stats_compared, "statistic", "statistics") << ", " << plural(r.values_compared, "value", "values")
       << "\n";
 
   if (r.first >= 0) {
@@ -422,6 +413,9 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     out << "\nfirst divergence: " << safe(r.nodes[t.node].display + " " + t.label + ": " + tensor_problem(t)) << "\n";
     out << "likely producer: " << safe(producer_text(r)) << "\n";
   }
+  if (r.detection_a || r.detection_b) out << (r.first >= 0 ? "" : "\n");
+  if (r.detection_a) out << "recorded detection in A: " << safe(nsdiff::detection_text(r.origin_a)) << "\n";
+  if (r.detection_b) out << "recorded detection in B: " << safe(nsdiff::detection_text(r.origin_b)) << "\n";
   print_table(out, r, c.top);
 
   if (!r.structural.empty()) {
@@ -499,20 +493,56 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
   j["exit_code"] = diverged ? 1 : 0;
   j["compared"] = {{"modules", r.nodes.size()},
                    {"tensors", r.tensors_compared},
+                   {"parameters", r.params_compared},
                    {"statistics", r.stats_compared},
                    {"values", r.values_compared}};
   if (r.first >= 0) {
     const auto& t = r.tensors[static_cast<std::size_t>(r.first)];
     json f = tensor_json(r, t);
-    f["side"] = t.input ? "inputs" : "outputs";
+    f["side"] = t.param ? "parameters" : t.input ? "inputs" : "outputs";
     f["text"] = tensor_problem(t);
     j["first_divergence"] = f;
-    j["likely_producer"] = r.producer >= 0 ? json(r.nodes[static_cast<std::size_t>(r.producer)].display) : json(nullptr);
+    const nsdiff::likely_producer& p = r.likely;
+    j["likely_producer"] = p.module.empty() ? json(nullptr) : json(p.module);
     j["likely_producer_text"] = producer_text(r);
+    auto opt = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+    j["producer"] = {{"kind", p.kind},
+                     {"module", opt(p.module)},
+                     {"after", opt(p.after)},
+                     {"before", opt(p.before)},
+                     {"checkpoint", opt(p.checkpoint)},
+                     {"parameter", opt(p.parameter)},
+                     {"left_out", opt(p.pruned)},
+                     {"source", p.source},
+                     {"inferred", p.inferred},
+                     {"alternatives", p.alternatives},
+                     {"text", p.text}};
   } else {
     j["first_divergence"] = nullptr;
     j["likely_producer"] = nullptr;
+    j["producer"] = nullptr;
   }
+  auto detection_json = [](const nsdiff::origin& o, bool has) -> json {
+    if (!has) return nullptr;
+    auto opt = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+    json d{{"module", o.det_at ? json(o.det_at->path) : json(nullptr)},
+           {"checkpoint", o.det_at && o.det_at->is_checkpoint ? json(o.det_at->checkpoint) : json(nullptr)},
+           {"tensor", opt(o.det_label)},
+           {"produced_here", o.det_produced_here < 0 ? json(nullptr) : json(o.det_produced_here == 1)},
+           {"producer", opt(o.module)},
+           {"after", opt(o.after)},
+           {"step", o.has_step ? json(o.step) : json(nullptr)},
+           {"text", nsdiff::detection_text(o)}};
+    if (o.det_at == nullptr) d["module"] = o.det_name;
+    return d;
+  };
+  j["detections"] = {{"a", detection_json(r.origin_a, r.detection_a)}, {"b", detection_json(r.origin_b, r.detection_b)}};
+  auto pruning_json = [](const nsdiff::tree_file& f, const nsdiff::pruning_info& p) {
+    json gaps = json::array();
+    for (const auto& g : p.gaps) gaps.push_back(g.text());
+    return json{{"pruned", f.pruned_known ? json(f.pruned) : json(nullptr)}, {"left_out", gaps}};
+  };
+  j["pruning"] = {{"a", pruning_json(a, r.pruning_a)}, {"b", pruning_json(b, r.pruning_b)}};
   bool within = false;
   std::vector<const nsdiff::tensor_result*> rows = table_rows(r, within);
   json div = json::array();

@@ -84,10 +84,38 @@ struct slot {
   std::string text;
 };
 
+/// nanscope's "nanscope_detection" on the node whose tensor triggered the recorder's detection (docs/tree.md).
+struct node_detection {
+  bool present = false;
+  std::string tensor;        ///< the recorder's name of the tensor: "output", "input[0]", a checkpoint's text, ...
+  bool produced_known = false;
+  bool produced_here = false;  ///< the recorder's verdict: the frame's inputs were finite
+  std::string after;           ///< module path of the node's last child closed before the detection ("": none)
+  bool counts = false;         ///< nan / pos_inf / neg_inf were given
+  std::uint64_t nan = 0, pos_inf = 0, neg_inf = 0;
+};
+
+/// The root's "nanscope": {"detection": {...}}: the pass's detection, by module path (and checkpoint text).
+struct file_detection {
+  bool present = false;
+  std::string module_path;
+  bool has_checkpoint = false;
+  std::string checkpoint;
+  std::string tensor;
+  bool produced_known = false, produced_here = false;
+  std::string after;  ///< "" when null or absent
+  bool has_step = false;
+  std::uint64_t step = 0;
+};
+
 struct tree_node {
   std::string path;   ///< module_path
   std::string jpath;  ///< "" for the root, "children[2].children[0]" below
   std::vector<slot> inputs, outputs;
+  std::vector<slot> params;  ///< nanscope's "parameters": {"weight": tensor}, labelled "parameters.weight"
+  bool is_checkpoint = false;  ///< a DETECT_OVERFLOW checkpoint ("nanscope_checkpoint"): path is its module's
+  std::string checkpoint;      ///< the checkpoint's text
+  node_detection detection;    ///< "nanscope_detection"
   std::vector<tree_node> children;
 
   tree_node() = default;
@@ -115,9 +143,13 @@ struct tree_file {
   std::string file;
   tree_node root;
   std::size_t nodes = 0, tensors = 0, torch_tensors = 0, numeric_tensors = 0, tensors_with_values = 0;
+  std::size_t parameters = 0;  ///< tensors under "parameters" (not counted in `tensors`)
+  std::size_t checkpoints = 0;
   bool nanscope_meta = false;  ///< the root has nanscope's "nanscope" object
   bool pruned_known = false, pruned = false;
   bool complete = true;
+  std::string ended_by;        ///< nanscope.ended_by ("detection": a throwing detection ended the pass)
+  file_detection detection;    ///< nanscope.detection
   pair_id pair;  ///< the root's "nanscope_pair" (SUMMARY/FULL_TENSORS of one pass)
 };
 
@@ -446,6 +478,11 @@ class tree_loader {
         f_.pruned = p->get<bool>();
       }
       if (auto c = it->find("complete"); c != it->end() && c->is_boolean()) f_.complete = c->get<bool>();
+      if (auto e = it->find("ended_by"); e != it->end() && !e->is_null()) {
+        if (!e->is_string()) fail_at("nanscope.ended_by", "expected a string, got " + shown(*e));
+        f_.ended_by = e->get<std::string>();
+      }
+      if (auto d = it->find("detection"); d != it->end() && !d->is_null()) file_det(*d, "nanscope.detection");
     }
   }
 
@@ -499,6 +536,23 @@ class tree_loader {
     }
     if (auto o = j.find("outputs"); o != j.end() && !o->is_null())
       io(*o, join_path(jp, "outputs"), "outputs", out.outputs);
+    if (auto pa = j.find("parameters"); pa != j.end() && !pa->is_null()) {
+      const std::string pp = join_path(jp, "parameters");
+      if (!pa->is_object()) fail_at(pp, "expected an object of named tensors {\"weight\": {...}}, got " + shown(*pa));
+      const std::size_t before = f_.tensors;
+      for (auto it = pa->begin(); it != pa->end(); ++it)
+        io(it.value(), join_path(pp, it.key()), "parameters." + it.key(), out.params);
+      f_.parameters += f_.tensors - before;  // parameters are counted apart from the inputs and outputs
+      f_.tensors = before;
+    }
+    if (auto cp = j.find("nanscope_checkpoint"); cp != j.end() && !cp->is_null()) {
+      if (!cp->is_string()) fail_at(join_path(jp, "nanscope_checkpoint"), "expected a string (the checkpoint's text), got " + shown(*cp));
+      out.is_checkpoint = true;
+      out.checkpoint = cp->get<std::string>();
+      ++f_.checkpoints;
+    }
+    if (auto d = j.find("nanscope_detection"); d != j.end() && !d->is_null())
+      node_det(*d, join_path(jp, "nanscope_detection"), out.detection);
     if (auto c = j.find("children"); c != j.end() && !c->is_null()) {
       const std::string cp = join_path(jp, "children");
       if (!c->is_array()) fail_at(cp, "expected an array of nodes, got " + shown(*c));
@@ -509,6 +563,62 @@ class tree_loader {
   }
 
   static bool looks_like_tensor(const json& j) { return j.is_object() && j.contains("shape") && j.contains("dtype"); }
+
+  // nanscope's detection keys: every field is optional, but one that is there must have its type (a hostile or
+  // garbled file is refused with the JSON path, as for the other known keys).
+  static const json* member(const json& o, const char* key) {
+    const auto it = o.find(key);
+    return it == o.end() || it->is_null() ? nullptr : &*it;
+  }
+  static std::string string_member(const json& o, const char* key, const std::string& op) {
+    const json* v = member(o, key);
+    if (v == nullptr) return std::string();
+    if (!v->is_string()) fail_at(join_path(op, key), "expected a string, got " + shown(*v));
+    return v->get<std::string>();
+  }
+  static bool bool_member(const json& o, const char* key, const std::string& op, bool& out) {
+    const json* v = member(o, key);
+    if (v == nullptr) return false;
+    if (!v->is_boolean()) fail_at(join_path(op, key), "expected true or false, got " + shown(*v));
+    out = v->get<bool>();
+    return true;
+  }
+  static bool count_member(const json& o, const char* key, const std::string& op, std::uint64_t& out) {
+    const json* v = member(o, key);
+    if (v == nullptr) return false;
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0))
+      fail_at(join_path(op, key), "expected a non-negative integer, got " + shown(*v));
+    out = v->get<std::uint64_t>();
+    return true;
+  }
+
+  /// A node's "nanscope_detection": {"tensor", "produced_here", "after", "nan", "pos_inf", "neg_inf"}.
+  static void node_det(const json& d, const std::string& dp, node_detection& out) {
+    if (!d.is_object()) fail_at(dp, "expected an object {\"tensor\": ..., \"produced_here\": ...}, got " + shown(d));
+    out.present = true;
+    out.tensor = string_member(d, "tensor", dp);
+    out.produced_known = bool_member(d, "produced_here", dp, out.produced_here);
+    out.after = string_member(d, "after", dp);
+    const bool a = count_member(d, "nan", dp, out.nan), b = count_member(d, "pos_inf", dp, out.pos_inf),
+               c = count_member(d, "neg_inf", dp, out.neg_inf);
+    out.counts = a || b || c;
+  }
+
+  /// The root's "nanscope": {"detection": {"module_path", "checkpoint", "tensor", "produced_here", "after", "step"}}.
+  void file_det(const json& d, const std::string& dp) {
+    if (!d.is_object()) fail_at(dp, "expected an object {\"module_path\": ..., ...}, got " + shown(d));
+    file_detection& out = f_.detection;
+    out.present = true;
+    out.module_path = string_member(d, "module_path", dp);
+    if (member(d, "checkpoint") != nullptr) {
+      out.has_checkpoint = true;
+      out.checkpoint = string_member(d, "checkpoint", dp);
+    }
+    out.tensor = string_member(d, "tensor", dp);
+    out.produced_known = bool_member(d, "produced_here", dp, out.produced_here);
+    out.after = string_member(d, "after", dp);
+    out.has_step = count_member(d, "step", dp, out.step);
+  }
 
   /// An input or output value, flattened into slots: a tensor, a list or object of them (labelled by index or
   /// key), or the text of anything else. Without recursion: a value may be nested as deep as the parse allows.
