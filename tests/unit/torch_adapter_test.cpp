@@ -247,6 +247,64 @@ std::vector<std::string> contexts(const frame& f) {
   return out;
 }
 
+// The hf style on a LibTorch model, against what HuggingFace's DebugUnderflowOverflow does with the same
+// PyTorch model: its forward hook runs as each module call completes, the root's last; the root's hook counts
+// the batch (batch_number += 1) before it builds the root's frame, prints the report and raises ValueError
+// when a frame held inf/nan, and raises the abort_after_batch_num error once batch_number exceeds it. The
+// exception leaves model(x): the root's call never returns.
+
+/// Root "" of class Scaled: fc (Linear 2 -> 2, weight [[1, 2], [3, 4]], bias [0.5, -0.5]), then the root's own
+/// code multiplies fc's output by `scale` (6e37: [3.5, 6.5] becomes [2.1e38, inf] in float32).
+struct ScaledImpl : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  nanscope::recorder* rec = nullptr;
+  float scale = 1.0f;
+  int forwards = 0;
+  ScaledImpl(nanscope::recorder& r, float s) : rec(&r), scale(s) {
+    fc = register_module("fc", torch::nn::Linear(2, 2));
+    at::NoGradGuard no_grad;
+    fc->weight.copy_(at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2}));
+    fc->bias.copy_(at::tensor({0.5f, -0.5f}));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    ++forwards;
+    return nanscope::torch::call(*rec, "fc", fc, x) * scale;
+  }
+};
+TORCH_MODULE(Scaled);
+
+nanscope::recorder_options hf_options(const nsrec::capture& c) {
+  nanscope::recorder_options o = nsrec::quiet_options(c, nanscope::on_detect::throw_exception);
+  o.style = nanscope::report_style::hf;
+  return o;
+}
+
+const std::string hf_pad(17, ' ');
+const char* const hf_detected_what =
+    "DebugUnderflowOverflow: inf/nan detected, aborting as there is no point running further. Please scroll up "
+    "above this traceback to see the activation values prior to this event.";
+
+/// HuggingFace's stdout for batch 0 of Scaled with scale 6e37: the root's own output holds the inf; its hook
+/// has counted the batch already, so the report says batch_number=1 and shows both frames of batch 0.
+std::string hf_scaled_report() {
+  return "output has infs\n"
+         "\n"
+         "Detected inf/nan during batch_number=1\n"
+         "Last 2 forward frames:\n"
+         "abs min  abs max  metadata\n"
+         "\n\n" + hf_pad + " *** Starting batch number=0 ***\n"
+         "abs min  abs max  metadata\n" +
+         hf_pad + " fc Linear\n"
+         "1.00e+00 4.00e+00 weight\n"
+         "5.00e-01 5.00e-01 bias\n"
+         "1.00e+00 1.00e+00 input[0]\n"
+         "3.50e+00 6.50e+00 output\n" +
+         hf_pad + "  Scaled\n"
+         "1.00e+00 1.00e+00 input[0]\n"
+         "2.10e+38      inf output\n"
+         "\n\n\n";
+}
+
 }  // namespace
 
 TEST_CASE("torch: every dtype and view equals the core check and LibTorch's own counts") {
@@ -612,6 +670,100 @@ TEST_CASE("torch: class names") {
   CHECK(nanscope::detail::torch_class_name("Impl") == "Impl");
   CHECK(nanscope::detail::torch_class_name("ns::Wrap<a::b>") == "Wrap<a::b>");
   CHECK(nanscope::detail::torch_class_name("ns::WrapImpl<a::bImpl>") == "Wrap<a::bImpl>");
+}
+
+TEST_CASE("torch hf style: an inf made by the root's own code is raised by the root's call, in batch 0") {
+  nsrec::capture c;
+  nanscope::recorder rec(hf_options(c));
+  Scaled model(rec, 6e37f);
+  const at::Tensor x = at::ones({1, 2});
+  std::string what;
+  try {
+    (void)nanscope::torch::call(rec, "", model, x);
+    FAIL("the root's call returned: HuggingFace raises in the root's forward hook");
+  } catch (const nanscope::detection_error& e) {
+    what = e.what();
+    CHECK(e.info().module_path == "");
+    CHECK(e.info().class_name == "Scaled");
+    CHECK(e.info().context == "output");
+    CHECK(e.info().produced_here);
+  }
+  CHECK(what == hf_detected_what);
+  CHECK(c.str() == hf_scaled_report());
+  CHECK(model->forwards == 1);
+  CHECK(rec.detections() == 1);
+  CHECK_NOTHROW(rec.raise_pending());  // raised once, by the call
+  CHECK(rec.step() == 1);              // the root's call ended batch 0
+}
+
+TEST_CASE("torch hf style: abort_after_step raises in the root's call of that batch and prints nothing") {
+  for (std::int64_t n : {0, 2}) {
+    CAPTURE(n);
+    nsrec::capture c;
+    nanscope::recorder_options o = hf_options(c);
+    o.abort_after_step = n;
+    nanscope::recorder rec(o);
+    Scaled model(rec, 1.0f);
+    const at::Tensor x = at::ones({1, 2});
+    for (std::int64_t batch = 0; batch < n; ++batch) {
+      CAPTURE(batch);
+      CHECK_NOTHROW((void)nanscope::torch::call(rec, "", model, x));
+    }
+    std::string what;
+    try {
+      (void)nanscope::torch::call(rec, "", model, x);
+      FAIL("batch abort_after_step returned: HuggingFace raises at its end");
+    } catch (const nanscope::stop_requested& e) {
+      what = e.what();
+    }
+    CHECK(what == "DebugUnderflowOverflow: aborting after " + std::to_string(n + 1) +
+                      " batches due to `abort_after_batch_num=" + std::to_string(n) + "` arg");
+    CHECK(model->forwards == n + 1);  // batch n ran to its end; nothing of batch n + 1 ran
+    CHECK(c.str().empty());
+    CHECK_NOTHROW(rec.raise_pending());
+  }
+  // forward() on a Sequential: the same, from the Sequential's scope (the root).
+  nsrec::capture c;
+  nanscope::recorder_options o = hf_options(c);
+  o.abort_after_step = 0;
+  nanscope::recorder rec(o);
+  torch::nn::Sequential seq(torch::nn::Linear(2, 2), torch::nn::ReLU());
+  CHECK_THROWS_WITH_AS((void)nanscope::torch::forward(rec, seq, at::ones({1, 2})),
+                       "DebugUnderflowOverflow: aborting after 1 batches due to `abort_after_batch_num=0` arg",
+                       nanscope::stop_requested);
+  CHECK(c.str().empty());
+}
+
+TEST_CASE("torch hf style: only the outermost call raises; a nested call leaves it to the enclosing scope") {
+  nsrec::capture c;
+  nanscope::recorder rec(hf_options(c));
+  Scaled model(rec, 6e37f);
+  const at::Tensor x = at::ones({1, 2});
+  {
+    nanscope::scope outer(rec, "", "Loop");  // the root is a scope of the caller's
+    CHECK_NOTHROW((void)nanscope::torch::call(rec, "model", model, x));  // model's frame is reported here...
+    CHECK(rec.detections() == 1);
+    // ...and raised by the next record of the enclosing scope, not by the nested call's return.
+    CHECK_THROWS_AS(outer.output(x), nanscope::detection_error);
+  }
+  CHECK_NOTHROW(rec.raise_pending());
+}
+
+TEST_CASE("torch: the native styles raise abort_after_step's stop as the outermost call returns") {
+  // The stop is armed when the outermost scope ends (a destructor: it cannot throw there); the root's call is
+  // the first place that can, so the step that reached the limit is the last one that returns.
+  nsrec::capture c;
+  nanscope::recorder_options o = options_for(c, nanscope::on_detect::throw_exception);
+  o.abort_after_step = 1;
+  nanscope::recorder rec(o);
+  torch::nn::Linear fc(2, 2);
+  const at::Tensor x = at::ones({1, 2});
+  CHECK_NOTHROW((void)nanscope::torch::call(rec, "fc", fc, x));
+  CHECK_THROWS_WITH_AS((void)nanscope::torch::call(rec, "fc", fc, x),
+                       "DebugUnderflowOverflow: aborting after 2 batches due to `abort_after_batch_num=1` arg",
+                       nanscope::stop_requested);
+  CHECK(contains(c.str(), "aborting after 2 batches"));  // the native styles print the message too
+  CHECK_NOTHROW(rec.raise_pending());
 }
 
 #endif  // NANSCOPE_TEST_HAVE_TORCH

@@ -126,6 +126,25 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+/// Root of class Scaled: fc (Linear 2 -> 2, weight [[1, 2], [3, 4]], bias [0.5, -0.5]) through
+/// NANSCOPE_TORCH_CALL, then the root's own code multiplies by `scale` (6e37: [3.5, 6.5] -> [2.1e38, inf]).
+struct ScaledImpl : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  float scale = 1.0f;
+  int forwards = 0;
+  explicit ScaledImpl(float s) : scale(s) {
+    fc = register_module("fc", torch::nn::Linear(2, 2));
+    at::NoGradGuard no_grad;
+    fc->weight.copy_(at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2}));
+    fc->bias.copy_(at::tensor({0.5f, -0.5f}));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    ++forwards;
+    return NANSCOPE_TORCH_CALL(fc, x) * scale;
+  }
+};
+TORCH_MODULE(Scaled);
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -351,6 +370,79 @@ TEST_CASE("tree mean/std of non-torch tensors: within the documented bound of to
     ++checked;
   }
   MESSAGE(checked << " tensors, " << printed_differ << " printed means differ from torch's in the last digits");
+}
+
+TEST_CASE("torch attach, hf style: the root's run raises where HuggingFace's root hook does") {
+  // HuggingFace's DebugUnderflowOverflow on the same PyTorch model: the root's forward hook counts the batch,
+  // builds the root's frame (its own output holds the inf), prints the report and raises ValueError out of
+  // model(x) in batch 0; with abort_after_batch_num=0 the root's hook of batch 0 raises, printing nothing.
+  const std::string pad(17, ' ');
+  const std::string report = "output has infs\n"
+                             "\n"
+                             "Detected inf/nan during batch_number=1\n"
+                             "Last 2 forward frames:\n"
+                             "abs min  abs max  metadata\n"
+                             "\n\n" + pad + " *** Starting batch number=0 ***\n"
+                             "abs min  abs max  metadata\n" +
+                             pad + " fc Linear\n"
+                             "1.00e+00 4.00e+00 weight\n"
+                             "5.00e-01 5.00e-01 bias\n"
+                             "1.00e+00 1.00e+00 input[0]\n"
+                             "3.50e+00 6.50e+00 output\n" +
+                             pad + "  Scaled\n"
+                             "1.00e+00 1.00e+00 input[0]\n"
+                             "2.10e+38      inf output\n"
+                             "\n\n\n";
+  const at::Tensor x = at::ones({1, 2});
+  for (int through_macro = 0; through_macro < 2; ++through_macro) {
+    CAPTURE(through_macro);
+    nsrec::capture cap;
+    nanscope::recorder_options o = nsrec::quiet_options(cap, nanscope::on_detect::throw_exception);
+    o.style = nanscope::report_style::hf;
+    nanscope::recorder rec(o);
+    Scaled model(6e37f);
+    nanscope::torch::attach(model, rec);
+    std::string what;
+    try {
+      if (through_macro != 0) {
+        (void)NANSCOPE_TORCH_CALL(model, x);
+      } else {
+        (void)nanscope::torch::run(model, x);
+      }
+      FAIL("the root's run returned");
+    } catch (const nanscope::detection_error& e) {
+      what = e.what();
+      CHECK(e.info().module_path == "");
+      CHECK(e.info().class_name == "Scaled");
+    }
+    CHECK(what ==
+          "DebugUnderflowOverflow: inf/nan detected, aborting as there is no point running further. Please scroll "
+          "up above this traceback to see the activation values prior to this event.");
+    CHECK(cap.str() == report);
+    CHECK(model->forwards == 1);
+    CHECK_NOTHROW(rec.raise_pending());
+    nanscope::torch::detach(model);
+  }
+
+  nsrec::capture cap;
+  nanscope::recorder_options o = nsrec::quiet_options(cap, nanscope::on_detect::throw_exception);
+  o.style = nanscope::report_style::hf;
+  o.abort_after_step = 0;
+  nanscope::recorder rec(o);
+  Scaled model(1.0f);
+  nanscope::torch::attach(model, rec);
+  CHECK_THROWS_WITH_AS((void)nanscope::torch::run(model, x),
+                       "DebugUnderflowOverflow: aborting after 1 batches due to `abort_after_batch_num=0` arg",
+                       nanscope::stop_requested);
+  CHECK(model->forwards == 1);
+  CHECK(cap.str().empty());
+  nanscope::torch::detach(model);
+  // A plain Sequential run as the root (child by child, through torch::forward): the same.
+  torch::nn::Sequential seq(torch::nn::Linear(2, 2), torch::nn::ReLU());
+  nanscope::recorder rec2(o);
+  nanscope::torch::attach(seq, rec2);
+  CHECK_THROWS_AS((void)nanscope::torch::run(seq, x), nanscope::stop_requested);
+  nanscope::torch::detach(seq);
 }
 
 #endif  // NANSCOPE_TEST_HAVE_TORCH

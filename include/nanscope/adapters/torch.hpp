@@ -28,6 +28,11 @@
 // (dtype, shape, device). torch::view(t, "name") names it from the start; call() and forward() name every
 // tensor after its module path and role ("encoder.fc1.weight", "encoder.fc1.input[0]").
 //
+// Raising. A scope's end cannot throw, so what the recorder learns there — the hf style's detection_error,
+// abort_after_step's stop_requested — waits (recorder::raise_pending). The outermost call() / forward() of a
+// recorder on its thread, the model's root call, raises it as it returns: where HuggingFace's forward hook of
+// the root raises it. Nested calls leave it to the enclosing scope's next record.
+//
 // This header puts nanscope::torch next to ::torch: inside `using namespace nanscope;` write ::torch::nn.
 #ifndef NANSCOPE_ADAPTERS_TORCH_HPP
 #define NANSCOPE_ADAPTERS_TORCH_HPP
@@ -519,6 +524,30 @@ decltype(auto) torch_call_in(scope& s, const ::nanscope::torch::call_options& op
   }
 }
 
+/// Runs `body`, which opens and ends one scope of `rec`, and returns what it returns; when that scope was the
+/// outermost of `rec` on this thread (the model's root call), raises afterwards what its end left pending
+/// (recorder::raise_pending): the hf style's detection_error of a call that completed (the root's own frame
+/// included) and abort_after_step's stop_requested. HuggingFace raises both inside the root module's forward
+/// hook, so the root's call never returns normally; a scope's destructor cannot throw, but this return can.
+/// Nested calls leave what is pending to the enclosing scope (its next record raises it), as scopes do.
+template <class Body>
+decltype(auto) torch_outermost_call(recorder& rec, Body&& body) {
+  const bool outermost = current_scope(rec) == nullptr;
+  using result = decltype(std::forward<Body>(body)());
+  if constexpr (std::is_void<result>::value) {
+    std::forward<Body>(body)();
+    if (outermost) rec.raise_pending();
+  } else if constexpr (std::is_reference<result>::value) {
+    result r = std::forward<Body>(body)();
+    if (outermost) rec.raise_pending();
+    return static_cast<result>(r);
+  } else {
+    result r = std::forward<Body>(body)();
+    if (outermost) rec.raise_pending();
+    return r;
+  }
+}
+
 }  // namespace detail
 
 namespace torch {
@@ -529,12 +558,17 @@ namespace torch {
 /// own parameters (call_options::parameters), every argument (tensors; vectors and optionals of tensors;
 /// anything else as "not a tensor"), then the result (a tensor, or the tensors of a tuple / pair / vector as
 /// output[i]). Detection follows the recorder's policy: with throw_exception a NaN in an input throws before
-/// the module runs, one in the output after it ran.
+/// the module runs, one in the output after it ran. The outermost call of a recorder on its thread (the model's
+/// root) raises, as it returns, what the end of its scope left pending (recorder::raise_pending): the hf
+/// style's detection_error of a call that completed — the root's own output included — and abort_after_step's
+/// stop_requested, where HuggingFace raises them, in the root's call.
 template <class F, class... Args>
 decltype(auto) call(recorder& rec, const call_options& opts, std::string_view name, F&& fn, Args&&... args) {
-  const ::torch::nn::Module* m = detail::torch_module_of(fn);
-  scope s(rec, name, m != nullptr ? detail::torch_class_name(m->name()) : std::string("callable"));
-  return detail::torch_call_in(s, opts, m, std::forward<F>(fn), std::forward<Args>(args)...);
+  return detail::torch_outermost_call(rec, [&]() -> decltype(auto) {
+    const ::torch::nn::Module* m = detail::torch_module_of(fn);
+    scope s(rec, name, m != nullptr ? detail::torch_class_name(m->name()) : std::string("callable"));
+    return detail::torch_call_in(s, opts, m, std::forward<F>(fn), std::forward<Args>(args)...);
+  });
 }
 template <class F, class... Args>
 decltype(auto) call(recorder& rec, std::string_view name, F&& fn, Args&&... args) {
@@ -551,20 +585,22 @@ decltype(auto) call(std::string_view name, F&& fn, Args&&... args) {
 /// ("0", "1", ... or the names given to the Sequential), under a scope `name` for the Sequential itself
 /// (empty: the enclosing scope's path, or the root). A child that is a Sequential subclass is called as one
 /// module unless call_options::descend_sequentials. Children may pass non-tensor values along; the last must
-/// return a tensor.
+/// return a tensor. As the outermost scope of `rec` on this thread it raises what its end left pending, as call().
 inline at::Tensor forward(recorder& rec, const ::torch::nn::Sequential& seq, const at::Tensor& x,
                           std::string_view name = {}, const call_options& opts = {}) {
-  scope s(rec, name, detail::torch_class_name(seq->name()));
-  detail::torch_recording r(s);
-  r.input(x);
-  ::torch::nn::AnyValue value =
-      detail::torch_run_sequential(rec, *seq.ptr(), ::torch::nn::AnyValue(x), opts, s.module_path());
-  const at::Tensor* out = value.try_get<at::Tensor>();
-  if (out == nullptr)
-    detail::fail(s.module_path().c_str(), std::string("the Sequential's last module returned a ") +
-                                              c10::demangle(value.type_info().name()) + ", not an at::Tensor");
-  r.output(*out);
-  return *out;
+  return detail::torch_outermost_call(rec, [&]() -> at::Tensor {
+    scope s(rec, name, detail::torch_class_name(seq->name()));
+    detail::torch_recording r(s);
+    r.input(x);
+    ::torch::nn::AnyValue value =
+        detail::torch_run_sequential(rec, *seq.ptr(), ::torch::nn::AnyValue(x), opts, s.module_path());
+    const at::Tensor* out = value.try_get<at::Tensor>();
+    if (out == nullptr)
+      detail::fail(s.module_path().c_str(), std::string("the Sequential's last module returned a ") +
+                                                c10::demangle(value.type_info().name()) + ", not an at::Tensor");
+    r.output(*out);
+    return *out;
+  });
 }
 /// The same with nanscope::default_recorder().
 inline at::Tensor forward(const ::torch::nn::Sequential& seq, const at::Tensor& x, std::string_view name = {},

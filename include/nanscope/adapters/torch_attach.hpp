@@ -19,6 +19,10 @@
 // (the parent's forward() called directly) still gets its full path, under the nearest open ancestor; a
 // module run outside every attached ancestor (say inside a scope "model" of your own) nests under that scope.
 //
+// Raising. A scope's end cannot throw, so the hf style's detection_error and abort_after_step's stop_requested
+// wait in the recorder (recorder::raise_pending); the outermost run() of a recorder on its thread (the root's,
+// where HuggingFace's hook raises them) raises them as it returns, as torch::call() and torch::forward() do.
+//
 // Errors (nanscope::error): running a module that no attach() reached — the message names its class and says
 // to attach the root that contains it; an empty holder. Entries of destroyed modules are never used for a new
 // module at the same address (modules owned by a shared_ptr are checked through a weak_ptr); a root that is a
@@ -196,6 +200,8 @@ std::pair<std::string, std::string> attached_name(const M& m) {
 /// Runs an attached module's forward(args...) in its own scope (see the file comment) and returns its result.
 /// A plain Sequential (a torch::nn::Sequential holder or shared_ptr<SequentialImpl>) given one tensor runs child
 /// by child, each child in its own scope, as torch::forward() does (HuggingFace's hooks see every child too).
+/// The outermost run of a recorder on its thread (the root's) raises, as it returns, what the end of its scope
+/// left pending, as torch::call() does: HuggingFace raises in the root's forward hook.
 template <class M, class... Args>
 decltype(auto) run_at(source_location where, M&& module, Args&&... args) {
   const detail::torch_attached a = detail::torch_lookup(detail::torch_module_required(module, "run()"));
@@ -205,9 +211,11 @@ decltype(auto) run_at(source_location where, M&& module, Args&&... args) {
     const ::torch::nn::Sequential seq(module);
     return ::nanscope::torch::forward(*a.rec, seq, args..., detail::torch_relative_name(*a.rec, a.path), a.opts);
   } else {
-    scope s(*a.rec, detail::torch_relative_name(*a.rec, a.path), a.class_name, where);
-    const ::torch::nn::Module* m = detail::torch_module_of(module);
-    return detail::torch_call_in(s, a.opts, m, std::forward<M>(module), std::forward<Args>(args)...);
+    return detail::torch_outermost_call(*a.rec, [&]() -> decltype(auto) {
+      scope s(*a.rec, detail::torch_relative_name(*a.rec, a.path), a.class_name, where);
+      const ::torch::nn::Module* m = detail::torch_module_of(module);
+      return detail::torch_call_in(s, a.opts, m, std::forward<M>(module), std::forward<Args>(args)...);
+    });
   }
 }
 template <class M, class... Args>
