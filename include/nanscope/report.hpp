@@ -1,6 +1,6 @@
 // nanscope — report.hpp: the printers of the recorder (needs fmt).
-//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (FORMATS.md §2)
-//  - format_hf_v1_report: the one-line-per-tensor format of the original document (FORMATS.md §1)
+//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (docs/formats.md)
+//  - format_hf_v1_report: the one-line-per-tensor format of the original document (docs/formats.md)
 //  - format_extended_report: nanscope's own — counts, low-precision headroom, source locations, and which
 //    frame produced the first non-finite value as distinct from frames that propagated it.
 // Including this header installs these printers into the recorder (recorder.hpp itself needs no fmt).
@@ -134,7 +134,7 @@ inline std::string short_file(const char* file) {
 }
 }  // namespace detail
 
-/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, the frames joined with
+/// HuggingFace's report (docs/formats.md): preamble, `Last K forward frames:`, header, the frames joined with
 /// '\n' (a `print`), then `print("\n\n")`: four newlines after the last frame.
 template <class Out>
 Out format_hf_report(Out out, const detection& d) {
@@ -159,7 +159,7 @@ Out format_hf_trace(Out out, const frame& f, bool banner) {
   return fmt::format_to(out, "\n");
 }
 
-/// The original document's format (FORMATS.md §1): the detection line(s), `last N frames:`, then one line
+/// The original document's format (docs/formats.md): the detection line(s), `last N frames:`, then one line
 /// per input/output tensor, oldest first. Parameters are not listed (the original did not record them);
 /// checkpoints use `@` where inputs use `>` and outputs `<`.
 template <class Out>
@@ -259,14 +259,36 @@ inline std::string format_report(report_style style, const detection& d) {
   return s;
 }
 
-/// The warning line for a tensor that crossed a low-precision threshold.
+/// The warning line for a tensor that crossed a low-precision threshold. A tensor whose abs_max is already past
+/// the format's largest finite value (a negative headroom) gets a line that says so, with the numbers: at or
+/// past the rounding boundary the cast WILL overflow (to inf, or to NaN in e4m3fn, which has no inf); between
+/// the largest finite value and the boundary it rounds down to the largest value, with no headroom left.
 inline std::string format_warning(const frame& f, const tensor_record& t, lp_format fmt_id, double threshold) {
   const dtype target = lp_dtype(fmt_id);
-  return fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e} >= {:.3e} ({} headroom {:.2f} bits){}{}\n",
-                     f.step, f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
-                     t.health.abs_max, threshold, detail::lp_name(fmt_id), headroom_bits(t.health.abs_max, target),
-                     t.where.line != 0 ? " at " : "",
-                     t.where.line != 0 ? detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "");
+  const dtype_info& ti = info(target);
+  const char* lp = detail::lp_name(fmt_id);
+  const double amax = t.health.abs_max;
+  const double headroom = headroom_bits(amax, target);
+  const std::string site = fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e}", f.step,
+                                       f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
+                                       amax);
+  const std::string where =
+      t.where.line != 0 ? " at " + detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "";
+  if (!(amax > ti.max_finite))
+    return fmt::format("{} >= {:.3e} ({} headroom {:.2f} bits){}\n", site, threshold, lp, headroom, where);
+  // Round to nearest even: |x| at or past max_finite + ulp(max_finite) / 2 leaves the format (e4m3fn's tie at
+  // 464 rounds down to 448: only values above it do).
+  const double boundary = ti.max_finite + std::ldexp(1.0, std::ilogb(ti.max_finite) - ti.mantissa_bits - 1);
+  const char* from = ti.has_inf ? ">=" : ">";
+  const char* to = ti.has_inf ? "inf" : "NaN";
+  if (amax >= ti.overflow_threshold)
+    return fmt::format("{} is already past the largest finite {} value {:.6g}: the cast to {} WILL OVERFLOW (|x| {} "
+                       "{:.6g} becomes {}{}; {} headroom {:.2f} bits){}\n",
+                       site, lp, ti.max_finite, lp, from, boundary, to, ti.has_inf ? "" : ", it has no inf", lp,
+                       headroom, where);
+  return fmt::format("{} is past the largest finite {} value {:.6g} and rounds down to it: no headroom left, any "
+                     "growth overflows (|x| {} {:.6g} becomes {}; {} headroom {:.2f} bits){}\n",
+                     site, lp, ti.max_finite, from, boundary, to, lp, headroom, where);
 }
 
 namespace detail {

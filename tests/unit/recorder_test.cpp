@@ -921,6 +921,40 @@ TEST_CASE("recorder: warning thresholds are set per low-precision format and mea
   CHECK(out.str().find("(f16 headroom") != std::string::npos);  // the fp16 tensor's warning
 }
 
+TEST_CASE("recorder: a warning past the format's largest finite value says the cast will overflow, with numbers") {
+  // A negative headroom is not the routine 1e4 warning: the value cannot be stored in the target format.
+  nsrec::capture out;
+  nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::callback);  // f16 at 1e4 by default
+  o.cast_to = nanscope::dtype::f16;
+  o.warn_abs_max[static_cast<int>(nanscope::lp_format::e4m3fn)] = 100.0;
+  o.rules.push_back(nanscope::site_rule{"kv", nanscope::allow::none, false, nanscope::dtype::f8_e4m3fn});
+  recorder rec(o);
+  const vec routine{2e4, -1.0};
+  const vec over{-7e4, 3.0};
+  const vec edge{65510.0};  // past 65504, below the rounding boundary 65520: rounds down to 65504
+  const vec kv{500.0};      // past e4m3fn's 448 and its boundary 464: NaN (e4m3fn has no inf)
+  auto line_of = [&](const char* path, const vec& x) {
+    out.clear();
+    scope s(rec, path, "Linear");
+    s.output(x);
+    return out.str();
+  };
+  scope root(rec, "", "Model");  // one step
+  CHECK(line_of("routine", routine) ==
+        "nanscope: warning: step 0 routine: Linear: output abs_max=2.000e+04 >= 1.000e+04 (f16 headroom 1.71 bits)\n");
+  CHECK(line_of("over", over) ==
+        "nanscope: warning: step 0 over: Linear: output abs_max=7.000e+04 is already past the largest finite f16 value "
+        "65504: the cast to f16 WILL OVERFLOW (|x| >= 65520 becomes inf; f16 headroom -0.10 bits)\n");
+  CHECK(line_of("edge", edge) ==
+        "nanscope: warning: step 0 edge: Linear: output abs_max=6.551e+04 is past the largest finite f16 value 65504 "
+        "and rounds down to it: no headroom left, any growth overflows (|x| >= 65520 becomes inf; f16 headroom -0.00 "
+        "bits)\n");
+  CHECK(line_of("kv", kv) ==
+        "nanscope: warning: step 0 kv: Linear: output abs_max=5.000e+02 is already past the largest finite e4m3 value "
+        "448: the cast to e4m3 WILL OVERFLOW (|x| > 464 becomes NaN, it has no inf; e4m3 headroom -0.16 bits)\n");
+  CHECK(rec.warnings() == 4);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // NANSCOPE_CONFIG_NO_SHORT_MACROS (defined at the top of this file)
 // ---------------------------------------------------------------------------------------------------------
@@ -945,7 +979,7 @@ TEST_CASE("recorder: count_margins stores exact would-overflow counts per format
   std::string report;
   o.callback = [&](const nanscope::detection& d) { report = nanscope::format_report(nanscope::report_style::extended, d); };
   recorder rec(o);
-  // 65519 stays finite in fp16 (rounds to 65504), 65520 overflows (FORMATS.md §7); 1e-8 flushes to zero in
+  // 65519 stays finite in fp16 (rounds to 65504), 65520 overflows (docs/formats.md); 1e-8 flushes to zero in
   // fp16 (<= 2^-25) and 1e-6 becomes an fp16 subnormal; 500 overflows e4m3fn (> 464), 448 does not.
   const std::vector<float> x{65519.0f, 65520.0f, 1e-8f, 1e-6f, 500.0f, 448.0f};
   const std::vector<float> bad{std::nanf("")};
