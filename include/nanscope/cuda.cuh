@@ -10,7 +10,7 @@
 //  - nanscope::cuda::checker: pools the storage, the pinned records and the events, and hands out `pending`
 //    handles whose get() waits for their own event only.
 //
-// Numerics (shared/FORMATS.md §6 semantics, identical to the host pass): counts, extrema, abs_min(_nonzero)
+// Numerics (docs/formats.md#numeric-conventions, identical to the host pass): counts, extrema, abs_min(_nonzero)
 // and the first non-finite index are exact and equal the host's bit for bit. mean and std are computed in
 // double with per-thread shifts and Chan's combination in a fixed order: deterministic run to run on a given
 // device and launch shape, and within 1e-9 relative (of max(|mean|, std)) of the host's portable kernel

@@ -88,7 +88,7 @@ struct frame {
   bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
   bool complete = false;
   source_location where;       ///< where the scope (or checkpoint) was opened
-  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
+  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (docs/formats.md,
   /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
   std::string banner;
   std::vector<tensor_record> tensors;

@@ -55,8 +55,8 @@ inline bool is_finite_bits(double x) { return (double_to_bits(x) & 0x7FF00000000
 
 /// The health of one tensor, from one pass.
 ///
-/// Semantics (shared/FORMATS.md §6): −0 counts as zero; min, max and abs_max are over non-NaN values (an
-/// inf shows as inf); abs_min is over non-NaN values including zeros, abs_min_nonzero over non-NaN non-zero
+/// Semantics (docs/formats.md, numeric conventions): −0 counts as zero; min, max and abs_max are over non-NaN
+/// values (an inf shows as inf); abs_min is over non-NaN values including zeros, abs_min_nonzero over non-NaN non-zero
 /// values; mean and std (unbiased, N−1) are over finite values. A statistic with no values to range over is
 /// NaN (e.g. min of an all-NaN tensor, std of one finite value). Fields a mode does not compute are left at
 /// their defaults (counts 0, statistics NaN); `mode` records which mode produced the result.
@@ -179,7 +179,7 @@ inline void merge(health_result& a, const health_result& b) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// TensorFlow DebugNumericSummaryV2 layouts (shared/FORMATS.md §4). Counts become doubles, as in TF.
+// TensorFlow DebugNumericSummaryV2 layouts (docs/formats.md). Counts become doubles, as in TF.
 // ---------------------------------------------------------------------------------------------------------
 
 /// TF's dtype enum value for a dtype.

@@ -1,4 +1,4 @@
-// nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (FORMATS.md §2),
+// nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (docs/formats.md),
 // which the recorder runs for report_style::hf each time a module call completes.
 //
 // The machine is a template over the recorder's frame type so that this header sits below recorder.hpp (it

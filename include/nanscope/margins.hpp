@@ -10,7 +10,7 @@
 // This is a separate pass from check(): the plain health pass keeps its full speed.
 //
 // How it works: every count is a range of |x| bit patterns of the *source* dtype. Bit patterns of |x| are
-// ordered like the values, so each boundary of shared/FORMATS.md §7 becomes "the first source pattern at or
+// ordered like the values, so each boundary of docs/formats.md becomes "the first source pattern at or
 // above it", found once per source dtype by a binary search over exact decodes. The kernels then only compare
 // integers (AVX-512, AVX2 or portable scalar, picked like check(): nanscope::resolve_isa), which keeps them
 // exact for subnormals under -ffast-math (flush-to-zero / denormals-are-zero never touch integer compares).

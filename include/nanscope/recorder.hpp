@@ -633,7 +633,7 @@ inline void recorder::complete_step() {
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
 }
 
-/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
+/// report_style::hf: a module call completed — HuggingFace's forward hook (docs/formats.md, hf_style.hpp). The
 /// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
 /// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
 inline void recorder::complete_hf(frame&& f, bool outermost) {

@@ -21,10 +21,10 @@ NANSCOPE_NAMESPACE_BEGIN
 
 enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
 enum class report_style : std::uint8_t {
-  /// HuggingFace DebugUnderflowOverflow, byte for byte (FORMATS.md §2): detection when a module call completes,
+  /// HuggingFace DebugUnderflowOverflow, byte for byte (docs/formats.md): detection when a module call completes,
   /// `{ctx} has nans` lines, batch banners, HF's exception texts; stdout unless a sink is given.
   hf,
-  hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
+  hf_v1,     ///< the one-line-per-tensor format of the original document (docs/formats.md)
   extended,  ///< nanscope's: counts, headroom, source locations, producer marker
 };
 

@@ -1,5 +1,5 @@
 // nanscope — tree.hpp: the layer-tree JSON writer. While a forward pass runs inside recorder scopes, it writes
-// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (shared/FORMATS.md §3),
+// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (docs/formats.md),
 // so a C++ port's tree can be read — and diffed with tools/nanscope-diff — side by side with a Python run.
 //
 //   nanscope::tree_writer tree(nanscope::default_recorder(), nanscope::tree_options{}.in("debug"));

@@ -153,7 +153,7 @@ def torch_stats(a, dtype_name):
         return [nan] * 4
     pinf, ninf = bool((a == np.inf).any()), bool((a == -np.inf).any())
     finite = a[np.isfinite(a)]
-    # nanscope treats -0.0 as zero (FORMATS.md §6): a min/max that is a zero prints as +0
+    # nanscope treats -0.0 as zero (docs/formats.md, numeric conventions): a min/max that is a zero prints as +0
     lo, hi = float(a.min()) + 0.0, float(a.max()) + 0.0
     if pinf and ninf:
         mean, std = nan, nan

@@ -1,7 +1,7 @@
 // nanscope tests — dtype_test.cpp: exhaustive decode of every f16, bf16, fp8 e4m3fn and fp8 e5m2 bit pattern
 // against the independent decoders of tests/support/reference.hpp; encode (from_float) round trips,
-// round-to-nearest-even at every midpoint, the overflow/underflow boundaries of FORMATS.md §7; dtype_info
-// facts against FORMATS.md §4/§7.
+// round-to-nearest-even at every midpoint, the overflow/underflow boundaries of docs/formats.md; dtype_info
+// facts against docs/formats.md (TensorFlow enums, float formats).
 #include "support/reference.hpp"
 
 #include <nanscope/dtype.hpp>
@@ -414,7 +414,7 @@ TEST_CASE("encode: the largest doubles overflow to inf/NaN of the same sign") {
   }
 }
 
-TEST_CASE("encode: FORMATS.md section 7 boundaries") {
+TEST_CASE("encode: the rounding boundaries of docs/formats.md") {
   using nanscope::bfloat16;
   using nanscope::float8_e4m3fn;
   using nanscope::float8_e5m2;
@@ -479,7 +479,7 @@ TEST_CASE("encode: FORMATS.md section 7 boundaries") {
 // -----------------------------------------------------------------------------------------------------------
 // dtype_info facts.
 // -----------------------------------------------------------------------------------------------------------
-TEST_CASE("dtype_info: numeric facts of the float formats (FORMATS.md section 7)") {
+TEST_CASE("dtype_info: numeric facts of the float formats (docs/formats.md)") {
   struct facts {
     dtype t;
     unsigned bits;
@@ -525,7 +525,7 @@ TEST_CASE("dtype_info: numeric facts of the float formats (FORMATS.md section 7)
     CHECK(nanscope::is_float(x.t));
     CHECK(nanscope::size_of(x.t) == x.bits / 8);
   }
-  // the approximate decimal values FORMATS.md quotes
+  // the approximate decimal values docs/formats.md quotes
   CHECK(nanscope::info(dtype::bf16).max_finite == doctest::Approx(3.3895e38).epsilon(1e-4));
   CHECK(nanscope::info(dtype::bf16).overflow_threshold == doctest::Approx(3.3961e38).epsilon(1e-4));
   CHECK(nanscope::info(dtype::f16).min_normal == doctest::Approx(6.10e-5).epsilon(1e-3));
@@ -545,7 +545,7 @@ TEST_CASE("dtype_info: overflow_threshold agrees with the encoder (x at or above
   }
 }
 
-TEST_CASE("dtype_info: TensorFlow enums, names, integer facts (FORMATS.md section 4)") {
+TEST_CASE("dtype_info: TensorFlow enums, names, integer facts (docs/formats.md)") {
   struct row {
     dtype t;
     int tf;

@@ -1,5 +1,5 @@
 // nanscope tests — format_test.cpp: nanscope::summary(), fmt::format("{}", r) and "{:v}" against hand-written
-// expected strings: the lovely-tensors style line of FORMATS.md section 5, every mode, number formatting at
+// expected strings: the lovely-tensors style line of docs/formats.md, every mode, number formatting at
 // the edges of its ranges, integer/bool/empty/rank-0 tensors.
 #include "support/compare.hpp"
 #include "support/reference.hpp"
@@ -21,14 +21,14 @@ using nanscope::dtype;
 using namespace nstest;
 
 
-/// The FORMATS.md example tensor: f32 [2, 6] with 9 finite values (min -3541, max -3.369e-05, mean
+/// The docs/formats.md example tensor: f32 [2, 6] with 9 finite values (min -3541, max -3.369e-05, mean
 /// -393.776, std 1180.2), one +inf (flat index 4) and NaNs at flat indices 7 and 10 (payloads differ).
 std::vector<float> lovely_data() {
   const float c = -0.426f;
   return {-3541.0f, c, c, -3.369e-05f, pos_inf_f(), c, c, qnan_f(), c, c, f32_from_bits(0xFFC00001u), c};
 }
 
-/// A stats result with the field values of the FORMATS.md line, built by hand (formatting only).
+/// A stats result with the field values of the docs/formats.md line, built by hand (formatting only).
 nanscope::health_result lovely_by_hand() {
   nanscope::health_result r;
   r.type = dtype::f32;
@@ -54,18 +54,18 @@ nanscope::health_result lovely_by_hand() {
 
 }  // namespace
 
-TEST_CASE("format: the FORMATS.md one-liner from a hand-built result") {
+TEST_CASE("format: the docs/formats.md one-liner from a hand-built result") {
   const nanscope::health_result r = lovely_by_hand();
   const std::string want = "f32[2,6] n=12 x\u2208[-3.541e+03, -3.369e-05] \u03bc=-393.8 \u03c3=1.180e+03 +inf=1 nan=2";
   CHECK(nanscope::summary(r) == want);
   CHECK(fmt::format("{}", r) == want);
 }
 
-TEST_CASE("format: a checked 2x6 tensor with the FORMATS.md statistics") {
+TEST_CASE("format: a checked 2x6 tensor with the docs/formats.md statistics") {
   const std::vector<float> d = lovely_data();
   const nanscope::tensor_view v = nanscope::view_of(d.data(), {2, 6});
 
-  // nanscope semantics (FORMATS.md section 6): max is over non-NaN values, so the +inf shows as the max.
+  // nanscope semantics (docs/formats.md): max is over non-NaN values, so the +inf shows as the max.
   CHECK(nanscope::summary(run_mode(v, check_mode::stats)) ==
         "f32[2,6] n=12 x\u2208[-3.541e+03, inf] \u03bc=-393.8 \u03c3=1.180e+03 +inf=1 nan=2");
   CHECK(nanscope::summary(run_mode(v, check_mode::full_health)) == "f32[2,6] n=12 |x|\u2264inf +inf=1 nan=2");

@@ -1,5 +1,5 @@
 // nanscope tests — hf_style_test.cpp: report_style::hf against HuggingFace's DebugUnderflowOverflow as
-// shared/FORMATS.md §2 describes it (issue 14 items 1-7).
+// docs/formats.md describes it (issue 14 items 1-7).
 //
 // The independent reference is `hf_model` below: a naive transcription of §2's state and its eight steps
 // (a ring of joined strings, the current frame as a list of lines, batch / calls / detected), with abs min/max
@@ -59,7 +59,7 @@ std::string join_path(const std::string& parent, const std::string& name) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The reference (FORMATS.md §2, written from the text)
+// The reference (docs/formats.md, written from the text)
 // ---------------------------------------------------------------------------------------------------------
 
 // By the bits, not by comparisons: the fastmath preset builds this file with -ffast-math (x != x folds to false).

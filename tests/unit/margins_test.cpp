@@ -354,7 +354,7 @@ std::vector<std::uint64_t> f64_neighbourhoods(const std::vector<double>& mags, i
 
 }  // namespace
 
-TEST_CASE("margins: the reference cast agrees with the published limits (shared/FORMATS.md section 7)") {
+TEST_CASE("margins: the reference cast agrees with the published limits (docs/formats.md)") {
   const ref_format& h = targets[0];
   const ref_format& b = targets[1];
   const ref_format& e4 = targets[2];

@@ -1,5 +1,5 @@
 // nanscope tests — report_test.cpp: the recorder's printers against golden text written by hand from the
-// grammars of shared/FORMATS.md: the HuggingFace DebugUnderflowOverflow report and its trace mode (§2), the
+// grammars of docs/formats.md: the HuggingFace DebugUnderflowOverflow report and its trace mode (§2), the
 // one-line-per-tensor format of the original document (§1), and the key facts of nanscope's extended report
 // (verdict, producer marker, counts, low-precision headroom, source locations).
 //
@@ -312,7 +312,7 @@ TEST_CASE("report: HF trace mode golden text — banner once per traced step, ev
   CHECK(rec.step() == 5);
 }
 
-TEST_CASE("report: v1 one-line format golden text (FORMATS.md §1)") {
+TEST_CASE("report: v1 one-line format golden text (docs/formats.md)") {
   nsrec::capture out;
   nanscope::recorder_options o = golden_options(out);
   o.style = report_style::hf_v1;

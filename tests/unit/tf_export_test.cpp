@@ -1,4 +1,4 @@
-// nanscope tests — tf_export_test.cpp: TensorFlow DebugNumericSummaryV2 layouts (FORMATS.md section 4):
+// nanscope tests — tf_export_test.cpp: TensorFlow DebugNumericSummaryV2 layouts (docs/formats.md):
 // FULL_HEALTH (11), CONCISE_HEALTH (5), CURT_HEALTH (2), SHAPE (10, last 6 dims right-padded with 0,
 // head-truncated when rank > 6), TF dtype enums, and which result modes each export accepts.
 #include "support/compare.hpp"

@@ -395,8 +395,8 @@ inline torch_stats torch_stats_of(const health_result& h, bool round) {
   torch_stats s{qnan, qnan, qnan, qnan};
   const double inf = std::numeric_limits<double>::infinity();
   if (h.count == 0 || h.nan != 0) return s;
-  // nanscope counts -0.0 as a zero (FORMATS.md §6): a zero extreme prints as +0 ("tensor(0.)"). By bits, so
-  // that -ffast-math (no signed zeros) cannot fold it away.
+  // nanscope counts -0.0 as a zero (docs/formats.md, numeric conventions): a zero extreme prints as +0
+  // ("tensor(0.)"). By bits, so that -ffast-math (no signed zeros) cannot fold it away.
   auto plus_zero = [](double x) { return (double_to_bits(x) << 1) == 0 ? 0.0 : x; };
   s.min = plus_zero(h.min);
   s.max = plus_zero(h.max);
