@@ -1,9 +1,23 @@
-# Runs one doc snippet and compares its standard output with the block the Markdown file documents.
-# cmake -DEXE=<program> -DEXPECTED=<file> -DWHERE=<file.md:line> -P compare_output.cmake
+# Runs one doc snippet and compares its standard output with the block the Markdown file documents, and checks
+# that every piece of it that a table quotes (EXCERPTS: one per line) occurs in it.
+# cmake -DEXE=<program> [-DEXPECTED=<file>] [-DEXCERPTS=<file>] -DWHERE=<file.md:line> -P compare_output.cmake
 execute_process(COMMAND "${EXE}" OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0)
   execute_process(COMMAND "${CMAKE_COMMAND}" -E echo "--- stdout:\n${_out}--- stderr:\n${_err}")
   message(FATAL_ERROR "${WHERE}: the snippet exited with ${_rc}")
+endif()
+if(EXCERPTS)
+  file(STRINGS "${EXCERPTS}" _excerpts ENCODING UTF-8)
+  foreach(_e IN LISTS _excerpts)
+    string(FIND "${_out}" "${_e}" _at)
+    if(_at EQUAL -1)
+      execute_process(COMMAND "${CMAKE_COMMAND}" -E echo "--- quoted by a table:\n${_e}\n--- actual output:\n${_out}---")
+      message(FATAL_ERROR "${WHERE}: a table after the snippet quotes '${_e}', which its output does not contain")
+    endif()
+  endforeach()
+endif()
+if(NOT EXPECTED)
+  return()
 endif()
 file(READ "${EXPECTED}" _want)
 # Trailing whitespace of each line, and leading and trailing blank lines, do not count.
