@@ -1136,8 +1136,8 @@ inline bool is_finite_bits(double x) { return (double_to_bits(x) & 0x7FF00000000
 
 /// The health of one tensor, from one pass.
 ///
-/// Semantics (shared/FORMATS.md §6): −0 counts as zero; min, max and abs_max are over non-NaN values (an
-/// inf shows as inf); abs_min is over non-NaN values including zeros, abs_min_nonzero over non-NaN non-zero
+/// Semantics (docs/formats.md, numeric conventions): −0 counts as zero; min, max and abs_max are over non-NaN
+/// values (an inf shows as inf); abs_min is over non-NaN values including zeros, abs_min_nonzero over non-NaN non-zero
 /// values; mean and std (unbiased, N−1) are over finite values. A statistic with no values to range over is
 /// NaN (e.g. min of an all-NaN tensor, std of one finite value). Fields a mode does not compute are left at
 /// their defaults (counts 0, statistics NaN); `mode` records which mode produced the result.
@@ -1260,7 +1260,7 @@ inline void merge(health_result& a, const health_result& b) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// TensorFlow DebugNumericSummaryV2 layouts (shared/FORMATS.md §4). Counts become doubles, as in TF.
+// TensorFlow DebugNumericSummaryV2 layouts (docs/formats.md). Counts become doubles, as in TF.
 // ---------------------------------------------------------------------------------------------------------
 
 /// TF's dtype enum value for a dtype.
@@ -4882,7 +4882,7 @@ struct fmt::formatter<nanscope::health_result> {
 // This is a separate pass from check(): the plain health pass keeps its full speed.
 //
 // How it works: every count is a range of |x| bit patterns of the *source* dtype. Bit patterns of |x| are
-// ordered like the values, so each boundary of shared/FORMATS.md §7 becomes "the first source pattern at or
+// ordered like the values, so each boundary of docs/formats.md becomes "the first source pattern at or
 // above it", found once per source dtype by a binary search over exact decodes. The kernels then only compare
 // integers (AVX-512, AVX2 or portable scalar, picked like check(): nanscope::resolve_isa), which keeps them
 // exact for subnormals under -ffast-math (flush-to-zero / denormals-are-zero never touch integer compares).
@@ -9143,7 +9143,7 @@ struct frame {
   bool checkpoint = false;     ///< a DETECT_OVERFLOW-style check rather than a module call
   bool complete = false;
   source_location where;       ///< where the scope (or checkpoint) was opened
-  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (FORMATS.md §2,
+  /// report_style::hf: the batch banner lines HuggingFace's debugger puts before this frame (docs/formats.md,
   /// `*** Starting batch number=N ***` and the header), each ending in '\n'; empty otherwise.
   std::string banner;
   std::vector<tensor_record> tensors;
@@ -9214,7 +9214,7 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/frame.hpp ----
 // #include "health.hpp": inlined above
 // ---- begin nanscope/hf_style.hpp ----
-// nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (FORMATS.md §2),
+// nanscope — hf_style.hpp: HuggingFace DebugUnderflowOverflow's forward-hook state machine (docs/formats.md),
 // which the recorder runs for report_style::hf each time a module call completes.
 //
 // The machine is a template over the recorder's frame type so that this header sits below recorder.hpp (it
@@ -9433,10 +9433,10 @@ NANSCOPE_NAMESPACE_BEGIN
 
 enum class on_detect : std::uint8_t { throw_exception, abort, print_and_continue, callback };
 enum class report_style : std::uint8_t {
-  /// HuggingFace DebugUnderflowOverflow, byte for byte (FORMATS.md §2): detection when a module call completes,
+  /// HuggingFace DebugUnderflowOverflow, byte for byte (docs/formats.md): detection when a module call completes,
   /// `{ctx} has nans` lines, batch banners, HF's exception texts; stdout unless a sink is given.
   hf,
-  hf_v1,     ///< the one-line-per-tensor format of the original document (FORMATS.md §1)
+  hf_v1,     ///< the one-line-per-tensor format of the original document (docs/formats.md)
   extended,  ///< nanscope's: counts, headroom, source locations, producer marker
 };
 
@@ -10472,7 +10472,7 @@ inline void recorder::complete_step() {
   if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
 }
 
-/// report_style::hf: a module call completed — HuggingFace's forward hook (FORMATS.md §2, hf_style.hpp). The
+/// report_style::hf: a module call completed — HuggingFace's forward hook (docs/formats.md, hf_style.hpp). The
 /// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
 /// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
 inline void recorder::complete_hf(frame&& f, bool outermost) {
@@ -10930,8 +10930,8 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/recorder.hpp ----
 // ---- begin nanscope/report.hpp ----
 // nanscope — report.hpp: the printers of the recorder (needs fmt).
-//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (FORMATS.md §2)
-//  - format_hf_v1_report: the one-line-per-tensor format of the original document (FORMATS.md §1)
+//  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (docs/formats.md)
+//  - format_hf_v1_report: the one-line-per-tensor format of the original document (docs/formats.md)
 //  - format_extended_report: nanscope's own — counts, low-precision headroom, source locations, and which
 //    frame produced the first non-finite value as distinct from frames that propagated it.
 // Including this header installs these printers into the recorder (recorder.hpp itself needs no fmt).
@@ -11065,7 +11065,7 @@ inline std::string short_file(const char* file) {
 }
 }  // namespace detail
 
-/// HuggingFace's report (FORMATS.md §2): preamble, `Last K forward frames:`, header, the frames joined with
+/// HuggingFace's report (docs/formats.md): preamble, `Last K forward frames:`, header, the frames joined with
 /// '\n' (a `print`), then `print("\n\n")`: four newlines after the last frame.
 template <class Out>
 Out format_hf_report(Out out, const detection& d) {
@@ -11090,7 +11090,7 @@ Out format_hf_trace(Out out, const frame& f, bool banner) {
   return fmt::format_to(out, "\n");
 }
 
-/// The original document's format (FORMATS.md §1): the detection line(s), `last N frames:`, then one line
+/// The original document's format (docs/formats.md): the detection line(s), `last N frames:`, then one line
 /// per input/output tensor, oldest first. Parameters are not listed (the original did not record them);
 /// checkpoints use `@` where inputs use `>` and outputs `<`.
 template <class Out>
@@ -11190,14 +11190,36 @@ inline std::string format_report(report_style style, const detection& d) {
   return s;
 }
 
-/// The warning line for a tensor that crossed a low-precision threshold.
+/// The warning line for a tensor that crossed a low-precision threshold. A tensor whose abs_max is already past
+/// the format's largest finite value (a negative headroom) gets a line that says so, with the numbers: at or
+/// past the rounding boundary the cast WILL overflow (to inf, or to NaN in e4m3fn, which has no inf); between
+/// the largest finite value and the boundary it rounds down to the largest value, with no headroom left.
 inline std::string format_warning(const frame& f, const tensor_record& t, lp_format fmt_id, double threshold) {
   const dtype target = lp_dtype(fmt_id);
-  return fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e} >= {:.3e} ({} headroom {:.2f} bits){}{}\n",
-                     f.step, f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
-                     t.health.abs_max, threshold, detail::lp_name(fmt_id), headroom_bits(t.health.abs_max, target),
-                     t.where.line != 0 ? " at " : "",
-                     t.where.line != 0 ? detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "");
+  const dtype_info& ti = info(target);
+  const char* lp = detail::lp_name(fmt_id);
+  const double amax = t.health.abs_max;
+  const double headroom = headroom_bits(amax, target);
+  const std::string site = fmt::format("nanscope: warning: step {} {}: {}: {} abs_max={:.3e}", f.step,
+                                       f.module_path.empty() ? "<root>" : f.module_path, f.class_name, t.context,
+                                       amax);
+  const std::string where =
+      t.where.line != 0 ? " at " + detail::short_file(t.where.file) + ":" + std::to_string(t.where.line) : "";
+  if (!(amax > ti.max_finite))
+    return fmt::format("{} >= {:.3e} ({} headroom {:.2f} bits){}\n", site, threshold, lp, headroom, where);
+  // Round to nearest even: |x| at or past max_finite + ulp(max_finite) / 2 leaves the format (e4m3fn's tie at
+  // 464 rounds down to 448: only values above it do).
+  const double boundary = ti.max_finite + std::ldexp(1.0, std::ilogb(ti.max_finite) - ti.mantissa_bits - 1);
+  const char* from = ti.has_inf ? ">=" : ">";
+  const char* to = ti.has_inf ? "inf" : "NaN";
+  if (amax >= ti.overflow_threshold)
+    return fmt::format("{} is already past the largest finite {} value {:.6g}: the cast to {} WILL OVERFLOW (|x| {} "
+                       "{:.6g} becomes {}{}; {} headroom {:.2f} bits){}\n",
+                       site, lp, ti.max_finite, lp, from, boundary, to, ti.has_inf ? "" : ", it has no inf", lp,
+                       headroom, where);
+  return fmt::format("{} is past the largest finite {} value {:.6g} and rounds down to it: no headroom left, any "
+                     "growth overflows (|x| {} {:.6g} becomes {}; {} headroom {:.2f} bits){}\n",
+                     site, lp, ti.max_finite, from, boundary, to, lp, headroom, where);
 }
 
 namespace detail {
@@ -11334,7 +11356,7 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/macros.hpp ----
 // ---- begin nanscope/tree.hpp ----
 // nanscope — tree.hpp: the layer-tree JSON writer. While a forward pass runs inside recorder scopes, it writes
-// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (shared/FORMATS.md §3),
+// the nested call tree in the schema of HuggingFace's model_addition_debugger_context (docs/formats.md),
 // so a C++ port's tree can be read — and diffed with tools/nanscope-diff — side by side with a Python run.
 //
 //   nanscope::tree_writer tree(nanscope::default_recorder(), nanscope::tree_options{}.in("debug"));
@@ -12228,8 +12250,8 @@ inline torch_stats torch_stats_of(const health_result& h, bool round) {
   torch_stats s{qnan, qnan, qnan, qnan};
   const double inf = std::numeric_limits<double>::infinity();
   if (h.count == 0 || h.nan != 0) return s;
-  // nanscope counts -0.0 as a zero (FORMATS.md §6): a zero extreme prints as +0 ("tensor(0.)"). By bits, so
-  // that -ffast-math (no signed zeros) cannot fold it away.
+  // nanscope counts -0.0 as a zero (docs/formats.md, numeric conventions): a zero extreme prints as +0
+  // ("tensor(0.)"). By bits, so that -ffast-math (no signed zeros) cannot fold it away.
   auto plus_zero = [](double x) { return (double_to_bits(x) << 1) == 0 ? 0.0 : x; };
   s.min = plus_zero(h.min);
   s.max = plus_zero(h.max);
