@@ -11,10 +11,11 @@ The page is loaded with `chromium --headless --dump-dom` (the DOM after its scri
 data-ready and data-load-ms on <body>) and parsed with Python's html.parser; one screenshot is written.
 
 Usage: report_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--chromium PATH] [--quick]
-       [--screenshot PATH] [--fsync-shim PATH] [--deep-tree-writer PATH] [--group NAME]...
+       [--screenshot PATH] [--fsync-shim PATH] [--deep-tree-writer PATH] [--tinymlp-writer PATH] [--group NAME]...
 --fsync-shim: an LD_PRELOAD library whose fsync() fails on directories (fail_dir_fsync.cpp), to provoke the late
 directory-sync failure (group errors); --deep-tree-writer: nanscope_deep_tree (tests/diff/deep_tree.cpp), which
-writes trees as deep as the tree writer allows (group depth).
+writes trees as deep as the tree writer allows (group depth); --tinymlp-writer: nanscope_tinymlp_tree
+(tests/diff/tinymlp_tree.cpp), which writes the TinyMLP trees and a snapshot with the real writer (group producer).
 Exit status 0 when every check passed, 1 when one failed, 77 (CTest: skipped) when a browser group runs and no
 chromium is installed.
 """
@@ -40,6 +41,7 @@ QUICK = False
 SCREENSHOT = None
 FSYNC_SHIM = None
 DEEP_WRITER = None
+TINYMLP_WRITER = None
 
 
 def fail(msg):
@@ -951,8 +953,58 @@ def group_producer():
     expect((d.get("first") or {}).get("text") == want and d["first"].get("tensor") == -1,
            f"a detection on a node without tensors: {d.get('first')!r}, expected {want!r}")
     snapshots()
+    real_writer()
     if CHROMIUM:
         producer_page()
+
+
+def real_writer():
+    """The same TinyMLP through the real recorder and tree writer (tests/diff/tinymlp_tree.cpp), and the snapshot
+    its detection wrote: the summary, the detection and the diff say what they say on the hand-built trees."""
+    if TINYMLP_WRITER is None:
+        print("note: no --tinymlp-writer, the trees of the real writer are not checked")
+        return
+    p = subprocess.run([TINYMLP_WRITER, path("real")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    if not expect(p.returncode == 0, f"nanscope_tinymlp_tree: exit {p.returncode}, {p.stderr!r}"):
+        return
+    full = "TinyMLP_debug_tree_FULL_TENSORS.json"
+    dash = " \u2014 "
+    for run_, want in (("inf", "first Inf: TinyMLP.blocks.1 outputs, step 0, rank 0 (real/inf/%s)" % full + dash +
+                        "produced in TinyMLP.blocks.1, in its own code after TinyMLP.blocks.1.fc2 (the recorder's verdict)"),
+                       ("cp_inf", 'first Inf: TinyMLP.blocks.1 checkpoint "after residual" outputs, step 0, rank 0 '
+                        '(real/cp_inf/%s)' % full + dash + 'produced in TinyMLP.blocks.1, in its own code after '
+                        'TinyMLP.blocks.1.fc2, found at its checkpoint "after residual" (the recorder\'s verdict)'),
+                       ("inf_thrown", "first Inf: TinyMLP.blocks.1 outputs, step 0, rank 0 (real/inf_thrown/%s)" % full +
+                        dash + "produced in TinyMLP.blocks.1, in its own code after TinyMLP.blocks.1.fc2 (the "
+                        "recorder's verdict)")):
+        d = page_data(report("real_%s.html" % run_, path(os.path.join("real", run_, full))))
+        expect((d.get("first") or {}).get("text") == want, f"real {run_}: summary {d.get('first')!r}, expected {want!r}")
+        expect(len(d.get("detections", [])) == 1, f"real {run_}: detections {d.get('detections')!r}")
+    d = page_data(report("real_thrown.html", path(os.path.join("real", "inf_thrown", full))))
+    expect(d["trees"][0]["notes"] == ["the pass ended at the recorder's detection (a throwing policy): the modules "
+                                      "after it are not in the file"], f"real inf_thrown: notes {d['trees'][0]['notes']!r}")
+    # the pruned pair: the good run lost blocks.1, the run with the Inf kept it
+    a, b = (path(os.path.join("real", r, full)) for r in ("good_pruned", "inf_pruned"))
+    d = page_data(report("real_pruned.html", a, b))
+    diff = d.get("diff") or {}
+    expect(diff.get("producer_node") == rows_by_path(d, 1).get("TinyMLP.blocks.1") and
+           any(n.startswith("A was pruned (middle layer blocks left out)") for n in diff.get("notes", [])),
+           f"real pruned diff: {str(diff)[:400]}")
+    if NANSCOPE_DIFF:
+        p = subprocess.run([NANSCOPE_DIFF, "--json", a, b], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        nd = json.loads(p.stdout)
+        expect(diff.get("producer_text") == nd["likely_producer_text"] and nd["likely_producer"] == "TinyMLP.blocks.1",
+               f"real pruned diff: page {diff.get('producer_text')!r}, nanscope-diff {nd.get('likely_producer_text')!r}")
+    # the snapshot the inf run's detection wrote
+    idx = [n for n in os.listdir(path(os.path.join("real", "snap"))) if n.endswith("_index.json")]
+    if expect(len(idx) == 1, f"real snapshot: {idx!r}"):
+        d = page_data(report("real_snap.html", path(os.path.join("real", "snap", idx[0]))))
+        want = ("first Inf: blocks.1 output, step 0 (real/snap/%s)" % idx[0] + dash + "produced here: every input and "
+                "parameter of blocks.1 (Block) was finite (the recorder's verdict)")
+        expect((d.get("first") or {}).get("text") == want, f"real snapshot: summary {d.get('first')!r}, expected {want!r}")
+        ts = d["trees"][0]["nodes"][0][2] if d.get("trees") else []
+        expect([t[:1] + t[3:7] for t in ts] == [["output", 0, 0, 2, 6], ["input[0]", 1, 0, 0, 0]],
+               f"real snapshot: rows {ts!r}")
 
 
 def snapshots():
@@ -990,6 +1042,17 @@ def snapshots():
     expect([x["text"] for x in d.get("detections", [])] ==
            ["snapshot of a detection: blocks.1 (Block) output, step 3: produced here: every input and parameter of "
             "blocks.1 (Block) was finite (the recorder's verdict)"], f"snapshot: detections {d.get('detections')!r}")
+    # the rank a launcher variable named is in the file name ("nanscope_r3_...")
+    ranked = write_json("snap/nanscope_r3_p42_rec1_step3_2_index.json", index)
+    d = page_data(report("snapshot_r3.html", ranked))
+    expect((d.get("first") or {}).get("text", "").startswith("first NaN: blocks.1 output, step 3, rank 3 ("),
+           f"snapshot of rank 3: summary {d.get('first')!r}")
+    # more files than are read: one note
+    many = write_json("snap/many_index.json", dict(index, files=[dict(index["files"][1], offending=False)] * 300 +
+                                                   [index["files"][0]]))
+    d = page_data(report("snapshot_many.html", many))
+    expect(d["trees"][0]["notes"] == ["the index names 301 files: only the first 256 were read"],
+           f"snapshot of 301 files: notes {d['trees'][0]['notes']!r}")
     # arrived already non-finite: only the offending tensor; hostile and unreadable files are notes
     os.mkfifo(path("snap/fifo.npy"))
     os.symlink("/etc/passwd", path("snap/link.npy"))
@@ -1057,7 +1120,7 @@ GROUPS = {"errors": (group_errors, False), "warnings": (group_warnings, False), 
 
 
 def main():
-    global NANSCOPE, NANSCOPE_DIFF, CHROMIUM, WORK, QUICK, SCREENSHOT, FSYNC_SHIM, DEEP_WRITER
+    global NANSCOPE, NANSCOPE_DIFF, CHROMIUM, WORK, QUICK, SCREENSHOT, FSYNC_SHIM, DEEP_WRITER, TINYMLP_WRITER
     ap = argparse.ArgumentParser()
     ap.add_argument("--nanscope", required=True)
     ap.add_argument("--nanscope-diff")
@@ -1067,12 +1130,14 @@ def main():
     ap.add_argument("--screenshot")
     ap.add_argument("--fsync-shim")
     ap.add_argument("--deep-tree-writer")
+    ap.add_argument("--tinymlp-writer")
     ap.add_argument("--group", action="append")
     a = ap.parse_args()
     NANSCOPE, QUICK, SCREENSHOT = os.path.abspath(a.nanscope), a.quick, a.screenshot
     NANSCOPE_DIFF = os.path.abspath(a.nanscope_diff) if a.nanscope_diff else None
     FSYNC_SHIM = os.path.abspath(a.fsync_shim) if a.fsync_shim else None
     DEEP_WRITER = os.path.abspath(a.deep_tree_writer) if a.deep_tree_writer else None
+    TINYMLP_WRITER = os.path.abspath(a.tinymlp_writer) if a.tinymlp_writer else None
     CHROMIUM = a.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
     if CHROMIUM and not os.access(CHROMIUM, os.X_OK):
         CHROMIUM = None

@@ -460,14 +460,18 @@ inline bool is_snapshot_index(const json& doc) {
          !doc.contains("inputs") && !doc.contains("outputs") && !doc.contains("children");
 }
 
-/// The largest .npy file of a snapshot that is read (as the report's other inputs).
+/// The largest .npy file of a snapshot that is read (as the report's other inputs), and the most files and bytes
+/// read for one index (a hostile index may name one large file many times).
 inline constexpr std::uint64_t max_snapshot_npy = std::uint64_t{512} << 20;
+inline constexpr std::size_t max_snapshot_files = 256;
+inline constexpr std::uint64_t max_snapshot_bytes = std::uint64_t{2} << 30;
 
 /// Reads one .npy file a snapshot index names, `name` in the directory `dir`, and counts its NaN and infinities
 /// (nanscope::check). Returns "" and fills `t`, or why it could not be read. Only a plain file name next to the
 /// index is opened (no '/', no "..", no NUL), never a link or anything but a regular file, at most
 /// max_snapshot_npy bytes; the header is parsed by the library's strict parse_npy.
-inline std::string read_snapshot_npy(const std::string& dir, const std::string& name, tensor_row& t) {
+inline std::string read_snapshot_npy(const std::string& dir, const std::string& name, tensor_row& t,
+                                     std::uint64_t& budget) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos)
     return "not a file name in the index's directory";
@@ -483,6 +487,9 @@ inline std::string read_snapshot_npy(const std::string& dir, const std::string& 
   if (!S_ISREG(st.st_mode)) return std::string("not a regular file (") + nsdiff::file_kind(st.st_mode) + ")";
   if (static_cast<std::uint64_t>(st.st_size) > max_snapshot_npy)
     return "larger than " + nsdiff::byte_size_text(max_snapshot_npy);
+  if (static_cast<std::uint64_t>(st.st_size) > budget)
+    return "the files of this index read so far reach " + nsdiff::byte_size_text(max_snapshot_bytes);
+  budget -= static_cast<std::uint64_t>(st.st_size);
   std::vector<unsigned char> bytes(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -555,6 +562,17 @@ inline void read_snapshot(model& m, const std::string& path, const json& doc) {
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   long offending = -1;
+  std::uint64_t budget = max_snapshot_bytes;
+  // "nanscope_r{rank}_p...": the rank a launcher variable named when the snapshot was written
+  {
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (base.compare(0, 10, "nanscope_r") == 0) {
+      std::size_t k = 10;
+      long rank = 0;
+      while (k < base.size() && k < 19 && base[k] >= '0' && base[k] <= '9') rank = rank * 10 + (base[k++] - '0');
+      if (k > 10 && k < base.size() && base[k] == '_') v.rank = rank;
+    }
+  }
   for (std::size_t i = 0; i < files.size(); ++i) {
     const json& e = files[i];
     const std::string at = "files[" + std::to_string(i) + "].";
@@ -581,11 +599,14 @@ inline void read_snapshot(model& m, const std::string& path, const json& doc) {
       }
       t.shape = nsdiff::shape_text(dims);
     }
-    const std::string problem = read_snapshot_npy(dir, file, t);
+    const std::string problem = i < max_snapshot_files ? read_snapshot_npy(dir, file, t, budget) : std::string();
     if (!problem.empty()) v.notes.push_back("the snapshot's file '" + file + "' was not read: " + problem);
     if (off && offending < 0) offending = static_cast<long>(r.tensors.size());
     r.tensors.push_back(std::move(t));
   }
+  if (files.size() > max_snapshot_files)
+    v.notes.push_back("the index names " + std::to_string(files.size()) + " files: only the first " +
+                      std::to_string(max_snapshot_files) + " were read");
   if (const auto n = doc.find("note"); n != doc.end() && n->is_string()) v.notes.push_back(n->get<std::string>());
   v.nodes.push_back(std::move(r));
   // the detection the snapshot records: the offending tensor, and the recorder's verdict
