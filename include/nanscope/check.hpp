@@ -136,6 +136,17 @@ inline constexpr std::size_t chunk_elems = std::size_t{1} << 13;    // shift K i
 inline constexpr std::size_t segment_elems = std::size_t{1} << 17;  // unit of parallel work, merged in order
 inline constexpr std::size_t wave_segments = 64;                    // segment results held at once
 
+/// A computation that rides in the host pass beside the kernel (block_scaled.hpp): per segment, begin() makes its
+/// state; chunk() sees each chunk's raw elements in logical order right after the kernel read them (still in
+/// L1/L2), with the flat index of the first and the pass's instruction set; end() takes the state back (also when
+/// the segment stops early). chunk() must not throw.
+struct pass_hook {
+  void* ctx = nullptr;
+  void* (*begin)(void* ctx, std::uint64_t seg_begin, std::uint64_t seg_n) = nullptr;
+  void (*chunk)(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) = nullptr;
+  void (*end)(void* ctx, void* state) = nullptr;
+};
+
 struct pass_plan {
   tensor_view v;
   level lv;
@@ -145,6 +156,7 @@ struct pass_plan {
   bool hash = false;       // fold each chunk into the segment's content hash
   bool hash_only = false;  // hash without running the health kernel
   hist_acc* hist = nullptr;  // also histogram each chunk's raw bits (histogram.hpp), right after the kernel
+  const pass_hook* hook = nullptr;  // also hand each chunk's raw bits to the hook, right after the kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -499,6 +511,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
     hl.reset(new hist_local);
     hl->reset(*plan.hist->setup);
   }
+  void* hook_state = plan.hook != nullptr ? plan.hook->begin(plan.hook->ctx, begin, n) : nullptr;
   if (plan.hash) {
     seg.hash = hash_empty(es);
     weight = hash_pow(begin / hash_block);
@@ -548,6 +561,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
         if (hs != nullptr)  // the raw bits, still in L1/L2
           hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *hs, *hl);
       }
+      if (plan.hook != nullptr) plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -562,8 +576,10 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       hash_add_block(seg.hash, bs, weight);
       weight = mulmod61(weight, hash_base);
     }
-    if (plan.stop_at_first && seg.any_nonfinite) return;
+    if (plan.stop_at_first && seg.any_nonfinite) break;
   }
+  if (plan.hook != nullptr) plan.hook->end(plan.hook->ctx, hook_state);
+  if (plan.stop_at_first && seg.any_nonfinite) return;
   if (plan.hist != nullptr) hl->flush(*plan.hist->setup, *plan.hist);
 }
 
@@ -712,7 +728,8 @@ inline content_hash hash_pass(const tensor_view& v, const check_options& opt, co
 
 /// The host pass behind check(); `hist` (histogram.hpp) also histograms every element in the same pass (the
 /// caller has validated that the mode reads every element and the dtype is floating).
-inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist) {
+inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist,
+                                const pass_hook* hook = nullptr) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -734,13 +751,16 @@ inline health_result check_impl(const tensor_view& v, const check_options& opt, 
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
   plan.hist = hist;
+  plan.hook = hook;  // (the caller has validated that the mode reads every element and the dtype is floating)
   // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
   plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
   // The hash is defined in logical order, so a hashed pass keeps the logical (gathered) order.
-  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && detail::dense_permutation(v, plan.v)) {
+  // A hook sees the chunks in logical order: no reordering then.
+  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && hook == nullptr &&
+      detail::dense_permutation(v, plan.v)) {
     plan.contiguous = true;
     permuted = true;
   }
