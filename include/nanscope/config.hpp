@@ -29,6 +29,22 @@
 #define NANSCOPE_IMPL_ABI_CAT(a, b, c) a##b##c
 #define NANSCOPE_IMPL_ABI_NAME(a, b, c) NANSCOPE_IMPL_ABI_CAT(a, b, c)
 
+// Header-only or separate implementation (docs/getting-started.md, "Compile time"). Header-only (the default,
+// <nanscope/nanscope.hpp>): every function is inline and compiled in every file that uses it. Separate
+// (<nanscope/instrument.hpp> turns it on, or NANSCOPE_CONFIG_SEPARATE_IMPL=1 for the whole program, as the
+// nanscope::compiled CMake target does): the entry points of checks and of the recorder (NANSCOPE_IMPL_ENTRY) are
+// only declared, and defined once, in the file that defines NANSCOPE_IMPLEMENTATION before including
+// <nanscope/instrument.hpp>; the kernels, the recorder's implementation and the report printers are compiled
+// there only. The mode is fixed by the first inclusion of this header in a translation unit.
+#if defined(NANSCOPE_CONFIG_SEPARATE_IMPL) && NANSCOPE_CONFIG_SEPARATE_IMPL
+#define NANSCOPE_IMPL_SEPARATE 1
+#define NANSCOPE_IMPL_ENTRY
+#else
+#define NANSCOPE_IMPL_SEPARATE 0
+#define NANSCOPE_IMPL_ENTRY inline
+#endif
+// Where the entry points are defined: `#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)`.
+
 // Feature tests are function-like so that a typo fails to compile.
 #if defined(__CUDACC__)
 #define NANSCOPE_IMPL_CUDA_COMPILATION 1

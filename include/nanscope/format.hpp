@@ -1,10 +1,12 @@
 // nanscope — format.hpp: text for results. A one-line summary in the spirit of lovely-tensors, and an
-// fmt::formatter for health_result ("{}" the summary line, "{:v}" every field). Needs fmt.
+// fmt::formatter for health_result ("{}" the summary line, "{:v}" every field). Needs fmt. `os << result` and
+// summary()'s declaration: format_api.hpp.
 #ifndef NANSCOPE_FORMAT_HPP
 #define NANSCOPE_FORMAT_HPP
 
 #include "config.hpp"
 #include "dtype.hpp"
+#include "format_api.hpp"
 #include "health.hpp"
 
 #include <fmt/format.h>
@@ -85,12 +87,14 @@ Out format_summary(Out out, const health_result& r) {
   return out;
 }
 
-/// The one-line summary as a string.
-inline std::string summary(const health_result& r) {
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+/// The one-line summary as a string (declared in format_api.hpp).
+NANSCOPE_IMPL_ENTRY std::string summary(const health_result& r) {
   std::string s;
   format_summary(std::back_inserter(s), r);
   return s;
 }
+#endif
 
 /// Every field, one `key=value` pair each, for logs.
 template <class Out>

@@ -6,7 +6,7 @@
 #include "config.hpp"
 #include "dtype.hpp"
 #include "health.hpp"
-#include "margins.hpp"
+#include "margins_result.hpp"
 #include "view.hpp"
 
 #include <cstdint>
@@ -125,8 +125,10 @@ struct detection {
   std::string report;            ///< the report text as printed (in the recorder's style)
 };
 
-/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
-/// ValueError text, byte for byte); report() the whole text.
+/// Thrown by the `throw_exception` policy, after the report was printed and the attached writers committed their
+/// files. what() is one short line naming the tensor, the module and the step and pointing to the report printed
+/// before (report_style::hf: HuggingFace's ValueError text, byte for byte); report() is the whole report, info()
+/// everything else.
 class detection_error : public std::runtime_error {
  public:
   explicit detection_error(std::shared_ptr<const detection> d)

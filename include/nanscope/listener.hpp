@@ -38,6 +38,15 @@ class scope_listener : public attachable {
     (void)f;
     (void)w;
   }
+  /// The recorder detected a NaN/Inf (not allowed by a rule) in a tensor recorded into frame `f` — the open frame
+  /// of a module, or a checkpoint's frame — and printed its report (`d.report`). `stopping`: the recorder throws
+  /// detection_error (or aborts) right after this call, and nobody may catch it: a listener that writes files
+  /// commits what it holds now (the layer-tree writer ends its pass here). Not called in the hf style.
+  virtual void detection_raised(const frame& f, const detection& d, bool stopping) noexcept {
+    (void)f;
+    (void)d;
+    (void)stopping;
+  }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the

@@ -13,7 +13,6 @@
 #define NANSCOPE_MACROS_HPP
 
 #include "recorder.hpp"
-#include "report.hpp"
 
 #ifndef NANSCOPE_CONFIG_LEVEL
 #define NANSCOPE_CONFIG_LEVEL 1

@@ -14,48 +14,36 @@
 // Most code uses the macros of macros.hpp (NANSCOPE_SCOPE, NANSCOPE_INPUT, DETECT_OVERFLOW, ...).
 // Parts: frame.hpp (what is recorded), recorder_options.hpp, listener.hpp and attachment.hpp (the objects attached
 // to a recorder and their lifetimes), scope.hpp (module scopes), detail/pending_raise.hpp (what is raised after
-// a scope's end), snapshot.hpp (the .npy files of a detection); this file: the recorder itself.
+// a scope's end), snapshot.hpp (the .npy files of a detection); this file: the recorder class;
+// detail/recorder_impl.hpp: its recording, detection and step logic (the heavy part, config.hpp).
 // Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring under a
 // mutex; options may be replaced at any time (set_options); attaching and detaching are thread-safe.
 #ifndef NANSCOPE_RECORDER_HPP
 #define NANSCOPE_RECORDER_HPP
 
 #include "attachment.hpp"
-#include "check.hpp"
+#include "check_api.hpp"
 #include "config.hpp"
 #include "frame.hpp"
 #include "health.hpp"
 #include "hf_style.hpp"
-#include "histogram.hpp"
 #include "listener.hpp"
-#include "margins.hpp"
-#include "npy.hpp"
-#include "rank.hpp"
 #include "recorder_options.hpp"
 #include "view.hpp"
-#include "detail/atomic_file.hpp"
 #include "detail/pending_raise.hpp"
 #include "detail/step_marks.hpp"
 #include "detail/recorder_support.hpp"
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <sys/stat.h>
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -316,445 +304,19 @@ inline recorder& default_recorder() {
   return *r;
 }
 
-// ------------------------------------------------------------------------------------------------------
-// recorder implementation
-// ------------------------------------------------------------------------------------------------------
-
-inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
-                                         std::string repr) {
-  if (!enabled()) return;
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.is_tensor = false;
-  rec.is_none = is_none;
-  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
-  f.tensors.push_back(std::move(rec));
-  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-}
-
-inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed, const health_result* known) {
-  if (!enabled()) {
-    health_result off;
-    off.mode = check_mode::no_tensor;
-    return off;
-  }
-  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
-  if (pending_.any()) {
-    bool hf;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      hf = opts_.style == report_style::hf;
-    }
-    if (hf) raise_pending();
-  }
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.where = where;
-  rec.view = v;
-  rec.reference = detail::take_reference_stats(v.data);
-  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
-  bool skip = false;
-  check_mode mode;
-  unsigned threads;
-  bool skip_int;
-  bool want_margins;
-  bool hf;
-  bool warn;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    allowed = allowed | rule_allow(f.module_path, skip);
-    hf = opts_.style == report_style::hf;
-    warn = !hf || opts_.warn_in_hf_style;
-    mode = opts_.mode;
-    threads = opts_.check_threads;
-    skip_int = opts_.skip_integer_tensors;
-    want_margins = opts_.count_margins;
-  }
-  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
-  // attached until this check has been told to it.
-  const detail::attachment_hub::gate_hold hold(*hub_);
-  check_gate* const g = static_cast<check_gate*>(hold.get());
-  std::uint32_t ticket = check_gate::skip;
-  if (g != nullptr) {
-    ticket = g->admit(f, role, rec.context, mode);
-    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
-      if (known != nullptr) return *known;
-      return (check)(v, check_options{}.with_mode(check_mode::shape));
-    }
-  }
-  struct gate_timer {
-    check_gate* g;
-    std::uint32_t ticket;
-    std::uint64_t bytes;
-    std::chrono::steady_clock::time_point t0;
-    ~gate_timer() {
-      if (g == nullptr) return;
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
-    }
-  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
-          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
-  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
-  auto known_as = [&](check_mode m) {
-    health_result h = *known;
-    if (m == check_mode::shape || m == check_mode::no_tensor) {
-      health_result s;
-      s.type = h.type;
-      s.mode = m;
-      s.rank = h.rank;
-      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
-      s.count = h.count;
-      return s;
-    }
-    return h;
-  };
-  if (!is_float(v.type)) {
-    if (known != nullptr) {
-      rec.health = known_as(check_mode::shape);
-      if (skip_int) return rec.health;
-      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
-        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    } else {
-      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
-      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    }
-    f.tensors.push_back(std::move(rec));
-    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-    return f.tensors.back().health;
-  }
-  if (known != nullptr) {
-    rec.health = known_as(skip ? check_mode::shape : known->mode);
-  } else if (skip) {
-    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-  } else {
-    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
-    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
-      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
-      auto hm = check_margins(v, copt);
-      rec.health = hm.first;
-      rec.margins = hm.second;
-      rec.has_margins = true;
-    } else {
-      rec.health = (check)(v, copt);
-      if (want_margins) {
-        rec.margins = margins(v);
-        rec.has_margins = true;
-      }
-    }
-  }
-  const health_result& h = rec.health;
-  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
-                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
-                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
-  rec.allowed = h.has_nonfinite() && !bad;
-  f.tensors.push_back(std::move(rec));
-  tensor_record& stored = f.tensors.back();
-  if (warn) maybe_warn(f, stored);
-  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
-  const health_result result = stored.health;
-  if (bad && !hf) detect(f, stored);
-  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
-  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
-  if (bad && hf && role == tensor_role::checkpoint) {
-    std::string lines;
-    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
-    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
-    std::lock_guard<std::mutex> lk(m_);
-    if (opts_.policy != on_detect::callback) emit(lines);
-  }
-  return result;
-}
-
-inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
-  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
-  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
-  if (rec.health.has_nonfinite() && !rec.allowed) return;
-  std::string text;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const dtype target = cast_target_locked(f.module_path, rec.health.type);
-    for (int i = 0; i < lp_format_count; ++i) {
-      const double thr = opts_.warn_abs_max[i];
-      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
-      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
-      rec.warned |= 1u << i;
-      std::string site = f.module_path;
-      site += ':';
-      site += rec.context;
-      site += '#';
-      site += static_cast<char>('0' + i);
-      if (!marks_.first_warning(std::move(site))) continue;
-      warnings_.fetch_add(1, std::memory_order_relaxed);
-      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
-    }
-    if (!text.empty()) emit(text);
-  }
-}
-
-inline void recorder::detect(frame& current, const tensor_record& rec) {
-  auto d = std::make_shared<detection>();
-  on_detect policy;
-  std::function<void(const detection&)> cb;
-  std::string snapshot_dir;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const std::uint64_t s = step_.load(std::memory_order_relaxed);
-    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
-    if (opts_.report_once_per_step && marks_.reported(s)) return;
-    marks_.mark_reported(s);
-    detections_.fetch_add(1, std::memory_order_relaxed);
-    d->step = s;
-    d->module_path = current.module_path;
-    d->class_name = current.class_name;
-    d->context = rec.context;
-    d->role = rec.role;
-    d->health = rec.health;
-    d->where = rec.where;
-    d->produced_here = current.inputs_finite();
-    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
-    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
-    d->frames.push_back(current);
-    for (auto& f : d->frames)
-      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
-    if (auto fn = detail::report_formatter().load()) {
-      d->report = fn(opts_.style, *d);
-    } else {
-      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-    }
-    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
-    policy = opts_.policy;
-    cb = opts_.callback;
-    snapshot_dir = opts_.snapshot_dir;
-    if (policy != on_detect::callback) emit(d->report);
-  }
-  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
-  switch (policy) {
-    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
-    case on_detect::abort: std::abort();
-    case on_detect::print_and_continue: return;
-    case on_detect::callback:
-      if (cb) cb(*d);
-      return;
-  }
-}
-
-inline void recorder::complete(frame&& f, bool outermost) {
-  bool hf;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    hf = opts_.style == report_style::hf;
-  }
-  if (hf) {
-    const std::uint64_t before = step();
-    complete_hf(std::move(f), outermost);
-    const std::uint64_t after = step();
-    if (after != before) tell_step_boundary(after);
-    return;
-  }
-  std::string trace;
-  std::uint64_t boundary = 0;
-  bool advanced = false;
-  {
-    bool stop = false;
-    std::uint64_t finished_step = 0;
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    const std::uint64_t s = f.step;
-    if (tracing_locked(s)) {
-      if (auto fn = detail::trace_formatter().load()) {
-        trace = fn(f, marks_.first_banner(s));
-      }
-    }
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      frame& slot = ring_[head_];
-      slot = std::move(f);
-      for (auto& t : slot.tensors) t.view.data = nullptr;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (!trace.empty()) emit(trace);
-    if (outermost && opts_.auto_step) {
-      finished_step = step_.load(std::memory_order_relaxed);
-      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
-             !pending_.stop_armed();
-      begin_step_locked(finished_step + 1);
-      advanced = true;
-      boundary = finished_step + 1;
-      if (stop) {
-        std::string msg = stop_text(finished_step + 1);
-        emit(msg + "\n");
-        if (opts_.policy == on_detect::abort) std::abort();
-        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
-        pending_.arm_stop(std::move(msg));
-      }
-    }
-  }
-  if (advanced) tell_step_boundary(boundary);
-}
-
-inline void recorder::complete_inert() {
-  std::uint64_t next = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    if (!opts_.auto_step) return;
-    next = step_.load(std::memory_order_relaxed) + 1;
-    begin_step_locked(next);
-  }
-  tell_step_boundary(next);
-}
-
-inline void recorder::complete_step() {
-  raise_pending_detection();
-  std::string msg;
-  std::uint64_t boundary = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const bool hf = opts_.style == report_style::hf;
-    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
-    std::uint64_t next = finished;
-    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
-    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
-    if (pending_.take_stop(msg)) {
-      // auto_step armed the stop already
-    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
-                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
-      msg = stop_text(finished + 1);
-      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
-      if (opts_.policy == on_detect::abort) std::abort();
-    }
-    begin_step_locked(finished + 1);
-    boundary = finished + 1;
-  }
-  tell_step_boundary(boundary);
-  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
-}
-
-/// report_style::hf: a module call completed — HuggingFace's forward hook (docs/formats.md, hf_style.hpp). The
-/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
-/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
-inline void recorder::complete_hf(frame&& f, bool outermost) {
-  std::shared_ptr<detection> d;
-  on_detect policy = on_detect::throw_exception;
-  std::function<void(const detection&)> cb;
-  bool abort_now = false;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      ring_[head_] = f;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
-    const bool is_root = outermost && opts_.auto_step;
-    std::uint64_t batch = step_.load(std::memory_order_relaxed);
-    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
-    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
-    bool skip = pending_.any();
-#if NANSCOPE_IMPL_EXCEPTIONS
-    skip = skip || std::uncaught_exceptions() > 0;
-#endif
-    if (skip) {
-      if (is_root) {
-        hf_.end_batch(batch, -1);
-        begin_step_locked(batch);
-      }
-      return;
-    }
-    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
-    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
-    const std::uint64_t call_batch = batch;
-    const bool reported_before = marks_.reported(call_batch);
-    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
-                         [this](std::uint64_t b) { return tracing_locked(b); });
-    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
-    policy = opts_.policy;
-    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
-    if (o.trace && policy != on_detect::callback) {
-      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
-    }
-    bool raised = false;
-    if (o.report) {
-      hf_.clear_detected();
-      if (!(opts_.report_once_per_step && reported_before)) {
-        marks_.mark_reported(call_batch);
-        detections_.fetch_add(1, std::memory_order_relaxed);
-        d = std::make_shared<detection>();
-        const frame& ff = hf_.first_frame();
-        const tensor_record& t = ff.tensors[hf_.first_tensor()];
-        d->step = batch;
-        d->module_path = ff.module_path;
-        d->class_name = ff.class_name;
-        d->context = t.context;
-        d->role = t.role;
-        d->health = t.health;
-        d->where = t.where;
-        d->produced_here = ff.inputs_finite();
-        d->frames = hf_.frames();
-        if (auto fn = detail::report_formatter().load()) {
-          d->report = fn(report_style::hf, *d);
-        } else {
-          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-        }
-        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
-        // prints them
-        if (policy != on_detect::callback) text += d->report;
-        cb = opts_.callback;
-        if (policy == on_detect::throw_exception) {
-          raised = true;
-          pending_.arm_detection(d);
-        }
-        abort_now = policy == on_detect::abort;
-      }
-    }
-    if (o.stop && !raised && !pending_.stop_armed()) {
-      std::string msg = detail::hf_abort_text(batch, opts_.abort_after_step);
-      if (policy == on_detect::abort) {
-        text += msg + "\n";  // the process ends: the reason must show somewhere
-        abort_now = true;
-      } else {
-        pending_.arm_stop(std::move(msg));  // HF prints nothing: it raises
-      }
-    }
-    emit(text);
-  }
-  if (abort_now) std::abort();
-  if (d && policy == on_detect::callback && cb) {
-#if NANSCOPE_IMPL_EXCEPTIONS
-    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
-    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
-    try {
-      cb(*d);
-    } catch (...) {
-      pending_.arm_callback_error(std::current_exception());
-    }
-#else
-    cb(*d);
-#endif
-  }
-}
-
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
 }
 
-inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
-                                                 std::string_view context, source_location where, allow allowed) {
-  return checkpoint_impl(v, context, where, allowed, &h);
-}
-
-
 NANSCOPE_NAMESPACE_END
 
 // class scope, and recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope)
 #include "scope.hpp"
-// recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
-#include "snapshot.hpp"
+// The recorder's entry points (recording, detection, reports, snapshots): here in the header-only mode; in the
+// separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+#include "detail/recorder_impl.hpp"
+#endif
 
 #endif  // NANSCOPE_RECORDER_HPP

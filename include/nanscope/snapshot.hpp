@@ -7,7 +7,8 @@
 // ("r{rank}_" only when a launcher variable names the rank). Every file is written atomically and never replaces
 // an existing file: if a name is taken (a reused pid of an earlier run, say), the whole set moves to the next
 // free suffix ("..._{K}-1_..."). The directory and its missing parents are created; stale temporary files of
-// dead snapshot writers in it are removed first. Included by recorder.hpp (it defines recorder::write_snapshot).
+// dead snapshot writers in it are removed first. Included by detail/recorder_impl.hpp (it defines
+// recorder::write_snapshot).
 #ifndef NANSCOPE_SNAPSHOT_HPP
 #define NANSCOPE_SNAPSHOT_HPP
 
@@ -36,10 +37,11 @@ inline std::string snapshot_prefix(std::uint64_t recorder_id, std::uint64_t step
 
 }  // namespace detail
 
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
 /// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
 /// files into `dir`, plus an index (JSON) naming them (see the file comment). Failures are reported to the sink
 /// and do not replace the detection.
-inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
+NANSCOPE_IMPL_ENTRY void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
   const std::string stem = detail::snapshot_prefix(id_, d.step, detections_.load(std::memory_order_relaxed));
   // The tensors to save, in order: the offending one, then (produced here) the inputs and parameters.
   std::vector<const tensor_record*> saved;
@@ -106,6 +108,8 @@ inline void recorder::write_snapshot(const std::string& dir, const detection& d,
   run();
 #endif
 }
+
+#endif
 
 NANSCOPE_NAMESPACE_END
 

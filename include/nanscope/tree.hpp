@@ -263,12 +263,27 @@ class tree_writer final : public scope_listener {
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     hook([&] {
-      if (!in_pass_ || f.checkpoint || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ ||
-          nodes_.empty())
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (f.checkpoint) {
+        // with extras, a checkpoint (DETECT_OVERFLOW) is a node in call order under the innermost open one
+        if (opts_.extras && rec.is_tensor) add_checkpoint(f, rec);
         return;
+      }
       node& n = nodes_.back();
       if (n.serial != f.serial) return;
       add_record(n, rec);
+    });
+  }
+
+  /// The recorder's detection (native styles): with extras, the node of `f` gets "nanscope_detection" and the
+  /// root's "nanscope" object "detection" (the verdict: produced here or carried, and the last child before it).
+  /// When the recorder throws or aborts next, the pass ends here and its files are committed: nobody may catch
+  /// the exception, and an uncaught one unwinds nothing (no scope would close the tree).
+  void detection_raised(const frame& f, const detection& d, bool stopping) noexcept override {
+    hook([&] {
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (opts_.extras && detection_.empty()) note_detection(f, d);
+      if (stopping) end_pass_at_detection();
     });
   }
 
@@ -297,7 +312,10 @@ class tree_writer final : public scope_listener {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
           if (it->serial == f.serial) at = &*it;
       }
-      if (at != nullptr) at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
+      if (at != nullptr) {
+        at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
+        at->evidence = true;
+      }
       pass_warnings_.push_back(detail::tree_warning_json(w, at != nullptr ? at->path : hf_path(f.module_path)));
     });
   }
@@ -329,6 +347,7 @@ class tree_writer final : public scope_listener {
   struct piece {
     detail::tree_text text;
     bool layer;
+    bool keep;  ///< with extras: holds evidence, so pruning never drops it
   };
   struct node {
     std::uint64_t serial = 0;   ///< the frame's (frame::serial)
@@ -349,6 +368,10 @@ class tree_writer final : public scope_listener {
     std::vector<detail::tree_io> args, kwargs, outputs, params;
     std::vector<std::string> warnings;  ///< early warnings about this node's tensors (JSON fragments, level 0)
     source_location where;
+    std::string checkpoint;     ///< a checkpoint node: its text ("nanscope_checkpoint"); empty for a module
+    std::string last_child;     ///< the path of the last module child closed so far
+    std::string detection;      ///< "nanscope_detection" (a JSON object, level 0), when the recorder detected here
+    bool evidence = false;      ///< this node or one below holds a NaN/Inf, a warning or the detection (kept by pruning)
   };
 
   /// A listener hook: fn under the lock (an exception abandons the pass); the error texts it left are handed
@@ -405,6 +428,7 @@ class tree_writer final : public scope_listener {
     nodes_.clear();
     root_.clear();
     pass_warnings_.clear();
+    detection_.clear();
     summary_file_.reset();
     full_file_.reset();
     in_pass_ = false;
@@ -445,6 +469,8 @@ class tree_writer final : public scope_listener {
     thread_ = std::this_thread::get_id();
     root_.clear();
     pass_warnings_.clear();
+    detection_.clear();
+    ended_by_detection_ = false;
     root_.with_summary = opts_.write_summary;
     root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
@@ -480,7 +506,7 @@ class tree_writer final : public scope_listener {
     return n.buffered ? idx : n.out;
   }
 
-  void open_node(const frame& f) {
+  void open_node(const frame& f, std::string checkpoint = std::string()) {
     if (nodes_.size() >= max_tree_depth) {
       // what nanscope-diff and nanscope report would refuse is not written either (tree_limits.hpp)
       abandon((tree_depth_error() + " (at '" + f.module_path + "')").c_str());
@@ -503,7 +529,8 @@ class tree_writer final : public scope_listener {
     c.depth = parent.depth + 1;
     c.where = f.where;
     if (parent.numbered && c.path.find("." + parent.number + ".") != std::string::npos) parent.child_has_number = true;
-    c.numbered = detail::layer_number(c.path, c.number);
+    c.checkpoint = std::move(checkpoint);
+    c.numbered = c.checkpoint.empty() && detail::layer_number(c.path, c.number);
     c.buffered = opts_.prune_layers && (c.numbered || !parent.pending.empty());
     c.out = target_of(parent_idx);
     c.own.with_summary = opts_.write_summary;
@@ -526,6 +553,12 @@ class tree_writer final : public scope_listener {
     std::string head = "{" + detail::indent(k) + "\"module_path\": ";
     detail::py_json_quote_to(head, n.path);
     head += ",";
+    if (!n.checkpoint.empty()) {  // (extras only: checkpoints are nodes only then)
+      head += detail::indent(k);
+      head += "\"nanscope_checkpoint\": ";
+      detail::py_json_quote_to(head, n.checkpoint);
+      head += ",";
+    }
     head += detail::indent(k);
     head += "\"inputs\": ";
     w.add(head);
@@ -630,6 +663,14 @@ class tree_writer final : public scope_listener {
       n.pending.clear();
       w.add(detail::indent(k));
       w.add("]");
+      // the native tree keeps every module's outputs (HuggingFace's keeps the leaves' only): a value made in a
+      // module's own code after its last child shows on that module
+      if (opts_.extras && !n.outputs.empty()) {
+        w.add(",");
+        w.add(detail::indent(k));
+        w.add("\"outputs\": ");
+        write_outputs(w, n, k);
+      }
     } else if (leaf) {
       // the root drops a missing output (Python: falsy keys removed); other leaves write null
       if (!root || !n.outputs.empty()) {
@@ -644,14 +685,69 @@ class tree_writer final : public scope_listener {
     w.add(detail::indent(n.depth * 2));
     w.add("}");
     const bool layer_block = n.numbered && n.has_children && n.child_has_number;
+    const bool keep = opts_.extras && n.evidence;
+    if (idx > 0) {
+      node& parent = nodes_[static_cast<std::size_t>(idx - 1)];
+      parent.evidence = parent.evidence || n.evidence;
+      if (n.checkpoint.empty()) parent.last_child = n.path;
+    }
     if (n.buffered) {
       detail::tree_text text = std::move(n.own);
       nodes_.pop_back();
-      accept_child(idx - 1, std::move(text), layer_block);
+      accept_child(idx - 1, std::move(text), layer_block, keep);
     } else {
       nodes_.pop_back();
     }
     maybe_flush();
+  }
+
+  /// A checkpoint's node (extras): a child of the innermost open node, written whole at once.
+  void add_checkpoint(const frame& f, const tensor_record& rec) {
+    open_node(f, rec.context.empty() ? std::string("checkpoint") : rec.context);
+    if (!in_pass_) return;  // refused (too deep): the pass was abandoned
+    node& n = nodes_.back();
+    n.where = rec.where.file != nullptr && rec.where.file[0] != '\0' ? rec.where : f.where;
+    detail::tree_io io;
+    io.name = "output";
+    describe(io, rec);
+    n.outputs.push_back(std::move(io));
+    if (rec.health.has_nonfinite()) n.evidence = true;
+    close_node();
+  }
+
+  /// The recorder's verdict, on the detecting node (a module still open) and in the root's "nanscope" object.
+  void note_detection(const frame& f, const detection& d) {
+    node* at = nullptr;
+    if (!f.checkpoint)
+      for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
+        if (it->serial == f.serial) at = &*it;
+    // "after": the last module that completed inside the detecting one (a checkpoint's: the scope it is in)
+    const node* scope_node = at != nullptr ? at : &nodes_.back();
+    std::vector<std::pair<std::string, std::string>> fields;
+    fields.emplace_back("tensor", detail::py_json_quote(d.context));
+    fields.emplace_back("produced_here", d.produced_here ? "true" : "false");
+    fields.emplace_back("after", scope_node->last_child.empty() ? std::string("null")
+                                                                 : detail::py_json_quote(scope_node->last_child));
+    fields.emplace_back("nan", std::to_string(d.health.nan));
+    fields.emplace_back("pos_inf", std::to_string(d.health.pos_inf));
+    fields.emplace_back("neg_inf", std::to_string(d.health.neg_inf));
+    if (at != nullptr) {
+      at->detection = detail::py_object(fields);
+      at->evidence = true;
+    }
+    std::vector<std::pair<std::string, std::string>> root;
+    root.emplace_back("module_path", detail::py_json_quote(at != nullptr ? at->path : hf_path(f.module_path)));
+    if (f.checkpoint) root.emplace_back("checkpoint", detail::py_json_quote(d.context));
+    for (auto& kv : fields) root.push_back(std::move(kv));
+    root.emplace_back("step", std::to_string(d.step));
+    detection_ = detail::py_object(root);
+  }
+
+  /// A throwing (or aborting) detection: the pass ends at it; its files are committed now.
+  void end_pass_at_detection() {
+    ended_by_detection_ = true;
+    while (!nodes_.empty()) close_node();
+    end_pass();
   }
 
   void write_node_extras(detail::tree_text& w, const node& n, int k, bool root) {
@@ -672,6 +768,13 @@ class tree_writer final : public scope_listener {
       detail::append_warning_list(s, "nanscope_warnings", n.warnings, k);
       w.add(s);
     }
+    if (!n.detection.empty()) {
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string s = "\"nanscope_detection\": ";
+      detail::append_at(s, n.detection, k);
+      w.add(s);
+    }
     if (root) {
       w.add(",");
       w.add(detail::indent(k));
@@ -682,7 +785,9 @@ class tree_writer final : public scope_listener {
           {"step", std::to_string(step_)},
           {"rank", std::to_string(rank_)},
           {"pruned", opts_.prune_layers ? "true" : "false"},
-          {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}};
+          {"complete", ended_by_detection_ || std::uncaught_exceptions() > 0 ? "false" : "true"}};
+      if (ended_by_detection_) meta.emplace_back("ended_by", "\"detection\"");
+      if (!detection_.empty()) meta.emplace_back("detection", detection_);
       // every early warning of the pass (those of pruned nodes and checkpoints included); absent when none
       if (!pass_warnings_.empty()) meta.emplace_back("warnings", detail::py_array(pass_warnings_));
       detail::append_at(s, detail::py_object(meta), k);
@@ -698,7 +803,7 @@ class tree_writer final : public scope_listener {
   }
 
   /// A buffered child of node `pidx` has closed.
-  void accept_child(int pidx, detail::tree_text text, bool layer_block) {
+  void accept_child(int pidx, detail::tree_text text, bool layer_block, bool keep) {
     node& p = nodes_[static_cast<std::size_t>(pidx)];
     if (layer_block) {
       ++p.layer_blocks;
@@ -707,15 +812,16 @@ class tree_writer final : public scope_listener {
         return;
       }
       if (!p.pending.empty()) {
-        // the previous candidate for "last" is a middle block now: drop it, keep what followed it
-        for (std::size_t i = 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
+        // the previous candidate for "last" is a middle block now: drop it (unless it holds evidence: a NaN/Inf,
+        // a warning, the detection), keep what followed it
+        for (std::size_t i = p.pending[0].keep ? 0 : 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
         p.pending.clear();
       }
-      p.pending.push_back(piece{std::move(text), true});
+      p.pending.push_back(piece{std::move(text), true, keep});
       return;
     }
     if (!p.pending.empty()) {
-      p.pending.push_back(piece{std::move(text), false});
+      p.pending.push_back(piece{std::move(text), false, keep});
     } else {
       emit_child(pidx, text);
     }
@@ -773,6 +879,7 @@ class tree_writer final : public scope_listener {
   // --- tensors ------------------------------------------------------------------------------------------
 
   void add_record(node& n, const tensor_record& rec) {
+    if (rec.is_tensor && rec.health.has_nonfinite()) n.evidence = true;
     detail::tree_io io;
     io.name = rec.context;
     if (!rec.is_tensor) {
@@ -933,6 +1040,8 @@ class tree_writer final : public scope_listener {
   std::deque<node> nodes_;
   detail::tree_text root_;
   std::vector<std::string> pass_warnings_;  ///< the pass's early warnings with their module_path (JSON, level 0)
+  std::string detection_;                   ///< the pass's detection for the root's "nanscope" (JSON), if any
+  bool ended_by_detection_ = false;         ///< a throwing detection ended the pass (committed early)
   std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
   std::string summary_path_, full_path_;
   std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;

@@ -46,6 +46,22 @@
 #define NANSCOPE_IMPL_ABI_CAT(a, b, c) a##b##c
 #define NANSCOPE_IMPL_ABI_NAME(a, b, c) NANSCOPE_IMPL_ABI_CAT(a, b, c)
 
+// Header-only or separate implementation (docs/getting-started.md, "Compile time"). Header-only (the default,
+// <nanscope/nanscope.hpp>): every function is inline and compiled in every file that uses it. Separate
+// (<nanscope/instrument.hpp> turns it on, or NANSCOPE_CONFIG_SEPARATE_IMPL=1 for the whole program, as the
+// nanscope::compiled CMake target does): the entry points of checks and of the recorder (NANSCOPE_IMPL_ENTRY) are
+// only declared, and defined once, in the file that defines NANSCOPE_IMPLEMENTATION before including
+// <nanscope/instrument.hpp>; the kernels, the recorder's implementation and the report printers are compiled
+// there only. The mode is fixed by the first inclusion of this header in a translation unit.
+#if defined(NANSCOPE_CONFIG_SEPARATE_IMPL) && NANSCOPE_CONFIG_SEPARATE_IMPL
+#define NANSCOPE_IMPL_SEPARATE 1
+#define NANSCOPE_IMPL_ENTRY
+#else
+#define NANSCOPE_IMPL_SEPARATE 0
+#define NANSCOPE_IMPL_ENTRY inline
+#endif
+// Where the entry points are defined: `#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)`.
+
 // Feature tests are function-like so that a typo fails to compile.
 #if defined(__CUDACC__)
 #define NANSCOPE_IMPL_CUDA_COMPILATION 1
@@ -1303,7 +1319,7 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_HEALTH_HPP
 // ---- end nanscope/health.hpp ----
 // ---- begin nanscope/check.hpp ----
-// nanscope — check.hpp: the fused health pass on the host.
+// nanscope — check.hpp: the fused health pass on the host (its options and declaration: check_api.hpp).
 //
 //   nanscope::health_result r = nanscope::check(tensor);                        // STATS, default threads
 //   auto r = nanscope::check(tensor, nanscope::check_options{}.with_mode(nanscope::check_mode::full_health));
@@ -1315,6 +1331,125 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_CHECK_HPP
 #define NANSCOPE_CHECK_HPP
 
+// ---- begin nanscope/check_api.hpp ----
+// nanscope — check_api.hpp: how to call the host check: its options and its declaration, without the kernels
+// (check.hpp defines it; in the separate-implementation mode only the file that defines NANSCOPE_IMPLEMENTATION
+// compiles it).
+//
+//   nanscope::health_result r = nanscope::check(tensor);                        // STATS, default threads
+//   auto r = nanscope::check(tensor, nanscope::check_options{}.with_mode(nanscope::check_mode::full_health));
+#ifndef NANSCOPE_CHECK_API_HPP
+#define NANSCOPE_CHECK_API_HPP
+
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <type_traits>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Instruction sets the host pass can use. `automatic` picks the best the CPU supports (overridable with
+/// the NANSCOPE_ISA environment variable: scalar, avx2, avx512). Asking for more than the CPU has falls
+/// back to the best it has.
+enum class isa : std::uint8_t { automatic, scalar, avx2, avx512 };
+
+inline const char* name(isa i) {
+  switch (i) {
+    case isa::automatic: return "automatic";
+    case isa::scalar: return "scalar";
+    case isa::avx2: return "avx2";
+    case isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+/// Options of one check. Chainable: check_options{}.with_mode(check_mode::full_health).with_threads(1).
+struct check_options {
+  check_mode mode = check_mode::stats;
+  unsigned threads = 0;  ///< 0: default (NANSCOPE_THREADS or the hardware threads); 1: calling thread only
+  /// Elements below which one thread runs; the default is the process-wide default_parallel_threshold().
+  std::uint64_t parallel_threshold = use_default_threshold;
+  static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
+  isa instruction_set = isa::automatic;
+  /// Also compute the content hash of the tensor's bits (health_result::hash, see hash.hpp), fused into the
+  /// pass: any dtype, any mode (modes that stop early or read nothing get a separate hashing pass).
+  bool hash = false;
+
+  check_options& with_hash(bool on = true) {
+    hash = on;
+    return *this;
+  }
+  check_options& with_mode(check_mode m) {
+    mode = m;
+    return *this;
+  }
+  check_options& with_threads(unsigned t) {
+    threads = t;
+    return *this;
+  }
+  check_options& with_parallel_threshold(std::uint64_t n) {
+    parallel_threshold = n;
+    return *this;
+  }
+  check_options& with_isa(isa i) {
+    instruction_set = i;
+    return *this;
+  }
+};
+
+namespace detail {
+inline std::atomic<std::uint64_t>& parallel_threshold_setting() {
+  static std::atomic<std::uint64_t> v{[] {
+    if (const char* e = std::getenv("NANSCOPE_PARALLEL_THRESHOLD")) {
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(e, &end, 10);
+      if (end != e) return static_cast<std::uint64_t>(x);
+    }
+    return std::uint64_t{1} << 20;
+  }()};
+  return v;
+}
+}  // namespace detail
+
+/// Elements below which a check with the default options runs on the calling thread only: 2^20, or the
+/// NANSCOPE_PARALLEL_THRESHOLD environment variable, or what set_default_parallel_threshold() set.
+inline std::uint64_t default_parallel_threshold() {
+  return detail::parallel_threshold_setting().load(std::memory_order_relaxed);
+}
+inline void set_default_parallel_threshold(std::uint64_t n) {
+  detail::parallel_threshold_setting().store(n, std::memory_order_relaxed);
+}
+
+/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
+// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
+// AssertMacros.h defines one) cannot expand here.
+NANSCOPE_IMPL_ENTRY health_result(check)(const tensor_view& v, const check_options& opt = {});
+
+/// Checks any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+health_result(check)(const T& tensor, const check_options& opt = {}) {
+  return (check)(to_view(tensor), opt);
+}
+/// Checks any supported tensor, naming it in error messages.
+template <class T>
+health_result(check)(const T& tensor, const char* name, const check_options& opt = {}) {
+  return (check)(to_view(tensor, name), opt);
+}
+
+NANSCOPE_NAMESPACE_END
+
+// The definition and the kernels: here in the header-only mode.
+#if !NANSCOPE_IMPL_SEPARATE
+// #include "check.hpp": inlined above
+#endif
+
+#endif  // NANSCOPE_CHECK_API_HPP
+// ---- end nanscope/check_api.hpp ----
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "health.hpp": inlined above
@@ -3982,78 +4117,6 @@ NANSCOPE_NAMESPACE_END
 
 NANSCOPE_NAMESPACE_BEGIN
 
-/// Instruction sets the host pass can use. `automatic` picks the best the CPU supports (overridable with
-/// the NANSCOPE_ISA environment variable: scalar, avx2, avx512). Asking for more than the CPU has falls
-/// back to the best it has.
-enum class isa : std::uint8_t { automatic, scalar, avx2, avx512 };
-
-inline const char* name(isa i) {
-  switch (i) {
-    case isa::automatic: return "automatic";
-    case isa::scalar: return "scalar";
-    case isa::avx2: return "avx2";
-    case isa::avx512: return "avx512";
-  }
-  return "?";
-}
-
-/// Options of one check. Chainable: check_options{}.with_mode(check_mode::full_health).with_threads(1).
-struct check_options {
-  check_mode mode = check_mode::stats;
-  unsigned threads = 0;  ///< 0: default (NANSCOPE_THREADS or the hardware threads); 1: calling thread only
-  /// Elements below which one thread runs; the default is the process-wide default_parallel_threshold().
-  std::uint64_t parallel_threshold = use_default_threshold;
-  static constexpr std::uint64_t use_default_threshold = ~std::uint64_t{0};
-  isa instruction_set = isa::automatic;
-  /// Also compute the content hash of the tensor's bits (health_result::hash, see hash.hpp), fused into the
-  /// pass: any dtype, any mode (modes that stop early or read nothing get a separate hashing pass).
-  bool hash = false;
-
-  check_options& with_hash(bool on = true) {
-    hash = on;
-    return *this;
-  }
-  check_options& with_mode(check_mode m) {
-    mode = m;
-    return *this;
-  }
-  check_options& with_threads(unsigned t) {
-    threads = t;
-    return *this;
-  }
-  check_options& with_parallel_threshold(std::uint64_t n) {
-    parallel_threshold = n;
-    return *this;
-  }
-  check_options& with_isa(isa i) {
-    instruction_set = i;
-    return *this;
-  }
-};
-
-namespace detail {
-inline std::atomic<std::uint64_t>& parallel_threshold_setting() {
-  static std::atomic<std::uint64_t> v{[] {
-    if (const char* e = std::getenv("NANSCOPE_PARALLEL_THRESHOLD")) {
-      char* end = nullptr;
-      const unsigned long long x = std::strtoull(e, &end, 10);
-      if (end != e) return static_cast<std::uint64_t>(x);
-    }
-    return std::uint64_t{1} << 20;
-  }()};
-  return v;
-}
-}  // namespace detail
-
-/// Elements below which a check with the default options runs on the calling thread only: 2^20, or the
-/// NANSCOPE_PARALLEL_THRESHOLD environment variable, or what set_default_parallel_threshold() set.
-inline std::uint64_t default_parallel_threshold() {
-  return detail::parallel_threshold_setting().load(std::memory_order_relaxed);
-}
-inline void set_default_parallel_threshold(std::uint64_t n) {
-  detail::parallel_threshold_setting().store(n, std::memory_order_relaxed);
-}
-
 /// The best instruction set this CPU supports (ignores NANSCOPE_ISA).
 inline isa detected_isa() {
 #if NANSCOPE_HAS_X86_SIMD()
@@ -4088,6 +4151,17 @@ inline constexpr std::size_t chunk_elems = std::size_t{1} << 13;    // shift K i
 inline constexpr std::size_t segment_elems = std::size_t{1} << 17;  // unit of parallel work, merged in order
 inline constexpr std::size_t wave_segments = 64;                    // segment results held at once
 
+/// A computation that rides in the host pass beside the kernel (block_scaled.hpp): per segment, begin() makes its
+/// state; chunk() sees each chunk's raw elements in logical order right after the kernel read them (still in
+/// L1/L2), with the flat index of the first and the pass's instruction set; end() takes the state back (also when
+/// the segment stops early). chunk() must not throw.
+struct pass_hook {
+  void* ctx = nullptr;
+  void* (*begin)(void* ctx, std::uint64_t seg_begin, std::uint64_t seg_n) = nullptr;
+  void (*chunk)(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) = nullptr;
+  void (*end)(void* ctx, void* state) = nullptr;
+};
+
 struct pass_plan {
   tensor_view v;
   level lv;
@@ -4097,6 +4171,7 @@ struct pass_plan {
   bool hash = false;       // fold each chunk into the segment's content hash
   bool hash_only = false;  // hash without running the health kernel
   hist_acc* hist = nullptr;  // also histogram each chunk's raw bits (histogram.hpp), right after the kernel
+  const pass_hook* hook = nullptr;  // also hand each chunk's raw bits to the hook, right after the kernel
 };
 
 /// Kernel thresholds for a source dtype at a level (in f32 bits, or f64 bits for f64).
@@ -4451,6 +4526,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
     hl.reset(new hist_local);
     hl->reset(*plan.hist->setup);
   }
+  void* hook_state = plan.hook != nullptr ? plan.hook->begin(plan.hook->ctx, begin, n) : nullptr;
   if (plan.hash) {
     seg.hash = hash_empty(es);
     weight = hash_pow(begin / hash_block);
@@ -4500,6 +4576,7 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
         if (hs != nullptr)  // the raw bits, still in L1/L2
           hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *hs, *hl);
       }
+      if (plan.hook != nullptr) plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -4514,8 +4591,10 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
       hash_add_block(seg.hash, bs, weight);
       weight = mulmod61(weight, hash_base);
     }
-    if (plan.stop_at_first && seg.any_nonfinite) return;
+    if (plan.stop_at_first && seg.any_nonfinite) break;
   }
+  if (plan.hook != nullptr) plan.hook->end(plan.hook->ctx, hook_state);
+  if (plan.stop_at_first && seg.any_nonfinite) return;
   if (plan.hist != nullptr) hl->flush(*plan.hist->setup, *plan.hist);
 }
 
@@ -4664,7 +4743,8 @@ inline content_hash hash_pass(const tensor_view& v, const check_options& opt, co
 
 /// The host pass behind check(); `hist` (histogram.hpp) also histograms every element in the same pass (the
 /// caller has validated that the mode reads every element and the dtype is floating).
-inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist) {
+inline health_result check_impl(const tensor_view& v, const check_options& opt, hist_acc* hist,
+                                const pass_hook* hook = nullptr) {
   validate(v);
   if (v.space == memory_space::cuda_device)
     detail::fail(v.name, "data is in CUDA device memory: use nanscope::cuda::check from <nanscope/cuda.cuh>");
@@ -4686,13 +4766,16 @@ inline health_result check_impl(const tensor_view& v, const check_options& opt, 
   detail::pass_plan plan{v, detail::level_for(mode), resolve_isa(opt.instruction_set),
                          mode == check_mode::curt_health, v.is_contiguous()};
   plan.hist = hist;
+  plan.hook = hook;  // (the caller has validated that the mode reads every element and the dtype is floating)
   // The hash rides along in the pass unless the pass stops early (curt_health), which would leave it partial.
   plan.hash = opt.hash && !plan.stop_at_first;
   // A permuted dense layout is read in memory order at full speed. Counts and extrema do not depend on the
   // order; the first non-finite index does, so when one exists it is found again in logical order below.
   bool permuted = false;
   // The hash is defined in logical order, so a hashed pass keeps the logical (gathered) order.
-  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && detail::dense_permutation(v, plan.v)) {
+  // A hook sees the chunks in logical order: no reordering then.
+  if (!plan.contiguous && mode != check_mode::curt_health && !plan.hash && hook == nullptr &&
+      detail::dense_permutation(v, plan.v)) {
     plan.contiguous = true;
     permuted = true;
   }
@@ -4714,23 +4797,11 @@ inline health_result check_impl(const tensor_view& v, const check_options& opt, 
 
 }  // namespace detail
 
-/// Checks one tensor view on the host. Throws nanscope::error for an invalid view or device memory.
-// The name is parenthesised in declarations and calls so that a function-like `check` macro (Apple's
-// AssertMacros.h defines one) cannot expand here.
-inline health_result(check)(const tensor_view& v, const check_options& opt = {}) {
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+NANSCOPE_IMPL_ENTRY health_result(check)(const tensor_view& v, const check_options& opt) {
   return detail::check_impl(v, opt, nullptr);
 }
-
-/// Checks any supported tensor (see traits.hpp).
-template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
-health_result(check)(const T& tensor, const check_options& opt = {}) {
-  return (check)(to_view(tensor), opt);
-}
-/// Checks any supported tensor, naming it in error messages.
-template <class T>
-health_result(check)(const T& tensor, const char* name, const check_options& opt = {}) {
-  return (check)(to_view(tensor, name), opt);
-}
+#endif
 
 NANSCOPE_NAMESPACE_END
 
@@ -4738,12 +4809,48 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/check.hpp ----
 // ---- begin nanscope/format.hpp ----
 // nanscope — format.hpp: text for results. A one-line summary in the spirit of lovely-tensors, and an
-// fmt::formatter for health_result ("{}" the summary line, "{:v}" every field). Needs fmt.
+// fmt::formatter for health_result ("{}" the summary line, "{:v}" every field). Needs fmt. `os << result` and
+// summary()'s declaration: format_api.hpp.
 #ifndef NANSCOPE_FORMAT_HPP
 #define NANSCOPE_FORMAT_HPP
 
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
+// ---- begin nanscope/format_api.hpp ----
+// nanscope — format_api.hpp: a check's one-line summary as text and on any output stream (`std::cout << check(y)`),
+// declared without fmt (format.hpp defines them; in the separate-implementation mode only the file that defines
+// NANSCOPE_IMPLEMENTATION compiles that).
+#ifndef NANSCOPE_FORMAT_API_HPP
+#define NANSCOPE_FORMAT_API_HPP
+
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The one-line summary as a string ("shape=[2, 3] f32 n=6 ... all finite", format.hpp).
+NANSCOPE_IMPL_ENTRY std::string summary(const health_result& r);
+
+/// Writes the one-line summary to an output stream (std::ostream, or anything that takes a std::string).
+template <class Stream, class = decltype(std::declval<Stream&>() << std::declval<const std::string&>())>
+Stream& operator<<(Stream& os, const health_result& r) {
+  os << summary(r);
+  return os;
+}
+
+NANSCOPE_NAMESPACE_END
+
+// The definition: here in the header-only mode (it needs fmt).
+#if !NANSCOPE_IMPL_SEPARATE
+// #include "format.hpp": inlined above
+#endif
+
+#endif  // NANSCOPE_FORMAT_API_HPP
+// ---- end nanscope/format_api.hpp ----
 // #include "health.hpp": inlined above
 
 #include <fmt/format.h>
@@ -4824,12 +4931,14 @@ Out format_summary(Out out, const health_result& r) {
   return out;
 }
 
-/// The one-line summary as a string.
-inline std::string summary(const health_result& r) {
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+/// The one-line summary as a string (declared in format_api.hpp).
+NANSCOPE_IMPL_ENTRY std::string summary(const health_result& r) {
   std::string s;
   format_summary(std::back_inserter(s), r);
   return s;
 }
+#endif
 
 /// Every field, one `key=value` pair each, for logs.
 template <class Out>
@@ -4892,15 +5001,20 @@ struct fmt::formatter<nanscope::health_result> {
 // #include "check.hpp": inlined above
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
-// #include "traits.hpp": inlined above
+// ---- begin nanscope/margins_result.hpp ----
+// nanscope — margins_result.hpp: what margins() reports (counts of values that would overflow, become subnormal
+// or flush to zero when cast to fp16/bf16/fp8), without the pass itself (margins.hpp).
+#ifndef NANSCOPE_MARGINS_RESULT_HPP
+#define NANSCOPE_MARGINS_RESULT_HPP
+
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
 // #include "view.hpp": inlined above
 
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <limits>
 #include <string>
-#include <type_traits>
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -4952,6 +5066,22 @@ struct margins_result {
     return false;
   }
 };
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_MARGINS_RESULT_HPP
+// ---- end nanscope/margins_result.hpp ----
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+NANSCOPE_NAMESPACE_BEGIN
 
 /// Options of one margins() pass.
 struct margins_options {
@@ -8513,7 +8643,8 @@ NANSCOPE_NAMESPACE_END
 // Most code uses the macros of macros.hpp (NANSCOPE_SCOPE, NANSCOPE_INPUT, DETECT_OVERFLOW, ...).
 // Parts: frame.hpp (what is recorded), recorder_options.hpp, listener.hpp and attachment.hpp (the objects attached
 // to a recorder and their lifetimes), scope.hpp (module scopes), detail/pending_raise.hpp (what is raised after
-// a scope's end), snapshot.hpp (the .npy files of a detection); this file: the recorder itself.
+// a scope's end), snapshot.hpp (the .npy files of a detection); this file: the recorder class;
+// detail/recorder_impl.hpp: its recording, detection and step logic (the heavy part, config.hpp).
 // Thread safety: scopes are per thread (a thread-local stack); completed frames go into the shared ring under a
 // mutex; options may be replaced at any time (set_options); attaching and detaching are thread-safe.
 #ifndef NANSCOPE_RECORDER_HPP
@@ -9050,7 +9181,7 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_ATTACHMENT_HPP
 // ---- end nanscope/attachment.hpp ----
-// #include "check.hpp": inlined above
+// #include "check_api.hpp": inlined above
 // #include "config.hpp": inlined above
 // ---- begin nanscope/frame.hpp ----
 // nanscope — frame.hpp: what a recorder records: tensors, module frames, detections and the exceptions that carry
@@ -9061,7 +9192,7 @@ NANSCOPE_NAMESPACE_END
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "health.hpp": inlined above
-// #include "margins.hpp": inlined above
+// #include "margins_result.hpp": inlined above
 // #include "view.hpp": inlined above
 
 #include <cstdint>
@@ -9180,8 +9311,10 @@ struct detection {
   std::string report;            ///< the report text as printed (in the recorder's style)
 };
 
-/// Thrown by the `throw_exception` policy. what() is the report's first line (report_style::hf: HuggingFace's
-/// ValueError text, byte for byte); report() the whole text.
+/// Thrown by the `throw_exception` policy, after the report was printed and the attached writers committed their
+/// files. what() is one short line naming the tensor, the module and the step and pointing to the report printed
+/// before (report_style::hf: HuggingFace's ValueError text, byte for byte); report() is the whole report, info()
+/// everything else.
 class detection_error : public std::runtime_error {
  public:
   explicit detection_error(std::shared_ptr<const detection> d)
@@ -9342,7 +9475,6 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_HF_STYLE_HPP
 // ---- end nanscope/hf_style.hpp ----
-// #include "histogram.hpp": inlined above
 // ---- begin nanscope/listener.hpp ----
 // nanscope — listener.hpp: the two kinds of objects a recorder calls: scope listeners (the layer tree, the early
 // warnings, the rank evidence) and the check gate (runtime control).
@@ -9384,6 +9516,15 @@ class scope_listener : public attachable {
     (void)f;
     (void)w;
   }
+  /// The recorder detected a NaN/Inf (not allowed by a rule) in a tensor recorded into frame `f` — the open frame
+  /// of a module, or a checkpoint's frame — and printed its report (`d.report`). `stopping`: the recorder throws
+  /// detection_error (or aborts) right after this call, and nobody may catch it: a listener that writes files
+  /// commits what it holds now (the layer-tree writer ends its pass here). Not called in the hf style.
+  virtual void detection_raised(const frame& f, const detection& d, bool stopping) noexcept {
+    (void)f;
+    (void)d;
+    (void)stopping;
+  }
 };
 
 /// Decides, per tensor, whether the recorder checks it and in which mode, and hears of step boundaries and of the
@@ -9406,9 +9547,6 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_LISTENER_HPP
 // ---- end nanscope/listener.hpp ----
-// #include "margins.hpp": inlined above
-// #include "npy.hpp": inlined above
-// #include "rank.hpp": inlined above
 // ---- begin nanscope/recorder_options.hpp ----
 // nanscope — recorder_options.hpp: how a recorder behaves: its policy on a detection, its report style, per-site
 // rules and thresholds.
@@ -9494,7 +9632,6 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_RECORDER_OPTIONS_HPP
 // ---- end nanscope/recorder_options.hpp ----
 // #include "view.hpp": inlined above
-// #include "detail/atomic_file.hpp": inlined above
 // ---- begin nanscope/detail/pending_raise.hpp ----
 // nanscope — detail/pending_raise.hpp: what a recorder raises later than it learns it. A scope's destructor must
 // not throw, so the hf style's detection_error, the exception a detection callback threw there, and
@@ -9722,46 +9859,6 @@ inline bool glob_match(std::string_view pat, std::string_view s) {
   return p == pat.size();
 }
 
-/// |x| as torch.abs computes it for a signed integer: in the type, so the most negative value stays itself
-/// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
-template <class T>
-inline double torch_int_abs(T x) {
-  return x == (std::numeric_limits<T>::min)() ? double(x) : (x < 0 ? -double(x) : double(x));
-}
-
-/// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too), as torch's
-/// abs().min() / abs().max() give them. O(n), scalar.
-inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) {
-  const std::uint64_t n = v.numel();
-  if (n == 0 || v.data == nullptr) return;
-  const std::size_t es = size_of(v.type);
-  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
-  unsigned char buf[8 * 512];
-  for (std::uint64_t b = 0; b < n; b += 512) {
-    const std::size_t m = static_cast<std::size_t>((n - b) < 512 ? (n - b) : 512);
-    gather(v, b, m, buf);
-    for (std::size_t i = 0; i < m; ++i) {
-      const unsigned char* p = buf + i * es;
-      double a = 0.0;
-      switch (v.type) {
-        case dtype::i8: { std::int8_t x; std::memcpy(&x, p, 1); a = torch_int_abs(x); break; }
-        case dtype::i16: { std::int16_t x; std::memcpy(&x, p, 2); a = torch_int_abs(x); break; }
-        case dtype::i32: { std::int32_t x; std::memcpy(&x, p, 4); a = torch_int_abs(x); break; }
-        case dtype::i64: { std::int64_t x; std::memcpy(&x, p, 8); a = torch_int_abs(x); break; }
-        case dtype::u8: case dtype::boolean: a = double(*p); break;
-        case dtype::u16: { std::uint16_t x; std::memcpy(&x, p, 2); a = double(x); break; }
-        case dtype::u32: { std::uint32_t x; std::memcpy(&x, p, 4); a = double(x); break; }
-        case dtype::u64: { std::uint64_t x; std::memcpy(&x, p, 8); a = double(x); break; }
-        default: break;
-      }
-      lo = a < lo ? a : lo;
-      hi = a > hi ? a : hi;
-    }
-  }
-  amin = lo;
-  amax = hi;
-}
-
 /// Reference statistics for the next tensor this thread records, if its data pointer is `data`: an adapter
 /// sets them right before recording (offer_reference_stats) and recorder::record takes them.
 struct pending_reference {
@@ -9878,23 +9975,15 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/detail/recorder_support.hpp ----
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <sys/stat.h>
 
 NANSCOPE_NAMESPACE_BEGIN
 
@@ -10155,439 +10244,10 @@ inline recorder& default_recorder() {
   return *r;
 }
 
-// ------------------------------------------------------------------------------------------------------
-// recorder implementation
-// ------------------------------------------------------------------------------------------------------
-
-inline void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
-                                         std::string repr) {
-  if (!enabled()) return;
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.is_tensor = false;
-  rec.is_none = is_none;
-  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
-  f.tensors.push_back(std::move(rec));
-  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-}
-
-inline health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed, const health_result* known) {
-  if (!enabled()) {
-    health_result off;
-    off.mode = check_mode::no_tensor;
-    return off;
-  }
-  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
-  if (pending_.any()) {
-    bool hf;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      hf = opts_.style == report_style::hf;
-    }
-    if (hf) raise_pending();
-  }
-  tensor_record rec;
-  rec.role = role;
-  rec.context = std::move(context);
-  rec.where = where;
-  rec.view = v;
-  rec.reference = detail::take_reference_stats(v.data);
-  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
-  bool skip = false;
-  check_mode mode;
-  unsigned threads;
-  bool skip_int;
-  bool want_margins;
-  bool hf;
-  bool warn;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    allowed = allowed | rule_allow(f.module_path, skip);
-    hf = opts_.style == report_style::hf;
-    warn = !hf || opts_.warn_in_hf_style;
-    mode = opts_.mode;
-    threads = opts_.check_threads;
-    skip_int = opts_.skip_integer_tensors;
-    want_margins = opts_.count_margins;
-  }
-  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
-  // attached until this check has been told to it.
-  const detail::attachment_hub::gate_hold hold(*hub_);
-  check_gate* const g = static_cast<check_gate*>(hold.get());
-  std::uint32_t ticket = check_gate::skip;
-  if (g != nullptr) {
-    ticket = g->admit(f, role, rec.context, mode);
-    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
-      if (known != nullptr) return *known;
-      return (check)(v, check_options{}.with_mode(check_mode::shape));
-    }
-  }
-  struct gate_timer {
-    check_gate* g;
-    std::uint32_t ticket;
-    std::uint64_t bytes;
-    std::chrono::steady_clock::time_point t0;
-    ~gate_timer() {
-      if (g == nullptr) return;
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
-    }
-  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
-          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
-  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
-  auto known_as = [&](check_mode m) {
-    health_result h = *known;
-    if (m == check_mode::shape || m == check_mode::no_tensor) {
-      health_result s;
-      s.type = h.type;
-      s.mode = m;
-      s.rank = h.rank;
-      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
-      s.count = h.count;
-      return s;
-    }
-    return h;
-  };
-  if (!is_float(v.type)) {
-    if (known != nullptr) {
-      rec.health = known_as(check_mode::shape);
-      if (skip_int) return rec.health;
-      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
-        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    } else {
-      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
-      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
-    }
-    f.tensors.push_back(std::move(rec));
-    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
-    return f.tensors.back().health;
-  }
-  if (known != nullptr) {
-    rec.health = known_as(skip ? check_mode::shape : known->mode);
-  } else if (skip) {
-    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
-  } else {
-    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
-    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
-      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
-      auto hm = check_margins(v, copt);
-      rec.health = hm.first;
-      rec.margins = hm.second;
-      rec.has_margins = true;
-    } else {
-      rec.health = (check)(v, copt);
-      if (want_margins) {
-        rec.margins = margins(v);
-        rec.has_margins = true;
-      }
-    }
-  }
-  const health_result& h = rec.health;
-  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
-                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
-                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
-  rec.allowed = h.has_nonfinite() && !bad;
-  f.tensors.push_back(std::move(rec));
-  tensor_record& stored = f.tensors.back();
-  if (warn) maybe_warn(f, stored);
-  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
-  const health_result result = stored.health;
-  if (bad && !hf) detect(f, stored);
-  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
-  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
-  if (bad && hf && role == tensor_role::checkpoint) {
-    std::string lines;
-    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
-    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
-    std::lock_guard<std::mutex> lk(m_);
-    if (opts_.policy != on_detect::callback) emit(lines);
-  }
-  return result;
-}
-
-inline void recorder::maybe_warn(const frame& f, tensor_record& rec) {
-  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
-  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
-  if (rec.health.has_nonfinite() && !rec.allowed) return;
-  std::string text;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const dtype target = cast_target_locked(f.module_path, rec.health.type);
-    for (int i = 0; i < lp_format_count; ++i) {
-      const double thr = opts_.warn_abs_max[i];
-      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
-      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
-      rec.warned |= 1u << i;
-      std::string site = f.module_path;
-      site += ':';
-      site += rec.context;
-      site += '#';
-      site += static_cast<char>('0' + i);
-      if (!marks_.first_warning(std::move(site))) continue;
-      warnings_.fetch_add(1, std::memory_order_relaxed);
-      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
-    }
-    if (!text.empty()) emit(text);
-  }
-}
-
-inline void recorder::detect(frame& current, const tensor_record& rec) {
-  auto d = std::make_shared<detection>();
-  on_detect policy;
-  std::function<void(const detection&)> cb;
-  std::string snapshot_dir;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const std::uint64_t s = step_.load(std::memory_order_relaxed);
-    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
-    if (opts_.report_once_per_step && marks_.reported(s)) return;
-    marks_.mark_reported(s);
-    detections_.fetch_add(1, std::memory_order_relaxed);
-    d->step = s;
-    d->module_path = current.module_path;
-    d->class_name = current.class_name;
-    d->context = rec.context;
-    d->role = rec.role;
-    d->health = rec.health;
-    d->where = rec.where;
-    d->produced_here = current.inputs_finite();
-    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
-    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
-    d->frames.push_back(current);
-    for (auto& f : d->frames)
-      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
-    if (auto fn = detail::report_formatter().load()) {
-      d->report = fn(opts_.style, *d);
-    } else {
-      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-    }
-    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
-    policy = opts_.policy;
-    cb = opts_.callback;
-    snapshot_dir = opts_.snapshot_dir;
-    if (policy != on_detect::callback) emit(d->report);
-  }
-  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
-  switch (policy) {
-    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d));
-    case on_detect::abort: std::abort();
-    case on_detect::print_and_continue: return;
-    case on_detect::callback:
-      if (cb) cb(*d);
-      return;
-  }
-}
-
-inline void recorder::complete(frame&& f, bool outermost) {
-  bool hf;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    hf = opts_.style == report_style::hf;
-  }
-  if (hf) {
-    const std::uint64_t before = step();
-    complete_hf(std::move(f), outermost);
-    const std::uint64_t after = step();
-    if (after != before) tell_step_boundary(after);
-    return;
-  }
-  std::string trace;
-  std::uint64_t boundary = 0;
-  bool advanced = false;
-  {
-    bool stop = false;
-    std::uint64_t finished_step = 0;
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    const std::uint64_t s = f.step;
-    if (tracing_locked(s)) {
-      if (auto fn = detail::trace_formatter().load()) {
-        trace = fn(f, marks_.first_banner(s));
-      }
-    }
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      frame& slot = ring_[head_];
-      slot = std::move(f);
-      for (auto& t : slot.tensors) t.view.data = nullptr;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (!trace.empty()) emit(trace);
-    if (outermost && opts_.auto_step) {
-      finished_step = step_.load(std::memory_order_relaxed);
-      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
-             !pending_.stop_armed();
-      begin_step_locked(finished_step + 1);
-      advanced = true;
-      boundary = finished_step + 1;
-      if (stop) {
-        std::string msg = stop_text(finished_step + 1);
-        emit(msg + "\n");
-        if (opts_.policy == on_detect::abort) std::abort();
-        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
-        pending_.arm_stop(std::move(msg));
-      }
-    }
-  }
-  if (advanced) tell_step_boundary(boundary);
-}
-
-inline void recorder::complete_inert() {
-  std::uint64_t next = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    if (!opts_.auto_step) return;
-    next = step_.load(std::memory_order_relaxed) + 1;
-    begin_step_locked(next);
-  }
-  tell_step_boundary(next);
-}
-
-inline void recorder::complete_step() {
-  raise_pending_detection();
-  std::string msg;
-  std::uint64_t boundary = 0;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    const bool hf = opts_.style == report_style::hf;
-    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
-    std::uint64_t next = finished;
-    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
-    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
-    if (pending_.take_stop(msg)) {
-      // auto_step armed the stop already
-    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
-                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
-      msg = stop_text(finished + 1);
-      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
-      if (opts_.policy == on_detect::abort) std::abort();
-    }
-    begin_step_locked(finished + 1);
-    boundary = finished + 1;
-  }
-  tell_step_boundary(boundary);
-  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
-}
-
-/// report_style::hf: a module call completed — HuggingFace's forward hook (docs/formats.md, hf_style.hpp). The
-/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
-/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
-inline void recorder::complete_hf(frame&& f, bool outermost) {
-  std::shared_ptr<detection> d;
-  on_detect policy = on_detect::throw_exception;
-  std::function<void(const detection&)> cb;
-  bool abort_now = false;
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    f.sequence = sequence_++;
-    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
-    if (!ring_.empty()) {  // max_frames 0: no frame is kept
-      ring_[head_] = f;
-      head_ = (head_ + 1) % ring_.size();
-      if (count_ < ring_.size()) ++count_;
-    }
-    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
-    const bool is_root = outermost && opts_.auto_step;
-    std::uint64_t batch = step_.load(std::memory_order_relaxed);
-    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
-    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
-    bool skip = pending_.any();
-#if NANSCOPE_IMPL_EXCEPTIONS
-    skip = skip || std::uncaught_exceptions() > 0;
-#endif
-    if (skip) {
-      if (is_root) {
-        hf_.end_batch(batch, -1);
-        begin_step_locked(batch);
-      }
-      return;
-    }
-    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
-    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
-    const std::uint64_t call_batch = batch;
-    const bool reported_before = marks_.reported(call_batch);
-    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
-                         [this](std::uint64_t b) { return tracing_locked(b); });
-    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
-    policy = opts_.policy;
-    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
-    if (o.trace && policy != on_detect::callback) {
-      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
-    }
-    bool raised = false;
-    if (o.report) {
-      hf_.clear_detected();
-      if (!(opts_.report_once_per_step && reported_before)) {
-        marks_.mark_reported(call_batch);
-        detections_.fetch_add(1, std::memory_order_relaxed);
-        d = std::make_shared<detection>();
-        const frame& ff = hf_.first_frame();
-        const tensor_record& t = ff.tensors[hf_.first_tensor()];
-        d->step = batch;
-        d->module_path = ff.module_path;
-        d->class_name = ff.class_name;
-        d->context = t.context;
-        d->role = t.role;
-        d->health = t.health;
-        d->where = t.where;
-        d->produced_here = ff.inputs_finite();
-        d->frames = hf_.frames();
-        if (auto fn = detail::report_formatter().load()) {
-          d->report = fn(report_style::hf, *d);
-        } else {
-          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
-        }
-        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
-        // prints them
-        if (policy != on_detect::callback) text += d->report;
-        cb = opts_.callback;
-        if (policy == on_detect::throw_exception) {
-          raised = true;
-          pending_.arm_detection(d);
-        }
-        abort_now = policy == on_detect::abort;
-      }
-    }
-    if (o.stop && !raised && !pending_.stop_armed()) {
-      std::string msg = detail::hf_abort_text(batch, opts_.abort_after_step);
-      if (policy == on_detect::abort) {
-        text += msg + "\n";  // the process ends: the reason must show somewhere
-        abort_now = true;
-      } else {
-        pending_.arm_stop(std::move(msg));  // HF prints nothing: it raises
-      }
-    }
-    emit(text);
-  }
-  if (abort_now) std::abort();
-  if (d && policy == on_detect::callback && cb) {
-#if NANSCOPE_IMPL_EXCEPTIONS
-    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
-    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
-    try {
-      cb(*d);
-    } catch (...) {
-      pending_.arm_callback_error(std::current_exception());
-    }
-#else
-    cb(*d);
-#endif
-  }
-}
-
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
 }
-
-inline health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
-                                                 std::string_view context, source_location where, allow allowed) {
-  return checkpoint_impl(v, context, where, allowed, &h);
-}
-
 
 NANSCOPE_NAMESPACE_END
 
@@ -10810,124 +10470,22 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_SCOPE_HPP
 // ---- end nanscope/scope.hpp ----
-// recorder::write_snapshot (what a detection saves into recorder_options::snapshot_dir)
-// ---- begin nanscope/snapshot.hpp ----
-// nanscope — snapshot.hpp: what a detection saves into recorder_options::snapshot_dir — the offending tensor
-// and, when the frame in progress produced the value, its inputs and parameters as .npy files, with a JSON index.
-//
-// File names are unique per process and recorder, so ranks and recorders sharing one directory never overwrite
-// each other's evidence:
-//   nanscope_r{rank}_p{pid}_rec{recorder id}_step{S}_{K}_{i}_{module}_{context}.npy   (+ ..._step{S}_{K}_index.json)
-// ("r{rank}_" only when a launcher variable names the rank). Every file is written atomically and never replaces
-// an existing file: if a name is taken (a reused pid of an earlier run, say), the whole set moves to the next
-// free suffix ("..._{K}-1_..."). The directory and its missing parents are created; stale temporary files of
-// dead snapshot writers in it are removed first. Included by recorder.hpp (it defines recorder::write_snapshot).
-#ifndef NANSCOPE_SNAPSHOT_HPP
-#define NANSCOPE_SNAPSHOT_HPP
+// The recorder's entry points (recording, detection, reports, snapshots): here in the header-only mode; in the
+// separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+// ---- begin nanscope/detail/recorder_impl.hpp ----
+// nanscope — detail/recorder_impl.hpp: the recorder's recording, detection, report and step logic (the heavy
+// part of recorder.hpp: it needs the kernels). Included by recorder.hpp in the header-only mode, and only in the
+// file that defines NANSCOPE_IMPLEMENTATION in the separate mode (config.hpp).
+#ifndef NANSCOPE_DETAIL_RECORDER_IMPL_HPP
+#define NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 
-// #include "config.hpp": inlined above
-// #include "npy.hpp": inlined above
-// #include "recorder.hpp": inlined above
-// #include "detail/atomic_file.hpp": inlined above
-// #include "detail/process.hpp": inlined above
-
-#include <memory>
-#include <string>
-#include <vector>
-
-NANSCOPE_NAMESPACE_BEGIN
-namespace detail {
-
-/// "nanscope_r{rank}_p{pid}_rec{id}_step{S}_{K}" (no "r{rank}_" when the rank is unknown).
-inline std::string snapshot_prefix(std::uint64_t recorder_id, std::uint64_t step, std::uint64_t detection) {
-  const int rank = parse_env_rank();
-  std::string p = "nanscope_";
-  if (rank >= 0) p += "r" + std::to_string(rank) + "_";
-  p += "p" + std::to_string(process_id()) + "_rec" + std::to_string(recorder_id) + "_step" + std::to_string(step) +
-       "_" + std::to_string(detection);
-  return p;
-}
-
-}  // namespace detail
-
-/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
-/// files into `dir`, plus an index (JSON) naming them (see the file comment). Failures are reported to the sink
-/// and do not replace the detection.
-inline void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
-  const std::string stem = detail::snapshot_prefix(id_, d.step, detections_.load(std::memory_order_relaxed));
-  // The tensors to save, in order: the offending one, then (produced here) the inputs and parameters.
-  std::vector<const tensor_record*> saved;
-  for (const auto& t : current.tensors)
-    if (t.context == d.context && t.role == d.role && t.is_tensor && t.view.data != nullptr) saved.push_back(&t);
-  if (d.produced_here)
-    for (const auto& t : current.tensors)
-      if ((t.role == tensor_role::input || t.role == tensor_role::parameter) && t.is_tensor && t.view.data != nullptr)
-        saved.push_back(&t);
-
-  auto run = [&] {
-    if (!detail::make_directories(dir)) detail::file_fail(dir, "snapshot_dir: not a directory and cannot be created");
-    detail::remove_stale_temporaries(dir, {}, "nanscope_");
-    for (int attempt = 0; attempt < 1000; ++attempt) {
-      const std::string prefix = stem + (attempt == 0 ? std::string() : "-" + std::to_string(attempt));
-      std::vector<std::string> written;  // removed again if a later name of this set is taken
-      bool taken = false;
-      std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
-                          detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
-                          ",\n  \"context\": " + detail::json_quote(d.context) +
-                          ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
-      for (std::size_t k = 0; k < saved.size() && !taken; ++k) {
-        const tensor_record& t = *saved[k];
-        const std::string base = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
-                                 detail::file_safe(t.context) + ".npy";
-        const std::string file = dir + "/" + base;
-        detail::atomic_file f(file);
-        detail::write_npy_into(f, t.view);
-        if (!f.commit_new()) {
-          taken = true;
-          break;
-        }
-        written.push_back(file);
-        index += k == 0 ? "\n" : ",\n";
-        index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
-                 "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
-                 "\", \"shape\": [";
-        for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
-        index += "], \"offending\": ";
-        index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
-      }
-      if (!taken) {
-        index += saved.empty() ? "]" : "\n  ]";
-        if (!d.produced_here)
-          index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
-                   "progress any more, so only the offending tensor was saved\"";
-        index += "\n}\n";
-        detail::atomic_file f(dir + "/" + prefix + "_index.json");
-        f.write(index.data(), index.size());
-        if (f.commit_new()) return;
-      }
-      for (const auto& w : written) ::unlink(w.c_str());  // ours, just written under a set that cannot complete
-    }
-    detail::file_fail(dir + "/" + stem, "snapshot: no free file name");
-  };
-#if NANSCOPE_IMPL_EXCEPTIONS
-  try {
-    run();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(m_);
-    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
-  }
-#else
-  run();
-#endif
-}
-
-NANSCOPE_NAMESPACE_END
-
-#endif  // NANSCOPE_SNAPSHOT_HPP
-// ---- end nanscope/snapshot.hpp ----
-
-#endif  // NANSCOPE_RECORDER_HPP
-// ---- end nanscope/recorder.hpp ----
+// #include "../check.hpp": inlined above
+// #include "../config.hpp": inlined above
+// #include "../histogram.hpp": inlined above
+// #include "../margins.hpp": inlined above
+// #include "../rank.hpp": inlined above
+// #include "../recorder.hpp": inlined above
 // ---- begin nanscope/report.hpp ----
 // nanscope — report.hpp: the printers of the recorder (needs fmt).
 //  - format_hf_report:    HuggingFace DebugUnderflowOverflow's report, exactly its grammar (docs/formats.md)
@@ -11242,6 +10800,645 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_REPORT_HPP
 // ---- end nanscope/report.hpp ----
+// ---- begin nanscope/snapshot.hpp ----
+// nanscope — snapshot.hpp: what a detection saves into recorder_options::snapshot_dir — the offending tensor
+// and, when the frame in progress produced the value, its inputs and parameters as .npy files, with a JSON index.
+//
+// File names are unique per process and recorder, so ranks and recorders sharing one directory never overwrite
+// each other's evidence:
+//   nanscope_r{rank}_p{pid}_rec{recorder id}_step{S}_{K}_{i}_{module}_{context}.npy   (+ ..._step{S}_{K}_index.json)
+// ("r{rank}_" only when a launcher variable names the rank). Every file is written atomically and never replaces
+// an existing file: if a name is taken (a reused pid of an earlier run, say), the whole set moves to the next
+// free suffix ("..._{K}-1_..."). The directory and its missing parents are created; stale temporary files of
+// dead snapshot writers in it are removed first. Included by detail/recorder_impl.hpp (it defines
+// recorder::write_snapshot).
+#ifndef NANSCOPE_SNAPSHOT_HPP
+#define NANSCOPE_SNAPSHOT_HPP
+
+// #include "config.hpp": inlined above
+// #include "npy.hpp": inlined above
+// #include "recorder.hpp": inlined above
+// #include "detail/atomic_file.hpp": inlined above
+// #include "detail/process.hpp": inlined above
+
+#include <memory>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// "nanscope_r{rank}_p{pid}_rec{id}_step{S}_{K}" (no "r{rank}_" when the rank is unknown).
+inline std::string snapshot_prefix(std::uint64_t recorder_id, std::uint64_t step, std::uint64_t detection) {
+  const int rank = parse_env_rank();
+  std::string p = "nanscope_";
+  if (rank >= 0) p += "r" + std::to_string(rank) + "_";
+  p += "p" + std::to_string(process_id()) + "_rec" + std::to_string(recorder_id) + "_step" + std::to_string(step) +
+       "_" + std::to_string(detection);
+  return p;
+}
+
+}  // namespace detail
+
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+/// Writes the offending tensor and, when this frame produced the value, its inputs and parameters as .npy
+/// files into `dir`, plus an index (JSON) naming them (see the file comment). Failures are reported to the sink
+/// and do not replace the detection.
+NANSCOPE_IMPL_ENTRY void recorder::write_snapshot(const std::string& dir, const detection& d, const frame& current) {
+  const std::string stem = detail::snapshot_prefix(id_, d.step, detections_.load(std::memory_order_relaxed));
+  // The tensors to save, in order: the offending one, then (produced here) the inputs and parameters.
+  std::vector<const tensor_record*> saved;
+  for (const auto& t : current.tensors)
+    if (t.context == d.context && t.role == d.role && t.is_tensor && t.view.data != nullptr) saved.push_back(&t);
+  if (d.produced_here)
+    for (const auto& t : current.tensors)
+      if ((t.role == tensor_role::input || t.role == tensor_role::parameter) && t.is_tensor && t.view.data != nullptr)
+        saved.push_back(&t);
+
+  auto run = [&] {
+    if (!detail::make_directories(dir)) detail::file_fail(dir, "snapshot_dir: not a directory and cannot be created");
+    detail::remove_stale_temporaries(dir, {}, "nanscope_");
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const std::string prefix = stem + (attempt == 0 ? std::string() : "-" + std::to_string(attempt));
+      std::vector<std::string> written;  // removed again if a later name of this set is taken
+      bool taken = false;
+      std::string index = "{\n  \"step\": " + std::to_string(d.step) + ",\n  \"module_path\": " +
+                          detail::json_quote(d.module_path) + ",\n  \"class\": " + detail::json_quote(d.class_name) +
+                          ",\n  \"context\": " + detail::json_quote(d.context) +
+                          ",\n  \"produced_here\": " + (d.produced_here ? "true" : "false") + ",\n  \"files\": [";
+      for (std::size_t k = 0; k < saved.size() && !taken; ++k) {
+        const tensor_record& t = *saved[k];
+        const std::string base = prefix + "_" + std::to_string(k) + "_" + detail::file_safe(current.module_path) + "_" +
+                                 detail::file_safe(t.context) + ".npy";
+        const std::string file = dir + "/" + base;
+        detail::atomic_file f(file);
+        detail::write_npy_into(f, t.view);
+        if (!f.commit_new()) {
+          taken = true;
+          break;
+        }
+        written.push_back(file);
+        index += k == 0 ? "\n" : ",\n";
+        index += "    {\"file\": " + detail::json_quote(base) + ", \"role\": \"" + detail::role_word(t.role) +
+                 "\", \"context\": " + detail::json_quote(t.context) + ", \"dtype\": \"" + name(t.view.type) +
+                 "\", \"shape\": [";
+        for (int i = 0; i < t.view.rank; ++i) index += (i ? ", " : "") + std::to_string(t.view.shape[i]);
+        index += "], \"offending\": ";
+        index += (t.context == d.context && t.role == d.role) ? "true}" : "false}";
+      }
+      if (!taken) {
+        index += saved.empty() ? "]" : "\n  ]";
+        if (!d.produced_here)
+          index += ",\n  \"note\": \"the value arrived already non-finite: the frame that produced it is not in "
+                   "progress any more, so only the offending tensor was saved\"";
+        index += "\n}\n";
+        detail::atomic_file f(dir + "/" + prefix + "_index.json");
+        f.write(index.data(), index.size());
+        if (f.commit_new()) return;
+      }
+      for (const auto& w : written) ::unlink(w.c_str());  // ours, just written under a set that cannot complete
+    }
+    detail::file_fail(dir + "/" + stem, "snapshot: no free file name");
+  };
+#if NANSCOPE_IMPL_EXCEPTIONS
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(m_);
+    emit(std::string("nanscope: snapshot failed: ") + e.what() + "\n");
+  }
+#else
+  run();
+#endif
+}
+
+#endif
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SNAPSHOT_HPP
+// ---- end nanscope/snapshot.hpp ----
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+/// |x| as torch.abs computes it for a signed integer: in the type, so the most negative value stays itself
+/// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
+template <class T>
+inline double torch_int_abs(T x) {
+  return x == (std::numeric_limits<T>::min)() ? double(x) : (x < 0 ? -double(x) : double(x));
+}
+
+/// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too), as torch's
+/// abs().min() / abs().max() give them. O(n), scalar.
+inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) {
+  const std::uint64_t n = v.numel();
+  if (n == 0 || v.data == nullptr) return;
+  const std::size_t es = size_of(v.type);
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  unsigned char buf[8 * 512];
+  for (std::uint64_t b = 0; b < n; b += 512) {
+    const std::size_t m = static_cast<std::size_t>((n - b) < 512 ? (n - b) : 512);
+    gather(v, b, m, buf);
+    for (std::size_t i = 0; i < m; ++i) {
+      const unsigned char* p = buf + i * es;
+      double a = 0.0;
+      switch (v.type) {
+        case dtype::i8: { std::int8_t x; std::memcpy(&x, p, 1); a = torch_int_abs(x); break; }
+        case dtype::i16: { std::int16_t x; std::memcpy(&x, p, 2); a = torch_int_abs(x); break; }
+        case dtype::i32: { std::int32_t x; std::memcpy(&x, p, 4); a = torch_int_abs(x); break; }
+        case dtype::i64: { std::int64_t x; std::memcpy(&x, p, 8); a = torch_int_abs(x); break; }
+        case dtype::u8: case dtype::boolean: a = double(*p); break;
+        case dtype::u16: { std::uint16_t x; std::memcpy(&x, p, 2); a = double(x); break; }
+        case dtype::u32: { std::uint32_t x; std::memcpy(&x, p, 4); a = double(x); break; }
+        case dtype::u64: { std::uint64_t x; std::memcpy(&x, p, 8); a = double(x); break; }
+        default: break;
+      }
+      lo = a < lo ? a : lo;
+      hi = a > hi ? a : hi;
+    }
+  }
+  amin = lo;
+  amax = hi;
+}
+
+}  // namespace detail
+
+
+NANSCOPE_IMPL_ENTRY void recorder::record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none,
+                                         std::string repr) {
+  if (!enabled()) return;
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.is_tensor = false;
+  rec.is_none = is_none;
+  rec.repr = is_none && repr.empty() ? std::string("None") : std::move(repr);
+  f.tensors.push_back(std::move(rec));
+  notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
+}
+
+NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
+                                      source_location where, allow allowed, const health_result* known) {
+  if (!enabled()) {
+    health_result off;
+    off.mode = check_mode::no_tensor;
+    return off;
+  }
+  // hf style: what HF raised in a completed call's hook (a detection, abort_after_batch_num) is raised here
+  if (pending_.any()) {
+    bool hf;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hf = opts_.style == report_style::hf;
+    }
+    if (hf) raise_pending();
+  }
+  tensor_record rec;
+  rec.role = role;
+  rec.context = std::move(context);
+  rec.where = where;
+  rec.view = v;
+  rec.reference = detail::take_reference_stats(v.data);
+  if (known != nullptr && v.space == memory_space::cuda_device) rec.view.data = nullptr;  // never read on the host
+  bool skip = false;
+  check_mode mode;
+  unsigned threads;
+  bool skip_int;
+  bool want_margins;
+  bool hf;
+  bool warn;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    allowed = allowed | rule_allow(f.module_path, skip);
+    hf = opts_.style == report_style::hf;
+    warn = !hf || opts_.warn_in_hf_style;
+    mode = opts_.mode;
+    threads = opts_.check_threads;
+    skip_int = opts_.skip_integer_tensors;
+    want_margins = opts_.count_margins;
+  }
+  // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
+  // attached until this check has been told to it.
+  const detail::attachment_hub::gate_hold hold(*hub_);
+  check_gate* const g = static_cast<check_gate*>(hold.get());
+  std::uint32_t ticket = check_gate::skip;
+  if (g != nullptr) {
+    ticket = g->admit(f, role, rec.context, mode);
+    if (ticket == check_gate::skip) {  // not recorded; the data is not read (a device result is returned as is)
+      if (known != nullptr) return *known;
+      return (check)(v, check_options{}.with_mode(check_mode::shape));
+    }
+  }
+  struct gate_timer {
+    check_gate* g;
+    std::uint32_t ticket;
+    std::uint64_t bytes;
+    std::chrono::steady_clock::time_point t0;
+    ~gate_timer() {
+      if (g == nullptr) return;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      g->checked(ticket, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+  } timer{g, ticket, g != nullptr && known == nullptr ? v.numel() * size_of(v.type) : 0,
+          g != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
+  // A result computed elsewhere, reduced to what this recorder's mode and rules would have computed.
+  auto known_as = [&](check_mode m) {
+    health_result h = *known;
+    if (m == check_mode::shape || m == check_mode::no_tensor) {
+      health_result s;
+      s.type = h.type;
+      s.mode = m;
+      s.rank = h.rank;
+      for (int i = 0; i < h.rank; ++i) s.shape[i] = h.shape[i];
+      s.count = h.count;
+      return s;
+    }
+    return h;
+  };
+  if (!is_float(v.type)) {
+    if (known != nullptr) {
+      rec.health = known_as(check_mode::shape);
+      if (skip_int) return rec.health;
+      if (rec.view.data != nullptr && v.space != memory_space::cuda_device)
+        detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    } else {
+      if (skip_int) return (check)(v, check_options{}.with_mode(check_mode::shape));
+      rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+      detail::integer_abs_range(v, rec.health.abs_min, rec.health.abs_max);
+    }
+    f.tensors.push_back(std::move(rec));
+    notify([&](scope_listener& l) { l.tensor_recorded(f, f.tensors.back()); });
+    return f.tensors.back().health;
+  }
+  if (known != nullptr) {
+    rec.health = known_as(skip ? check_mode::shape : known->mode);
+  } else if (skip) {
+    rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
+  } else {
+    const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
+      auto hm = check_margins(v, copt);
+      rec.health = hm.first;
+      rec.margins = hm.second;
+      rec.has_margins = true;
+    } else {
+      rec.health = (check)(v, copt);
+      if (want_margins) {
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
+    }
+  }
+  const health_result& h = rec.health;
+  const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
+                   (h.neg_inf != 0 && !allows(allowed, allow::neg_inf)) ||
+                   (mode == check_mode::curt_health && h.has_nonfinite() && allowed == allow::none);
+  rec.allowed = h.has_nonfinite() && !bad;
+  f.tensors.push_back(std::move(rec));
+  tensor_record& stored = f.tensors.back();
+  if (warn) maybe_warn(f, stored);
+  notify([&](scope_listener& l) { l.tensor_recorded(f, stored); });
+  const health_result result = stored.health;
+  if (bad && !hf) detect(f, stored);
+  // hf style: module tensors are analysed when the call completes (complete_hf); a checkpoint is HF's
+  // detect_overflow(var, ctx): it prints `{ctx} has nans` / `{ctx} has infs` at once and reports nothing.
+  if (bad && hf && role == tensor_role::checkpoint) {
+    std::string lines;
+    if (stored.health.has_nan()) lines += stored.context + " has nans\n";
+    if (stored.health.has_inf()) lines += stored.context + " has infs\n";
+    std::lock_guard<std::mutex> lk(m_);
+    if (opts_.policy != on_detect::callback) emit(lines);
+  }
+  return result;
+}
+
+NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec) {
+  // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
+  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (rec.health.has_nonfinite() && !rec.allowed) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const dtype target = cast_target_locked(f.module_path, rec.health.type);
+    for (int i = 0; i < lp_format_count; ++i) {
+      const double thr = opts_.warn_abs_max[i];
+      if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
+      if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
+      rec.warned |= 1u << i;
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += '#';
+      site += static_cast<char>('0' + i);
+      if (!marks_.first_warning(std::move(site))) continue;
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    if (!text.empty()) emit(text);
+  }
+}
+
+namespace detail {
+/// detection_error::what() of the native styles: one line that names the place and points to the report (printed
+/// already: an uncaught exception must not print it a second time).
+inline std::string short_detection_text(const detection& d) {
+  std::string kinds;
+  auto add = [&](std::uint64_t n, const char* what) {
+    if (n == 0) return;
+    if (!kinds.empty()) kinds += ", ";
+    kinds += std::to_string(n) + " " + what;
+  };
+  add(d.health.nan, "NaN");
+  add(d.health.pos_inf, "+inf");
+  add(d.health.neg_inf, "-inf");
+  if (kinds.empty()) kinds = "inf/nan";
+  return "nanscope: " + kinds + " in '" + (d.module_path.empty() ? std::string("<root>") : d.module_path) + "' " +
+         d.context + " at step " + std::to_string(d.step) +
+         (d.produced_here ? " (produced there)" : " (it arrived already non-finite)") +
+         "; the report with the frames that led to it was printed before this exception";
+}
+}  // namespace detail
+
+NANSCOPE_IMPL_ENTRY void recorder::detect(frame& current, const tensor_record& rec) {
+  auto d = std::make_shared<detection>();
+  on_detect policy;
+  std::function<void(const detection&)> cb;
+  std::string snapshot_dir;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const std::uint64_t s = step_.load(std::memory_order_relaxed);
+    if (tracing_locked(s)) return;  // HuggingFace: detection is off while a step is traced
+    if (opts_.report_once_per_step && marks_.reported(s)) return;
+    marks_.mark_reported(s);
+    detections_.fetch_add(1, std::memory_order_relaxed);
+    d->step = s;
+    d->module_path = current.module_path;
+    d->class_name = current.class_name;
+    d->context = rec.context;
+    d->role = rec.role;
+    d->health = rec.health;
+    d->where = rec.where;
+    d->produced_here = current.inputs_finite();
+    if (current.checkpoint) {  // a checkpoint has no inputs of its own: those of the scope it was taken in count
+      if (const scope* enclosing = detail::current_scope(*this)) d->produced_here = enclosing->current().inputs_finite();
+    }
+    d->frames = saved_locked();  // and the detecting frame (also with max_frames 0: the native reports show it)
+    if (!d->frames.empty() && d->frames.size() >= opts_.max_frames) d->frames.erase(d->frames.begin());
+    d->frames.push_back(current);
+    for (auto& f : d->frames)
+      for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (auto fn = detail::report_formatter().load()) {
+      d->report = fn(opts_.style, *d);
+    } else {
+      d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+    }
+    d->report += rank_report_line();  // multi-process runs: which rank reports (rank.hpp)
+    policy = opts_.policy;
+    cb = opts_.callback;
+    snapshot_dir = opts_.snapshot_dir;
+    if (policy != on_detect::callback) emit(d->report);
+  }
+  if (!snapshot_dir.empty()) write_snapshot(snapshot_dir, *d, current);
+  // Evidence first: listeners that write files (the layer tree) commit before the exception leaves the scope,
+  // which nobody may catch (std::terminate unwinds nothing).
+  const bool stopping = policy == on_detect::throw_exception || policy == on_detect::abort;
+  notify([&](scope_listener& l) { l.detection_raised(current, *d, stopping); });
+  switch (policy) {
+    case on_detect::throw_exception: NANSCOPE_IMPL_THROW(detection_error(d, detail::short_detection_text(*d)));
+    case on_detect::abort: std::abort();
+    case on_detect::print_and_continue: return;
+    case on_detect::callback:
+      if (cb) cb(*d);
+      return;
+  }
+}
+
+NANSCOPE_IMPL_ENTRY void recorder::complete(frame&& f, bool outermost) {
+  bool hf;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    hf = opts_.style == report_style::hf;
+  }
+  if (hf) {
+    const std::uint64_t before = step();
+    complete_hf(std::move(f), outermost);
+    const std::uint64_t after = step();
+    if (after != before) tell_step_boundary(after);
+    return;
+  }
+  std::string trace;
+  std::uint64_t boundary = 0;
+  bool advanced = false;
+  {
+    bool stop = false;
+    std::uint64_t finished_step = 0;
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    const std::uint64_t s = f.step;
+    if (tracing_locked(s)) {
+      if (auto fn = detail::trace_formatter().load()) {
+        trace = fn(f, marks_.first_banner(s));
+      }
+    }
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      frame& slot = ring_[head_];
+      slot = std::move(f);
+      for (auto& t : slot.tensors) t.view.data = nullptr;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
+    if (!trace.empty()) emit(trace);
+    if (outermost && opts_.auto_step) {
+      finished_step = step_.load(std::memory_order_relaxed);
+      stop = opts_.abort_after_step >= 0 && finished_step >= static_cast<std::uint64_t>(opts_.abort_after_step) &&
+             !pending_.stop_armed();
+      begin_step_locked(finished_step + 1);
+      advanced = true;
+      boundary = finished_step + 1;
+      if (stop) {
+        std::string msg = stop_text(finished_step + 1);
+        emit(msg + "\n");
+        if (opts_.policy == on_detect::abort) std::abort();
+        // A scope's destructor must not throw: stop_requested is raised when the next step's first scope opens.
+        pending_.arm_stop(std::move(msg));
+      }
+    }
+  }
+  if (advanced) tell_step_boundary(boundary);
+}
+
+NANSCOPE_IMPL_ENTRY void recorder::complete_inert() {
+  std::uint64_t next = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    if (!opts_.auto_step) return;
+    next = step_.load(std::memory_order_relaxed) + 1;
+    begin_step_locked(next);
+  }
+  tell_step_boundary(next);
+}
+
+NANSCOPE_IMPL_ENTRY void recorder::complete_step() {
+  raise_pending_detection();
+  std::string msg;
+  std::uint64_t boundary = 0;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    const bool hf = opts_.style == report_style::hf;
+    const std::uint64_t finished = step_.load(std::memory_order_relaxed);
+    std::uint64_t next = finished;
+    // hf style: the end of a batch without a root frame (HF's steps 3, 6 and 8: the next frame gets the banner)
+    const bool hf_stop = hf && hf_.end_batch(next, opts_.abort_after_step);
+    if (pending_.take_stop(msg)) {
+      // auto_step armed the stop already
+    } else if (hf_stop || (!hf && opts_.abort_after_step >= 0 &&
+                           finished >= static_cast<std::uint64_t>(opts_.abort_after_step))) {
+      msg = stop_text(finished + 1);
+      if (!hf || opts_.policy == on_detect::abort) emit(msg + "\n");  // HF prints nothing, it raises
+      if (opts_.policy == on_detect::abort) std::abort();
+    }
+    begin_step_locked(finished + 1);
+    boundary = finished + 1;
+  }
+  tell_step_boundary(boundary);
+  if (!msg.empty()) NANSCOPE_IMPL_THROW(stop_requested(msg));
+}
+
+/// report_style::hf: a module call completed — HuggingFace's forward hook (docs/formats.md, hf_style.hpp). The
+/// frame also goes into the recorder's own ring (frames()). A scope cannot throw from its destructor: a
+/// detection is printed here and its detection_error raised by the next record, scope or raise_pending().
+NANSCOPE_IMPL_ENTRY void recorder::complete_hf(frame&& f, bool outermost) {
+  std::shared_ptr<detection> d;
+  on_detect policy = on_detect::throw_exception;
+  std::function<void(const detection&)> cb;
+  bool abort_now = false;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    f.sequence = sequence_++;
+    for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data
+    if (!ring_.empty()) {  // max_frames 0: no frame is kept
+      ring_[head_] = f;
+      head_ = (head_ + 1) % ring_.size();
+      if (count_ < ring_.size()) ++count_;
+    }
+    if (f.checkpoint) return;  // not a module call: HF's hook never sees it (record() printed its lines)
+    const bool is_root = outermost && opts_.auto_step;
+    std::uint64_t batch = step_.load(std::memory_order_relaxed);
+    // A call left by an exception did not complete, and after HF raised no hook runs in that forward pass: the
+    // hook is skipped for both. The batch still ends with the root, so the next forward pass is the next batch.
+    bool skip = pending_.any();
+#if NANSCOPE_IMPL_EXCEPTIONS
+    skip = skip || std::uncaught_exceptions() > 0;
+#endif
+    if (skip) {
+      if (is_root) {
+        hf_.end_batch(batch, -1);
+        begin_step_locked(batch);
+      }
+      return;
+    }
+    // "Once per batch" is keyed by the batch this call belongs to: the root's call ends batch N (HF prints N+1),
+    // so a NaN already reported in batch N is not reported again by the root, and batch N+1 starts afresh.
+    const std::uint64_t call_batch = batch;
+    const bool reported_before = marks_.reported(call_batch);
+    auto o = hf_.on_call(std::move(f), is_root, batch, opts_.max_frames, opts_.abort_after_step,
+                         [this](std::uint64_t b) { return tracing_locked(b); });
+    if (batch != step_.load(std::memory_order_relaxed)) begin_step_locked(batch);
+    policy = opts_.policy;
+    std::string text = policy == on_detect::callback ? std::string() : std::move(o.has_lines);
+    if (o.trace && policy != on_detect::callback) {
+      if (auto fn = detail::trace_formatter().load()) text += fn(o.traced, false);
+    }
+    bool raised = false;
+    if (o.report) {
+      hf_.clear_detected();
+      if (!(opts_.report_once_per_step && reported_before)) {
+        marks_.mark_reported(call_batch);
+        detections_.fetch_add(1, std::memory_order_relaxed);
+        d = std::make_shared<detection>();
+        const frame& ff = hf_.first_frame();
+        const tensor_record& t = ff.tensors[hf_.first_tensor()];
+        d->step = batch;
+        d->module_path = ff.module_path;
+        d->class_name = ff.class_name;
+        d->context = t.context;
+        d->role = t.role;
+        d->health = t.health;
+        d->where = t.where;
+        d->produced_here = ff.inputs_finite();
+        d->frames = hf_.frames();
+        if (auto fn = detail::report_formatter().load()) {
+          d->report = fn(report_style::hf, *d);
+        } else {
+          d->report = "nanscope: inf/nan detected in " + d->module_path + " " + d->context + "\n";
+        }
+        // no rank line here (the native styles end with one): HuggingFace's bytes, as each of its processes
+        // prints them
+        if (policy != on_detect::callback) text += d->report;
+        cb = opts_.callback;
+        if (policy == on_detect::throw_exception) {
+          raised = true;
+          pending_.arm_detection(d);
+        }
+        abort_now = policy == on_detect::abort;
+      }
+    }
+    if (o.stop && !raised && !pending_.stop_armed()) {
+      std::string msg = detail::hf_abort_text(batch, opts_.abort_after_step);
+      if (policy == on_detect::abort) {
+        text += msg + "\n";  // the process ends: the reason must show somewhere
+        abort_now = true;
+      } else {
+        pending_.arm_stop(std::move(msg));  // HF prints nothing: it raises
+      }
+    }
+    emit(text);
+  }
+  if (abort_now) std::abort();
+  if (d && policy == on_detect::callback && cb) {
+#if NANSCOPE_IMPL_EXCEPTIONS
+    // This runs as a scope ends (a destructor): an exception from the callback is raised later, where a
+    // detection_error would be (the next record, scope or raise_pending()), never from the destructor.
+    try {
+      cb(*d);
+    } catch (...) {
+      pending_.arm_callback_error(std::current_exception());
+    }
+#else
+    cb(*d);
+#endif
+  }
+}
+
+NANSCOPE_IMPL_ENTRY health_result recorder::checkpoint_result(const tensor_view& v, const health_result& h,
+                                                 std::string_view context, source_location where, allow allowed) {
+  return checkpoint_impl(v, context, where, allowed, &h);
+}
+
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_RECORDER_IMPL_HPP
+// ---- end nanscope/detail/recorder_impl.hpp ----
+#endif
+
+#endif  // NANSCOPE_RECORDER_HPP
+// ---- end nanscope/recorder.hpp ----
+// #include "report.hpp": inlined above
 // ---- begin nanscope/macros.hpp ----
 // nanscope — macros.hpp: the check macros for a forward pass.
 //
@@ -11258,7 +11455,6 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_MACROS_HPP
 
 // #include "recorder.hpp": inlined above
-// #include "report.hpp": inlined above
 
 #ifndef NANSCOPE_CONFIG_LEVEL
 #define NANSCOPE_CONFIG_LEVEL 1
@@ -12485,12 +12681,27 @@ class tree_writer final : public scope_listener {
 
   void tensor_recorded(const frame& f, const tensor_record& rec) noexcept override {
     hook([&] {
-      if (!in_pass_ || f.checkpoint || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ ||
-          nodes_.empty())
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (f.checkpoint) {
+        // with extras, a checkpoint (DETECT_OVERFLOW) is a node in call order under the innermost open one
+        if (opts_.extras && rec.is_tensor) add_checkpoint(f, rec);
         return;
+      }
       node& n = nodes_.back();
       if (n.serial != f.serial) return;
       add_record(n, rec);
+    });
+  }
+
+  /// The recorder's detection (native styles): with extras, the node of `f` gets "nanscope_detection" and the
+  /// root's "nanscope" object "detection" (the verdict: produced here or carried, and the last child before it).
+  /// When the recorder throws or aborts next, the pass ends here and its files are committed: nobody may catch
+  /// the exception, and an uncaught one unwinds nothing (no scope would close the tree).
+  void detection_raised(const frame& f, const detection& d, bool stopping) noexcept override {
+    hook([&] {
+      if (!in_pass_ || f.recorder != recorder_id_ || std::this_thread::get_id() != thread_ || nodes_.empty()) return;
+      if (opts_.extras && detection_.empty()) note_detection(f, d);
+      if (stopping) end_pass_at_detection();
     });
   }
 
@@ -12519,7 +12730,10 @@ class tree_writer final : public scope_listener {
         for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
           if (it->serial == f.serial) at = &*it;
       }
-      if (at != nullptr) at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
+      if (at != nullptr) {
+        at->warnings.push_back(detail::tree_warning_json(w, std::string_view()));
+        at->evidence = true;
+      }
       pass_warnings_.push_back(detail::tree_warning_json(w, at != nullptr ? at->path : hf_path(f.module_path)));
     });
   }
@@ -12551,6 +12765,7 @@ class tree_writer final : public scope_listener {
   struct piece {
     detail::tree_text text;
     bool layer;
+    bool keep;  ///< with extras: holds evidence, so pruning never drops it
   };
   struct node {
     std::uint64_t serial = 0;   ///< the frame's (frame::serial)
@@ -12571,6 +12786,10 @@ class tree_writer final : public scope_listener {
     std::vector<detail::tree_io> args, kwargs, outputs, params;
     std::vector<std::string> warnings;  ///< early warnings about this node's tensors (JSON fragments, level 0)
     source_location where;
+    std::string checkpoint;     ///< a checkpoint node: its text ("nanscope_checkpoint"); empty for a module
+    std::string last_child;     ///< the path of the last module child closed so far
+    std::string detection;      ///< "nanscope_detection" (a JSON object, level 0), when the recorder detected here
+    bool evidence = false;      ///< this node or one below holds a NaN/Inf, a warning or the detection (kept by pruning)
   };
 
   /// A listener hook: fn under the lock (an exception abandons the pass); the error texts it left are handed
@@ -12627,6 +12846,7 @@ class tree_writer final : public scope_listener {
     nodes_.clear();
     root_.clear();
     pass_warnings_.clear();
+    detection_.clear();
     summary_file_.reset();
     full_file_.reset();
     in_pass_ = false;
@@ -12667,6 +12887,8 @@ class tree_writer final : public scope_listener {
     thread_ = std::this_thread::get_id();
     root_.clear();
     pass_warnings_.clear();
+    detection_.clear();
+    ended_by_detection_ = false;
     root_.with_summary = opts_.write_summary;
     root_.with_full = opts_.write_full;
     pass_summary_bytes_ = pass_full_bytes_ = 0;
@@ -12702,7 +12924,7 @@ class tree_writer final : public scope_listener {
     return n.buffered ? idx : n.out;
   }
 
-  void open_node(const frame& f) {
+  void open_node(const frame& f, std::string checkpoint = std::string()) {
     if (nodes_.size() >= max_tree_depth) {
       // what nanscope-diff and nanscope report would refuse is not written either (tree_limits.hpp)
       abandon((tree_depth_error() + " (at '" + f.module_path + "')").c_str());
@@ -12725,7 +12947,8 @@ class tree_writer final : public scope_listener {
     c.depth = parent.depth + 1;
     c.where = f.where;
     if (parent.numbered && c.path.find("." + parent.number + ".") != std::string::npos) parent.child_has_number = true;
-    c.numbered = detail::layer_number(c.path, c.number);
+    c.checkpoint = std::move(checkpoint);
+    c.numbered = c.checkpoint.empty() && detail::layer_number(c.path, c.number);
     c.buffered = opts_.prune_layers && (c.numbered || !parent.pending.empty());
     c.out = target_of(parent_idx);
     c.own.with_summary = opts_.write_summary;
@@ -12748,6 +12971,12 @@ class tree_writer final : public scope_listener {
     std::string head = "{" + detail::indent(k) + "\"module_path\": ";
     detail::py_json_quote_to(head, n.path);
     head += ",";
+    if (!n.checkpoint.empty()) {  // (extras only: checkpoints are nodes only then)
+      head += detail::indent(k);
+      head += "\"nanscope_checkpoint\": ";
+      detail::py_json_quote_to(head, n.checkpoint);
+      head += ",";
+    }
     head += detail::indent(k);
     head += "\"inputs\": ";
     w.add(head);
@@ -12852,6 +13081,14 @@ class tree_writer final : public scope_listener {
       n.pending.clear();
       w.add(detail::indent(k));
       w.add("]");
+      // the native tree keeps every module's outputs (HuggingFace's keeps the leaves' only): a value made in a
+      // module's own code after its last child shows on that module
+      if (opts_.extras && !n.outputs.empty()) {
+        w.add(",");
+        w.add(detail::indent(k));
+        w.add("\"outputs\": ");
+        write_outputs(w, n, k);
+      }
     } else if (leaf) {
       // the root drops a missing output (Python: falsy keys removed); other leaves write null
       if (!root || !n.outputs.empty()) {
@@ -12866,14 +13103,69 @@ class tree_writer final : public scope_listener {
     w.add(detail::indent(n.depth * 2));
     w.add("}");
     const bool layer_block = n.numbered && n.has_children && n.child_has_number;
+    const bool keep = opts_.extras && n.evidence;
+    if (idx > 0) {
+      node& parent = nodes_[static_cast<std::size_t>(idx - 1)];
+      parent.evidence = parent.evidence || n.evidence;
+      if (n.checkpoint.empty()) parent.last_child = n.path;
+    }
     if (n.buffered) {
       detail::tree_text text = std::move(n.own);
       nodes_.pop_back();
-      accept_child(idx - 1, std::move(text), layer_block);
+      accept_child(idx - 1, std::move(text), layer_block, keep);
     } else {
       nodes_.pop_back();
     }
     maybe_flush();
+  }
+
+  /// A checkpoint's node (extras): a child of the innermost open node, written whole at once.
+  void add_checkpoint(const frame& f, const tensor_record& rec) {
+    open_node(f, rec.context.empty() ? std::string("checkpoint") : rec.context);
+    if (!in_pass_) return;  // refused (too deep): the pass was abandoned
+    node& n = nodes_.back();
+    n.where = rec.where.file != nullptr && rec.where.file[0] != '\0' ? rec.where : f.where;
+    detail::tree_io io;
+    io.name = "output";
+    describe(io, rec);
+    n.outputs.push_back(std::move(io));
+    if (rec.health.has_nonfinite()) n.evidence = true;
+    close_node();
+  }
+
+  /// The recorder's verdict, on the detecting node (a module still open) and in the root's "nanscope" object.
+  void note_detection(const frame& f, const detection& d) {
+    node* at = nullptr;
+    if (!f.checkpoint)
+      for (auto it = nodes_.rbegin(); it != nodes_.rend() && at == nullptr; ++it)
+        if (it->serial == f.serial) at = &*it;
+    // "after": the last module that completed inside the detecting one (a checkpoint's: the scope it is in)
+    const node* scope_node = at != nullptr ? at : &nodes_.back();
+    std::vector<std::pair<std::string, std::string>> fields;
+    fields.emplace_back("tensor", detail::py_json_quote(d.context));
+    fields.emplace_back("produced_here", d.produced_here ? "true" : "false");
+    fields.emplace_back("after", scope_node->last_child.empty() ? std::string("null")
+                                                                 : detail::py_json_quote(scope_node->last_child));
+    fields.emplace_back("nan", std::to_string(d.health.nan));
+    fields.emplace_back("pos_inf", std::to_string(d.health.pos_inf));
+    fields.emplace_back("neg_inf", std::to_string(d.health.neg_inf));
+    if (at != nullptr) {
+      at->detection = detail::py_object(fields);
+      at->evidence = true;
+    }
+    std::vector<std::pair<std::string, std::string>> root;
+    root.emplace_back("module_path", detail::py_json_quote(at != nullptr ? at->path : hf_path(f.module_path)));
+    if (f.checkpoint) root.emplace_back("checkpoint", detail::py_json_quote(d.context));
+    for (auto& kv : fields) root.push_back(std::move(kv));
+    root.emplace_back("step", std::to_string(d.step));
+    detection_ = detail::py_object(root);
+  }
+
+  /// A throwing (or aborting) detection: the pass ends at it; its files are committed now.
+  void end_pass_at_detection() {
+    ended_by_detection_ = true;
+    while (!nodes_.empty()) close_node();
+    end_pass();
   }
 
   void write_node_extras(detail::tree_text& w, const node& n, int k, bool root) {
@@ -12894,6 +13186,13 @@ class tree_writer final : public scope_listener {
       detail::append_warning_list(s, "nanscope_warnings", n.warnings, k);
       w.add(s);
     }
+    if (!n.detection.empty()) {
+      w.add(",");
+      w.add(detail::indent(k));
+      std::string s = "\"nanscope_detection\": ";
+      detail::append_at(s, n.detection, k);
+      w.add(s);
+    }
     if (root) {
       w.add(",");
       w.add(detail::indent(k));
@@ -12904,7 +13203,9 @@ class tree_writer final : public scope_listener {
           {"step", std::to_string(step_)},
           {"rank", std::to_string(rank_)},
           {"pruned", opts_.prune_layers ? "true" : "false"},
-          {"complete", std::uncaught_exceptions() > 0 ? "false" : "true"}};
+          {"complete", ended_by_detection_ || std::uncaught_exceptions() > 0 ? "false" : "true"}};
+      if (ended_by_detection_) meta.emplace_back("ended_by", "\"detection\"");
+      if (!detection_.empty()) meta.emplace_back("detection", detection_);
       // every early warning of the pass (those of pruned nodes and checkpoints included); absent when none
       if (!pass_warnings_.empty()) meta.emplace_back("warnings", detail::py_array(pass_warnings_));
       detail::append_at(s, detail::py_object(meta), k);
@@ -12920,7 +13221,7 @@ class tree_writer final : public scope_listener {
   }
 
   /// A buffered child of node `pidx` has closed.
-  void accept_child(int pidx, detail::tree_text text, bool layer_block) {
+  void accept_child(int pidx, detail::tree_text text, bool layer_block, bool keep) {
     node& p = nodes_[static_cast<std::size_t>(pidx)];
     if (layer_block) {
       ++p.layer_blocks;
@@ -12929,15 +13230,16 @@ class tree_writer final : public scope_listener {
         return;
       }
       if (!p.pending.empty()) {
-        // the previous candidate for "last" is a middle block now: drop it, keep what followed it
-        for (std::size_t i = 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
+        // the previous candidate for "last" is a middle block now: drop it (unless it holds evidence: a NaN/Inf,
+        // a warning, the detection), keep what followed it
+        for (std::size_t i = p.pending[0].keep ? 0 : 1; i < p.pending.size(); ++i) emit_child(pidx, p.pending[i].text);
         p.pending.clear();
       }
-      p.pending.push_back(piece{std::move(text), true});
+      p.pending.push_back(piece{std::move(text), true, keep});
       return;
     }
     if (!p.pending.empty()) {
-      p.pending.push_back(piece{std::move(text), false});
+      p.pending.push_back(piece{std::move(text), false, keep});
     } else {
       emit_child(pidx, text);
     }
@@ -12995,6 +13297,7 @@ class tree_writer final : public scope_listener {
   // --- tensors ------------------------------------------------------------------------------------------
 
   void add_record(node& n, const tensor_record& rec) {
+    if (rec.is_tensor && rec.health.has_nonfinite()) n.evidence = true;
     detail::tree_io io;
     io.name = rec.context;
     if (!rec.is_tensor) {
@@ -13155,6 +13458,8 @@ class tree_writer final : public scope_listener {
   std::deque<node> nodes_;
   detail::tree_text root_;
   std::vector<std::string> pass_warnings_;  ///< the pass's early warnings with their module_path (JSON, level 0)
+  std::string detection_;                   ///< the pass's detection for the root's "nanscope" (JSON), if any
+  bool ended_by_detection_ = false;         ///< a throwing detection ended the pass (committed early)
   std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
   std::string summary_path_, full_path_;
   std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;

@@ -19,7 +19,8 @@ import subprocess
 import sys
 
 LAYER = re.compile(r"(.*)\.(\d+)$")
-NODE_KEYS = ["module_path", "inputs", "outputs", "children", "parameters", "source", "nanscope", "nanscope_pair"]
+NODE_KEYS = ["module_path", "nanscope_checkpoint", "inputs", "outputs", "children", "parameters", "source",
+             "nanscope_detection", "nanscope", "nanscope_pair"]
 TENSOR_KEYS = ["shape", "dtype", "value", "mean", "std", "min", "max", "health", "abs_max", "abs_min_nonzero",
                "headroom_bits", "first_nonfinite"]
 errors = []
@@ -37,16 +38,37 @@ def is_layer_block(node):
     return any("." + m.group(2) + "." in c.get("module_path", "") for c in node["children"])
 
 
-def prune(node):
+def holds_nonfinite(x):
+    if isinstance(x, dict):
+        h = x.get("health")
+        if isinstance(h, dict) and (h.get("nan", 0) or h.get("pos_inf", 0) or h.get("neg_inf", 0)):
+            return True
+        return any(holds_nonfinite(v) for v in x.values())
+    if isinstance(x, list):
+        return any(holds_nonfinite(v) for v in x)
+    return False
+
+
+def has_evidence(node):
+    """The native writer's rule (docs/tree.md, "Pruning keeps the evidence"): a block holding a NaN/Inf in any
+    recorded tensor, an early warning or the recorder's detection, here or below, is never dropped."""
+    if "nanscope_detection" in node or node.get("nanscope", {}).get("warnings"):
+        return True
+    if any(holds_nonfinite(node.get(k)) for k in ("inputs", "outputs", "parameters")):
+        return True
+    return any(has_evidence(c) for c in node.get("children", []))
+
+
+def prune(node, extras):
     kids = node.get("children")
     if not kids:
         return
     blocks = [i for i, c in enumerate(kids) if is_layer_block(c)]
     if len(blocks) > 2:
-        drop = set(blocks[1:-1])
+        drop = set(i for i in blocks[1:-1] if not (extras and has_evidence(kids[i])))
         node["children"] = [c for i, c in enumerate(kids) if i not in drop]
     for c in node["children"]:
-        prune(c)
+        prune(c, extras)
 
 
 def strip_values(x):
@@ -142,7 +164,7 @@ def main():
     for style in ("torch_repr", "numeric"):
         unpruned, pruned = trees[(style, "unpruned")], trees[(style, "pruned")]
         reference = json.loads(json.dumps(unpruned))
-        prune(reference)
+        prune(reference, True)
         # the root's own nanscope object differs on purpose (its "pruned" flag and the recorder's step), and so
         # does the pair id (another writer)
         reference.pop("nanscope")

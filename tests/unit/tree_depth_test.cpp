@@ -201,13 +201,19 @@ TEST_CASE("tree limits: a tree as deep as the writer writes is read, compared an
   CHECK(tensors_a == 5);  // the root's input, the innermost module's two inputs and two outputs
   CHECK(nodes_torch == nanscope::max_tree_depth);
   CHECK(bitwise_tensors == 5);
+#if !defined(NANSCOPE_TEST_FAST_MATH)
+  // the tools find NaN with std::isnan, which -ffast-math folds away (the fastmath preset compiles their headers
+  // into this test; the tools themselves are never built with it)
   CHECK(first_module == inner);
   CHECK(first_label == "outputs[0]");
   CHECK(producer == inner);
+#endif
   CHECK(pruned_nodes == nanscope::max_tree_depth);
   CHECK(report_nodes == nanscope::max_tree_depth);
+#if !defined(NANSCOPE_TEST_FAST_MATH)
   CHECK(report_first == static_cast<long>(nanscope::max_tree_depth) - 1);  // the innermost module's NaN output
   CHECK(report_first_path == inner);
+#endif
   CHECK(report_map == nanscope::max_tree_depth);
 }
 

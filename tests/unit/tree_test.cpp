@@ -390,10 +390,11 @@ TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitis
   CHECK_FALSE(t.contains("outputs"));
   std::vector<std::string> paths;
   for (const auto& c : t["children"]) paths.push_back(c["module_path"]);
-  // layers.1 is a middle layer block: pruned
-  CHECK(paths == std::vector<std::string>{"TinyNet.embed", "TinyNet.layers.0", "TinyNet.layers.2", "TinyNet.norm"});
+  // layers.1 is a middle layer block, but it holds an Inf (its proj's fp16 output): the native tree keeps it
+  CHECK(paths == std::vector<std::string>{"TinyNet.embed", "TinyNet.layers.0", "TinyNet.layers.1", "TinyNet.layers.2",
+                                          "TinyNet.norm"});
   const json& l0 = t["children"][1];
-  CHECK_FALSE(l0.contains("outputs"));
+  CHECK_FALSE(l0.contains("outputs"));  // the block itself recorded no output
   const json& proj = l0["children"][0];
   CHECK(proj["module_path"] == "TinyNet.layers.0.proj");
   REQUIRE(proj["outputs"].is_array());
@@ -402,7 +403,11 @@ TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitis
   CHECK(proj["outputs"][1]["health"]["pos_inf"] == 1);
   CHECK(proj["outputs"][1]["first_nonfinite"] == 3);
   CHECK(proj["parameters"]["weight"]["shape"] == "torch.Size([2, 2])");
-  CHECK(t["children"][3]["outputs"]["shape"] == "torch.Size([])");
+  CHECK(t["children"][4]["outputs"]["shape"] == "torch.Size([])");
+  // the first Inf: layers.0.proj's output[1], made in that leaf (its inputs were finite)
+  CHECK(proj["nanscope_detection"]["tensor"] == "output[1]");
+  CHECK(proj["nanscope_detection"]["produced_here"] == true);
+  CHECK(t["nanscope"]["detection"]["module_path"] == "TinyNet.layers.0.proj");
   CHECK(t["nanscope"]["complete"] == true);
   CHECK(t["nanscope"]["rank"] == 0);
 
@@ -416,6 +421,16 @@ TEST_CASE("tree: the small tree's structure (pruning, outputs on leaves, sanitis
   for (const char* k : {"\"health\"", "\"abs_max\"", "\"nanscope\"", "\"parameters\"", "\"headroom_bits\""})
     CHECK_MESSAGE(text.find(k) == std::string::npos, k);
   CHECK(json::parse(text)["children"].size() == 5);  // not pruned
+  // extras off and pruned: HuggingFace's pruning, whatever the blocks hold
+  const std::string dir3 = nstest::make_temp_dir("tree");
+  {
+    nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir3).with_rank(0).with_extras(false));
+    small_model{}.run(rec);
+  }
+  std::vector<std::string> hf_paths;
+  const json hf = nstest::load_json(dir3 + "/TinyNet_debug_tree_SUMMARY.json");
+  for (const auto& c : hf["children"]) hf_paths.push_back(c["module_path"]);
+  CHECK(hf_paths == std::vector<std::string>{"TinyNet.embed", "TinyNet.layers.0", "TinyNet.layers.2", "TinyNet.norm"});
 }
 
 TEST_CASE("tree: rank selection from options and from the environment") {

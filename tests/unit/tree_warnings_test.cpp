@@ -103,7 +103,8 @@ void check_entry(const json& e, const early_warning& w) {
 }
 
 void collect_nodes(const json& n, std::map<std::string, const json*>& out) {
-  out[n.at("module_path").get<std::string>()] = &n;
+  // a checkpoint's node carries its scope's path: the warnings are the scope's own node's, not the checkpoint's
+  if (!n.contains("nanscope_checkpoint")) out[n.at("module_path").get<std::string>()] = &n;
   if (n.contains("children"))
     for (const auto& c : n.at("children")) collect_nodes(c, out);
 }
@@ -181,7 +182,8 @@ TEST_CASE("tree warnings: each pass's files carry the warnings history raised in
           ++node_entries;
         }
       }
-      CHECK(nodes.count("Net.layers.1.fc") == 0);  // pruned: its warnings live in the root list only
+      // the native tree's pruning never drops a node with a warning (HuggingFace's would drop layers.1)
+      for (const auto& kv : by_node) CHECK_MESSAGE(nodes.count(kv.first) == 1, kv.first);
       CHECK(nodes.count("Net.layers.3.fc") == 1);
     }
     // the two files of the pass carry the same warnings
@@ -247,7 +249,7 @@ TEST_CASE("tree warnings: without warnings the files are byte-identical to a run
   }
 }
 
-TEST_CASE("tree warnings: with warnings the files differ from a run without a history by the new keys only") {
+TEST_CASE("tree warnings: with warnings the files differ from a run without a history by the new keys only (and pruning keeps the warned layer)") {
   const std::string with_dir = nstest::make_temp_dir("tree_warn"), without_dir = nstest::make_temp_dir("tree_warn");
   const net model;
   nanscope::history hist;
@@ -255,14 +257,25 @@ TEST_CASE("tree warnings: with warnings the files differ from a run without a hi
   {
     nanscope::recorder rec(quiet(nullptr));
     hist.attach(rec);
-    nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(with_dir).with_rank(0).with_style(nanscope::tree_style::numeric));
+    nanscope::tree_writer tree(
+        rec, nanscope::tree_options{}.in(with_dir).with_rank(0).with_style(nanscope::tree_style::numeric).with_pruning(false));
+    const std::string pruned_dir = nstest::make_temp_dir("tree_warn");
+    nanscope::tree_writer pruned(
+        rec, nanscope::tree_options{}.in(pruned_dir).with_rank(0).with_style(nanscope::tree_style::numeric));
     for (std::uint64_t s = 0; s <= 20; ++s) model.run(rec, s);  // step 20: the jump of layers.2
     with_files = {nstest::read_existing(tree.summary_path()), nstest::read_existing(tree.full_path())};
+    // pruned, the middle layer block whose fc warned stays (HuggingFace's pruning would have dropped it)
+    std::map<std::string, const json*> kept;
+    const json p = json::parse(nstest::read_existing(pruned.summary_path()));
+    collect_nodes(p, kept);
+    CHECK(kept.count("Net.layers.2.fc") == 1);
+    CHECK(kept.at("Net.layers.2.fc")->contains("nanscope_warnings"));
     hist.detach();
   }
   {
     nanscope::recorder rec(quiet(nullptr));
-    nanscope::tree_writer tree(rec, nanscope::tree_options{}.in(without_dir).with_rank(0).with_style(nanscope::tree_style::numeric));
+    nanscope::tree_writer tree(
+        rec, nanscope::tree_options{}.in(without_dir).with_rank(0).with_style(nanscope::tree_style::numeric).with_pruning(false));
     for (std::uint64_t s = 0; s <= 20; ++s) model.run(rec, s);
     without_files = {nstest::read_existing(tree.summary_path()), nstest::read_existing(tree.full_path())};
   }

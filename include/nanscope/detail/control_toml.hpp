@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -105,7 +106,9 @@ bool control_from_toml_document(const basic_toml_value<Alloc>& root, std::string
       } else if (n.is_string()) {
         if (!parse_budget(n.as_string(), f)) f = -1.0;
       }
-      if (!(f >= 0.0) || f > 1.0) {
+      std::uint64_t fb;  // NaN by its bits: `!(f >= 0.0)` does not catch it under -ffast-math
+      std::memcpy(&fb, &f, sizeof fb);
+      if ((fb & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull || !(f >= 0.0) || f > 1.0) {
         error = where(n) + "'budget' must be a fraction in [0, 1] (0.02) or a percentage string (\"2%\")";
         return false;
       }

@@ -65,46 +65,6 @@ inline bool glob_match(std::string_view pat, std::string_view s) {
   return p == pat.size();
 }
 
-/// |x| as torch.abs computes it for a signed integer: in the type, so the most negative value stays itself
-/// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
-template <class T>
-inline double torch_int_abs(T x) {
-  return x == (std::numeric_limits<T>::min)() ? double(x) : (x < 0 ? -double(x) : double(x));
-}
-
-/// abs min / abs max of an integer or bool tensor (HuggingFace's report shows input_ids too), as torch's
-/// abs().min() / abs().max() give them. O(n), scalar.
-inline void integer_abs_range(const tensor_view& v, double& amin, double& amax) {
-  const std::uint64_t n = v.numel();
-  if (n == 0 || v.data == nullptr) return;
-  const std::size_t es = size_of(v.type);
-  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
-  unsigned char buf[8 * 512];
-  for (std::uint64_t b = 0; b < n; b += 512) {
-    const std::size_t m = static_cast<std::size_t>((n - b) < 512 ? (n - b) : 512);
-    gather(v, b, m, buf);
-    for (std::size_t i = 0; i < m; ++i) {
-      const unsigned char* p = buf + i * es;
-      double a = 0.0;
-      switch (v.type) {
-        case dtype::i8: { std::int8_t x; std::memcpy(&x, p, 1); a = torch_int_abs(x); break; }
-        case dtype::i16: { std::int16_t x; std::memcpy(&x, p, 2); a = torch_int_abs(x); break; }
-        case dtype::i32: { std::int32_t x; std::memcpy(&x, p, 4); a = torch_int_abs(x); break; }
-        case dtype::i64: { std::int64_t x; std::memcpy(&x, p, 8); a = torch_int_abs(x); break; }
-        case dtype::u8: case dtype::boolean: a = double(*p); break;
-        case dtype::u16: { std::uint16_t x; std::memcpy(&x, p, 2); a = double(x); break; }
-        case dtype::u32: { std::uint32_t x; std::memcpy(&x, p, 4); a = double(x); break; }
-        case dtype::u64: { std::uint64_t x; std::memcpy(&x, p, 8); a = double(x); break; }
-        default: break;
-      }
-      lo = a < lo ? a : lo;
-      hi = a > hi ? a : hi;
-    }
-  }
-  amin = lo;
-  amax = hi;
-}
-
 /// Reference statistics for the next tensor this thread records, if its data pointer is `data`: an adapter
 /// sets them right before recording (offer_reference_stats) and recorder::record takes them.
 struct pending_reference {

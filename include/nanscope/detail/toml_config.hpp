@@ -214,7 +214,10 @@ inline bool toml_strtod(std::string_view digits, double& out) {
   char* end = nullptr;
   const double v = std::strtod(buf, &end);
   if (end != buf + n) return false;
-  if (v == std::numeric_limits<double>::infinity() || v == -std::numeric_limits<double>::infinity()) return false;
+  // infinite by the exponent bits (a comparison with infinity is folded away under -ffast-math)
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7FFFFFFFFFFFFFFFull) == 0x7FF0000000000000ull) return false;
   out = v;
   return true;
 }
