@@ -74,6 +74,10 @@ struct pass_hook {
   void* (*begin)(void* ctx, std::uint64_t seg_begin, std::uint64_t seg_n) = nullptr;
   void (*chunk)(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) = nullptr;
   void (*end)(void* ctx, void* state) = nullptr;
+  /// Optional (segments.hpp): after chunk(), the kernel's raw output for the same chunk (o.first_nf is an index
+  /// within the chunk); chunk() may then be null. Must not throw.
+  void (*kernel_chunk)(void* ctx, void* state, const chunk_out& o, const void* raw, std::uint64_t first, std::size_t n,
+                       std::uint8_t isa_code) = nullptr;
 };
 
 struct pass_plan {
@@ -490,7 +494,12 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
         if (hs != nullptr)  // the raw bits, still in L1/L2
           hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *hs, *hl);
       }
-      if (plan.hook != nullptr) plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+      if (plan.hook != nullptr) {
+        if (plan.hook->chunk != nullptr)
+          plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+        if (plan.hook->kernel_chunk != nullptr)
+          plan.hook->kernel_chunk(plan.hook->ctx, hook_state, o, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+      }
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {

@@ -1,0 +1,698 @@
+// nanscope — segments.hpp: segmented checks: which request, expert or KV block of a batched tensor holds NaN/Inf, in the same read as the health pass.
+//
+//   std::vector<std::int64_t> rows = {0, 7, 7, 19, 32};            // 4 requests' token rows (one is empty)
+//   std::vector<std::int64_t> ids = {101, 102, 103, 104};
+//   auto r = nanscope::check(logits, nanscope::segments::rows(rows).with_ids(ids));
+//   for (const nanscope::segment_health& s : r.bad) abort_request(s.id);    // r.total == nanscope::check(logits)
+//
+// A segmentation cuts the tensor's logical (row-major) order into consecutive ranges: along the first dimension
+// (rows) or along the flat index (elements), given as ascending offsets or as a uniform size (KV blocks). The
+// pass is check()'s own: same chunks, same kernel, same order, so `total` is bit-identical to check(view, opt);
+// the kernel's per-chunk output is folded into the segment that owns the chunk, and only a chunk that straddles
+// a segment boundary (or holds a NaN/Inf) is looked at again, while it is still in L1/L2, piece by piece: segment
+// lookup costs nothing per element. Results are identical for any thread count.
+#ifndef NANSCOPE_SEGMENTS_HPP
+#define NANSCOPE_SEGMENTS_HPP
+
+#include "check.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// What a segmentation's offsets count: rows (indices along the first dimension; a row is every element under
+/// one index of it) or elements (flat row-major indices).
+enum class segment_axis : std::uint8_t { rows, elements };
+
+/// How much a segmented check reports per segment. `flags`: the masks of segments holding NaN/Inf (and over the
+/// threshold, when one is set) and, for each bad segment, its NaN/Inf counts and first NaN/Inf. `counts`: also
+/// every segment's NaN/-Inf/+Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
+enum class segment_detail : std::uint8_t { flags, counts };
+
+inline const char* name(segment_axis a) {
+  switch (a) {
+    case segment_axis::rows: return "rows";
+    case segment_axis::elements: return "elements";
+  }
+  return "?";
+}
+inline const char* name(segment_detail d) {
+  switch (d) {
+    case segment_detail::flags: return "flags";
+    case segment_detail::counts: return "counts";
+  }
+  return "?";
+}
+
+/// A segmentation of a tensor: a non-owning view of the caller's offsets (and ids), like tensor_view. Segment i is
+/// [offsets[i], offsets[i + 1]) along the axis; the offsets ascend (equal neighbours make an empty segment), start
+/// at 0 and end at the extent (the first dimension's size for rows, the element count for elements), so every
+/// element belongs to exactly one segment. Or, without offsets, uniform segments of `uniform` rows or elements
+/// each (the last one may be shorter). The arrays must stay valid during the check. Checked at every check:
+/// a mismatch throws nanscope::error naming the tensor.
+struct segments {
+  segment_axis axis = segment_axis::rows;
+  const std::int64_t* offsets = nullptr;  ///< offset_count ascending offsets (segments + 1), or null: uniform
+  std::size_t offset_count = 0;
+  std::int64_t uniform = 0;               ///< with offsets null: rows or elements per segment (> 0)
+  const std::int64_t* ids = nullptr;      ///< optional: one id per segment (request ids, expert ids, block numbers)
+  std::size_t id_count = 0;
+
+  /// Segments along the first dimension: offsets[0] = 0 < ... <= offsets[n] = shape[0] (a vLLM-style cu_seqlens).
+  static segments rows(const std::int64_t* offsets, std::size_t offset_count) {
+    return make(segment_axis::rows, offsets, offset_count);
+  }
+  static segments rows(const std::vector<std::int64_t>& offsets) { return rows(offsets.data(), offsets.size()); }
+  static segments rows(std::vector<std::int64_t>&&) = delete;  // the segmentation would point into a temporary
+  /// Segments along the flat row-major index: offsets[0] = 0 <= ... <= offsets[n] = the element count.
+  static segments elements(const std::int64_t* offsets, std::size_t offset_count) {
+    return make(segment_axis::elements, offsets, offset_count);
+  }
+  static segments elements(const std::vector<std::int64_t>& offsets) { return elements(offsets.data(), offsets.size()); }
+  static segments elements(std::vector<std::int64_t>&&) = delete;
+  /// Uniform segments of `rows_per_segment` rows (a paged KV cache's blocks of 16 tokens: every_rows(16)).
+  static segments every_rows(std::int64_t rows_per_segment) {
+    segments s;
+    s.axis = segment_axis::rows;
+    s.uniform = rows_per_segment;
+    return s;
+  }
+  /// Uniform segments of `elements_per_segment` elements.
+  static segments every_elements(std::int64_t elements_per_segment) {
+    segments s;
+    s.axis = segment_axis::elements;
+    s.uniform = elements_per_segment;
+    return s;
+  }
+  /// One id per segment, reported in segment_health::id (the segment's index without ids).
+  segments& with_ids(const std::int64_t* segment_ids, std::size_t count) {
+    ids = segment_ids;
+    id_count = count;
+    return *this;
+  }
+  segments& with_ids(const std::vector<std::int64_t>& segment_ids) { return with_ids(segment_ids.data(), segment_ids.size()); }
+  segments& with_ids(std::vector<std::int64_t>&&) = delete;
+
+ private:
+  static segments make(segment_axis a, const std::int64_t* o, std::size_t n) {
+    segments s;
+    s.axis = a;
+    s.offsets = o;
+    s.offset_count = n;
+    return s;
+  }
+};
+
+/// Options of a segmented check, beside check_options. Chainable.
+struct segment_options {
+  segment_detail detail = segment_detail::flags;
+  /// A segment is "over" when it holds a non-NaN value with |x| > threshold (an Inf included), e.g. 65504, the
+  /// f16 maximum, for f32 activations about to be cast. Off unless with_threshold() was called.
+  bool has_threshold = false;
+  double threshold = 0.0;
+
+  segment_options& with_detail(segment_detail d) {
+    detail = d;
+    return *this;
+  }
+  segment_options& with_threshold(double t) {
+    has_threshold = true;
+    threshold = t;
+    return *this;
+  }
+};
+
+/// One segment's NaN/Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
+struct segment_counts {
+  std::uint64_t nan = 0;
+  std::uint64_t neg_inf = 0;
+  std::uint64_t pos_inf = 0;
+  std::int64_t first_nonfinite = -1;  ///< flat row-major index in the tensor of the segment's first NaN/Inf, -1 if none
+  /// |x| max over the segment's non-NaN values (an Inf gives inf); NaN when the segment has none, or when it was
+  /// not computed (segment_detail::flags without a threshold, a check that reads no data).
+  double abs_max = detail::qnan;
+
+  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
+  bool has_nonfinite() const { return nonfinite() != 0; }
+};
+
+/// A segment as reported in segmented_result::bad: where it is and what it holds.
+struct segment_health {
+  std::size_t index = 0;  ///< position in the segmentation
+  std::int64_t id = 0;    ///< the caller's id (segments::with_ids), else the index
+  std::uint64_t begin = 0, end = 0;  ///< flat row-major element range [begin, end)
+  std::uint64_t nan = 0;
+  std::uint64_t neg_inf = 0;
+  std::uint64_t pos_inf = 0;
+  std::int64_t first_nonfinite = -1;  ///< flat index in the tensor of the first NaN/Inf, -1 if none
+  double abs_max = detail::qnan;      ///< as segment_counts::abs_max
+  bool over_threshold = false;
+
+  std::uint64_t count() const { return end - begin; }
+  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
+  bool has_nonfinite() const { return nonfinite() != 0; }
+};
+
+/// The result of a segmented check.
+struct segmented_result {
+  health_result total;  ///< bit-identical to check(view, options) without segments
+  segment_axis axis = segment_axis::rows;
+  std::uint64_t row_elems = 1;  ///< elements per unit of the axis (a row's elements; 1 for elements)
+  std::size_t count = 0;        ///< segments
+  segment_detail detail = segment_detail::flags;
+  bool has_threshold = false;
+  double threshold = 0.0;
+  std::vector<std::uint64_t> nonfinite_mask;  ///< bit i % 64 of word i / 64: segment i holds a NaN or Inf
+  std::vector<std::uint64_t> over_mask;       ///< the same for "over the threshold"; empty without a threshold
+  std::vector<segment_health> bad;            ///< the segments holding NaN/Inf, by ascending index
+  std::vector<segment_counts> per_segment;    ///< every segment (segment_detail::counts); empty with flags
+
+  bool has_nonfinite(std::size_t i) const { return i < count && ((nonfinite_mask[i / 64] >> (i % 64)) & 1u) != 0; }
+  bool over_threshold(std::size_t i) const {
+    return i < count && !over_mask.empty() && ((over_mask[i / 64] >> (i % 64)) & 1u) != 0;
+  }
+  /// Segments holding NaN/Inf.
+  std::size_t bad_count() const { return bad.size(); }
+  /// Indices of the segments over the threshold, ascending (empty without a threshold).
+  std::vector<std::size_t> over_indices() const {
+    std::vector<std::size_t> out;
+    for (std::size_t w = 0; w < over_mask.size(); ++w)
+      for (std::uint64_t b = over_mask[w]; b != 0; b &= b - 1) out.push_back(w * 64 + static_cast<std::size_t>(__builtin_ctzll(b)));
+    return out;
+  }
+  /// The row (first-dimension index) of a flat index: what a first_nonfinite means in rows.
+  std::int64_t row_of(std::int64_t flat) const {
+    return row_elems == 0 || flat < 0 ? -1 : static_cast<std::int64_t>(static_cast<std::uint64_t>(flat) / row_elems);
+  }
+};
+
+namespace detail {
+
+/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf).
+inline std::uint64_t seg_bad_abs_bits(dtype t) {
+  switch (t) {
+    case dtype::f64: return 0x7FF0000000000000ull;
+    case dtype::f32: return 0x7F800000u;
+    case dtype::f16: return 0x7C00u;
+    case dtype::bf16: return 0x7F80u;
+    case dtype::f8_e5m2: return 0x7Cu;
+    case dtype::f8_e4m3fn: return 0x7Fu;  // no inf: S.1111.111 is NaN
+    default: return ~std::uint64_t{0};
+  }
+}
+
+/// Max of the |x| bit patterns of n elements of a float dtype (any alignment): portable version.
+template <class U>
+inline std::uint64_t seg_max_abs_portable(const unsigned char* p, std::size_t n, U mask) {
+  U m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));
+    x = static_cast<U>(x & mask);
+    m = x > m ? x : m;
+  }
+  return m;
+}
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i seg_max256(__m256i a, __m256i b) {
+  if constexpr (ES == 4) return _mm256_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm256_max_epu16(a, b);
+  else return _mm256_max_epu8(a, b);
+}
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i seg_max512(__m512i a, __m512i b) {
+  if constexpr (ES == 8) return _mm512_max_epu64(a, b);
+  else if constexpr (ES == 4) return _mm512_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm512_max_epu16(a, b);
+  else return _mm512_max_epu8(a, b);
+}
+template <class U>
+inline constexpr U seg_abs_mask() {
+  return static_cast<U>(~U{0} >> 1);
+}
+
+/// The same with AVX2, for 1-, 2- and 4-byte elements: 4 vectors of 32 bytes per step.
+template <class U>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_max_abs_avx2(const unsigned char* p, std::size_t n) {
+  constexpr std::size_t es = sizeof(U);
+  const std::size_t bytes = n * es;
+  __m256i mask;
+  if constexpr (es == 4) mask = _mm256_set1_epi32(0x7FFFFFFF);
+  else if constexpr (es == 2) mask = _mm256_set1_epi16(0x7FFF);
+  else mask = _mm256_set1_epi8(0x7F);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask));
+    a1 = seg_max256<es>(a1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)), mask));
+    a2 = seg_max256<es>(a2, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)), mask));
+    a3 = seg_max256<es>(a3, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)), mask));
+  }
+  alignas(32) unsigned char lanes[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), seg_max256<es>(seg_max256<es>(a0, a1), seg_max256<es>(a2, a3)));
+  const std::uint64_t v = seg_max_abs_portable<U>(lanes, 32 / es, static_cast<U>(~U{0}));
+  const std::uint64_t rest = seg_max_abs_portable<U>(p + i, (bytes - i) / es, seg_abs_mask<U>());
+  return rest > v ? rest : v;
+}
+/// 8-byte elements with AVX2 (no unsigned 64-bit max): |x| patterns are below 2^63, a signed compare orders them.
+template <>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_max_abs_avx2<std::uint64_t>(const unsigned char* p, std::size_t n) {
+  const std::size_t bytes = n * 8;
+  const __m256i mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m256i x0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask);
+    const __m256i x1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)), mask);
+    a0 = _mm256_blendv_epi8(a0, x0, _mm256_cmpgt_epi64(x0, a0));
+    a1 = _mm256_blendv_epi8(a1, x1, _mm256_cmpgt_epi64(x1, a1));
+  }
+  a0 = _mm256_blendv_epi8(a0, a1, _mm256_cmpgt_epi64(a1, a0));
+  alignas(32) unsigned char lanes[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a0);
+  const std::uint64_t v = seg_max_abs_portable<std::uint64_t>(lanes, 4, ~std::uint64_t{0});
+  const std::uint64_t rest = seg_max_abs_portable<std::uint64_t>(p + i, (bytes - i) / 8, seg_abs_mask<std::uint64_t>());
+  return rest > v ? rest : v;
+}
+
+/// The same with AVX-512 (F, BW): 4 vectors of 64 bytes per step.
+template <class U>
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t seg_max_abs_avx512(const unsigned char* p, std::size_t n) {
+  constexpr std::size_t es = sizeof(U);
+  const std::size_t bytes = n * es;
+  __m512i mask;
+  if constexpr (es == 8) mask = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFll);
+  else if constexpr (es == 4) mask = _mm512_set1_epi32(0x7FFFFFFF);
+  else if constexpr (es == 2) mask = _mm512_set1_epi16(0x7FFF);
+  else mask = _mm512_set1_epi8(0x7F);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
+    a1 = seg_max512<es>(a1, _mm512_and_si512(_mm512_loadu_si512(p + i + 64), mask));
+    a2 = seg_max512<es>(a2, _mm512_and_si512(_mm512_loadu_si512(p + i + 128), mask));
+    a3 = seg_max512<es>(a3, _mm512_and_si512(_mm512_loadu_si512(p + i + 192), mask));
+  }
+  alignas(64) unsigned char lanes[64];
+  _mm512_store_si512(lanes, seg_max512<es>(seg_max512<es>(a0, a1), seg_max512<es>(a2, a3)));
+  const std::uint64_t v = seg_max_abs_portable<U>(lanes, 64 / es, static_cast<U>(~U{0}));
+  const std::uint64_t rest = seg_max_abs_portable<U>(p + i, (bytes - i) / es, seg_abs_mask<U>());
+  return rest > v ? rest : v;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+/// Max |x| bit pattern (in the source format) of n elements of dtype t at p, with the pass's instruction set.
+inline std::uint64_t seg_max_abs(const unsigned char* p, std::size_t n, dtype t, std::uint8_t isa_code) {
+  const std::size_t es = size_of(t);
+#if NANSCOPE_HAS_X86_SIMD()
+  if (isa_code == static_cast<std::uint8_t>(isa::avx512)) {
+    switch (es) {
+      case 8: return seg_max_abs_avx512<std::uint64_t>(p, n);
+      case 4: return seg_max_abs_avx512<std::uint32_t>(p, n);
+      case 2: return seg_max_abs_avx512<std::uint16_t>(p, n);
+      default: return seg_max_abs_avx512<std::uint8_t>(p, n);
+    }
+  }
+  if (isa_code == static_cast<std::uint8_t>(isa::avx2)) {
+    switch (es) {
+      case 8: return seg_max_abs_avx2<std::uint64_t>(p, n);
+      case 4: return seg_max_abs_avx2<std::uint32_t>(p, n);
+      case 2: return seg_max_abs_avx2<std::uint16_t>(p, n);
+      default: return seg_max_abs_avx2<std::uint8_t>(p, n);
+    }
+  }
+#else
+  (void)isa_code;
+#endif
+  switch (es) {
+    case 8: return seg_max_abs_portable<std::uint64_t>(p, n, 0x7FFFFFFFFFFFFFFFull);
+    case 4: return seg_max_abs_portable<std::uint32_t>(p, n, 0x7FFFFFFFu);
+    case 2: return seg_max_abs_portable<std::uint16_t>(p, n, 0x7FFFu);
+    default: return seg_max_abs_portable<std::uint8_t>(p, n, 0x7Fu);
+  }
+}
+
+/// |x| of a source |x| bit pattern (not NaN), as the bits of a double.
+inline std::uint64_t seg_abs_double_bits(std::uint64_t abs_bits, dtype t) {
+  unsigned char b[8] = {};
+  switch (size_of(t)) {
+    case 8: std::memcpy(b, &abs_bits, 8); break;
+    case 4: {
+      const auto v = static_cast<std::uint32_t>(abs_bits);
+      std::memcpy(b, &v, 4);
+      break;
+    }
+    case 2: {
+      const auto v = static_cast<std::uint16_t>(abs_bits);
+      std::memcpy(b, &v, 2);
+      break;
+    }
+    default: b[0] = static_cast<unsigned char>(abs_bits); break;
+  }
+  return double_to_bits(load_as_double(b, t, 0)) & f64_abs_mask;
+}
+
+inline void seg_take_first(std::int64_t& a, std::int64_t b) {
+  if (b >= 0 && (a < 0 || b < a)) a = b;
+}
+inline void seg_take_amax(double& a, std::uint64_t abs_bits) {
+  if (abs_bits > double_to_bits(a)) a = bits_to_double(abs_bits);
+}
+/// Folds one partial record into another (counts add, first is the earliest, abs_max the largest): exact and
+/// order-free, so any thread count gives the same records.
+inline void seg_fold(segment_counts& a, const segment_counts& b) {
+  a.nan += b.nan;
+  a.neg_inf += b.neg_inf;
+  a.pos_inf += b.pos_inf;
+  seg_take_first(a.first_nonfinite, b.first_nonfinite);
+  seg_take_amax(a.abs_max, double_to_bits(b.abs_max));
+}
+
+/// Per parallel segment (check.hpp's segment_elems): the user segments it touches first and last may be shared
+/// with its neighbours, so its contributions to them go to two records of its own, folded in after the pass.
+struct seg_par_state {
+  std::uint64_t first_seg = 0, last_seg = 0, cur = 0;
+  segment_counts edge[2];
+};
+
+struct seg_pass {
+  dtype type = dtype::f32;
+  level lv = level::nonfinite;
+  bool need_amax = false;
+  const std::int64_t* offsets = nullptr;
+  std::uint64_t uniform = 0;       // units per segment when offsets is null
+  std::uint64_t extent = 0;        // units along the axis
+  std::uint64_t unit = 1;          // elements per unit
+  std::uint64_t nseg = 0;
+  std::uint64_t bad_lo = 0;        // seg_bad_abs_bits(type)
+  segment_counts* acc = nullptr;   // nseg records (abs_max holds +0 until the end: a max by bit pattern)
+  seg_par_state* par = nullptr;
+
+  std::uint64_t seg_begin(std::uint64_t s) const {
+    if (offsets != nullptr) return static_cast<std::uint64_t>(offsets[s]) * unit;
+    const std::uint64_t u = s * uniform;
+    return (u < extent ? u : extent) * unit;
+  }
+  std::uint64_t seg_end(std::uint64_t s) const { return seg_begin(s + 1); }
+  /// The segment holding flat element e (< the element count): the last s with seg_begin(s) <= e; empty segments
+  /// are skipped (their begin equals the next one's).
+  std::uint64_t find(std::uint64_t e) const {
+    if (offsets == nullptr) return e / unit / uniform;
+    std::uint64_t lo = 0, hi = nseg;  // seg_begin(lo) <= e < seg_begin(hi)
+    while (hi - lo > 1) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (seg_begin(mid) <= e) lo = mid;
+      else hi = mid;
+    }
+    return lo;
+  }
+  segment_counts& route(seg_par_state& st, std::uint64_t s) const {
+    if (s == st.first_seg) return st.edge[0];
+    if (s == st.last_seg) return st.edge[1];
+    return acc[s];
+  }
+};
+
+inline void* seg_begin_hook(void* ctx, std::uint64_t begin, std::uint64_t n) {
+  auto* sp = static_cast<seg_pass*>(ctx);
+  seg_par_state& st = sp->par[begin / segment_elems];
+  st.first_seg = sp->find(begin);
+  st.last_seg = sp->find(begin + n - 1);
+  st.cur = st.first_seg;
+  st.edge[0] = segment_counts{};
+  st.edge[1] = segment_counts{};
+  st.edge[0].abs_max = st.edge[1].abs_max = 0.0;
+  return &st;
+}
+inline void seg_end_hook(void*, void*) {}
+
+/// Exact per-element classification of a piece [first, first + n) holding a NaN/Inf (the rare path).
+inline void seg_scan_slow(const seg_pass& sp, const unsigned char* p, std::size_t n, std::uint64_t first,
+                          segment_counts& r) {
+  std::uint64_t amax = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t bits = double_to_bits(load_as_double(p, sp.type, i));
+    const std::uint64_t a = bits & f64_abs_mask;
+    if (a < f64_inf_bits) {
+      amax = a > amax ? a : amax;
+      continue;
+    }
+    if (a == f64_inf_bits) {
+      amax = a;
+      if ((bits >> 63) != 0) ++r.neg_inf;
+      else ++r.pos_inf;
+    } else {
+      ++r.nan;
+    }
+    seg_take_first(r.first_nonfinite, static_cast<std::int64_t>(first + i));
+  }
+  seg_take_amax(r.abs_max, amax);
+}
+
+/// One piece of a chunk inside one segment, with nothing known from the kernel: the |x| max of its bit patterns,
+/// and the exact scan when that shows a NaN/Inf.
+inline void seg_scan_piece(const seg_pass& sp, const unsigned char* p, std::size_t n, std::uint64_t first,
+                           std::uint8_t isa_code, segment_counts& r) {
+  const std::uint64_t m = seg_max_abs(p, n, sp.type, isa_code);
+  if (m >= sp.bad_lo) seg_scan_slow(sp, p, n, first, r);
+  else if (sp.need_amax) seg_take_amax(r.abs_max, seg_abs_double_bits(m, sp.type));
+}
+
+inline void seg_kernel_chunk(void* ctx, void* state, const chunk_out& o, const void* raw, std::uint64_t first,
+                             std::size_t n, std::uint8_t isa_code) {
+  const auto& sp = *static_cast<const seg_pass*>(ctx);
+  auto& st = *static_cast<seg_par_state*>(state);
+  std::uint64_t s = st.cur;
+  while (sp.seg_end(s) <= first) ++s;  // the segment holding the chunk's first element
+  st.cur = s;
+  const std::uint64_t nf = o.nan + o.pinf + o.ninf, last = first + n;
+  if (nf == 0 && !sp.need_amax) return;  // nothing to attribute
+  const auto* p = static_cast<const unsigned char*>(raw);
+  if (sp.seg_end(s) >= last) {  // the whole chunk is in segment s: the kernel's output is the segment's
+    segment_counts& r = sp.route(st, s);
+    if (nf != 0) {
+      r.nan += o.nan;
+      r.pos_inf += o.pinf;
+      r.neg_inf += o.ninf;
+      seg_take_first(r.first_nonfinite, static_cast<std::int64_t>(first) + o.first_nf);
+    }
+    if (!sp.need_amax || o.nan == n) return;
+    if (sp.lv == level::counts) {
+      seg_take_amax(r.abs_max, o.amax);
+    } else if (sp.lv == level::stats) {
+      const std::uint64_t a = unkey64(o.kmin) & f64_abs_mask, b = unkey64(o.kmax) & f64_abs_mask;
+      seg_take_amax(r.abs_max, a > b ? a : b);
+    } else if (o.nan != 0) {  // the bit-pattern max would be a NaN's: scan (counts are in already)
+      segment_counts tmp;
+      tmp.abs_max = 0.0;
+      seg_scan_slow(sp, p, n, first, tmp);
+      seg_take_amax(r.abs_max, double_to_bits(tmp.abs_max));
+    } else {
+      const std::uint64_t m = seg_max_abs(p, n, sp.type, isa_code);  // an Inf's pattern decodes to inf
+      seg_take_amax(r.abs_max, m >= sp.bad_lo ? f64_inf_bits : seg_abs_double_bits(m, sp.type));
+    }
+    return;
+  }
+  // The chunk straddles segment boundaries: piece by piece, one segment each.
+  const std::size_t es = size_of(sp.type);
+  std::uint64_t pos = first;
+  while (pos < last) {
+    const std::uint64_t e0 = sp.seg_end(s), e = e0 < last ? e0 : last;
+    if (e > pos) {
+      seg_scan_piece(sp, p + static_cast<std::size_t>(pos - first) * es, static_cast<std::size_t>(e - pos), pos,
+                     isa_code, sp.route(st, s));
+      pos = e;
+    }
+    if (pos < last) ++s;
+  }
+  st.cur = s;
+}
+
+[[noreturn]] inline void seg_fail(const tensor_view& v, const std::string& problem) {
+  fail(v.name, "segments: " + problem);
+}
+
+}  // namespace detail
+
+/// Checks a view and attributes its NaN/Inf (and values over the threshold) to the segments of `s`, in the same
+/// read. `total` is bit-identical to check(v, opt). Throws nanscope::error for an invalid view or segmentation.
+/// A mode that reads no data, an integer dtype or an empty tensor flags no segment. In curt_health mode the pass
+/// does not stop at the first NaN/Inf (every segment is looked at); `total` still has curt_health's fields only.
+inline segmented_result(check)(const tensor_view& v, const segments& s, const check_options& opt = {},
+                               const segment_options& so = {}) {
+  validate(v);
+  segmented_result out;
+  out.axis = s.axis;
+  out.detail = so.detail;
+  out.has_threshold = so.has_threshold;
+  out.threshold = so.threshold;
+  // --- the segmentation against the view
+  if (s.axis != segment_axis::rows && s.axis != segment_axis::elements)
+    detail::seg_fail(v, "unknown axis " + std::to_string(static_cast<unsigned>(s.axis)));
+  if (so.detail != segment_detail::flags && so.detail != segment_detail::counts)
+    detail::seg_fail(v, "unknown detail level " + std::to_string(static_cast<unsigned>(so.detail)));
+  if (so.has_threshold && !(detail::double_to_bits(so.threshold) <= detail::f64_inf_bits))  // NaN or negative
+    detail::seg_fail(v, "the threshold must be >= 0, got " + std::to_string(so.threshold));
+  const std::uint64_t n = v.numel();
+  std::uint64_t extent = n, unit = 1;
+  const char* what = "elements";
+  if (s.axis == segment_axis::rows) {
+    if (v.rank < 1) detail::seg_fail(v, "row segments need a view of rank >= 1, got a scalar");
+    extent = static_cast<std::uint64_t>(v.shape[0]);
+    std::int64_t inner = 1;
+    for (int d = 1; d < v.rank; ++d)
+      if (detail::mul_overflow(inner, v.shape[d], inner)) inner = 0;  // only for an empty tensor (validate)
+    unit = static_cast<std::uint64_t>(inner);
+    what = "rows";
+  }
+  std::string shape_text = "(";
+  for (int d = 0; d < v.rank; ++d) shape_text += (d ? ", " : "") + std::to_string(v.shape[d]);
+  shape_text += v.rank == 1 ? ",)" : ")";
+  std::uint64_t nseg = 0;
+  if (s.offsets == nullptr) {
+    if (s.offset_count != 0) detail::seg_fail(v, std::to_string(s.offset_count) + " offsets given with a null pointer");
+    if (s.uniform <= 0)
+      detail::seg_fail(v, "no offsets and no uniform segment size (got " + std::to_string(s.uniform) +
+                              "): use segments::rows, elements, every_rows or every_elements");
+    const auto u = static_cast<std::uint64_t>(s.uniform);
+    nseg = extent / u + (extent % u != 0);
+  } else {
+    if (s.offset_count == 0)
+      detail::seg_fail(v, "no offsets: k segments need k + 1 offsets, the first 0 and the last the extent");
+    nseg = s.offset_count - 1;
+    if (s.offsets[0] != 0)
+      detail::seg_fail(v, "offsets must start at 0, offsets[0] = " + std::to_string(s.offsets[0]));
+    for (std::size_t i = 1; i < s.offset_count; ++i) {
+      if (s.offsets[i] < s.offsets[i - 1])
+        detail::seg_fail(v, "offsets are not ascending: offsets[" + std::to_string(i) + "] = " +
+                                std::to_string(s.offsets[i]) + " < offsets[" + std::to_string(i - 1) +
+                                "] = " + std::to_string(s.offsets[i - 1]));
+      if (static_cast<std::uint64_t>(s.offsets[i]) > extent)
+        detail::seg_fail(v, "offsets[" + std::to_string(i) + "] = " + std::to_string(s.offsets[i]) +
+                                " is past the tensor: it has " + std::to_string(extent) + " " + what +
+                                " (shape " + shape_text + (s.axis == segment_axis::rows ? ", rows are the first dimension)" : ")"));
+    }
+    const auto last = static_cast<std::uint64_t>(s.offsets[s.offset_count - 1]);
+    if (last != extent)
+      detail::seg_fail(v, "offsets end at " + std::to_string(last) + " but the tensor has " + std::to_string(extent) +
+                              " " + what + " (shape " + shape_text +
+                              (s.axis == segment_axis::rows ? ", rows are the first dimension" : "") +
+                              "): every element must belong to a segment");
+  }
+  if (s.ids == nullptr && s.id_count != 0)
+    detail::seg_fail(v, std::to_string(s.id_count) + " ids given with a null pointer");
+  if (s.ids != nullptr && s.id_count != nseg)
+    detail::seg_fail(v, std::to_string(s.id_count) + " ids for " + std::to_string(nseg) + " segments");
+  out.row_elems = unit;
+  out.count = static_cast<std::size_t>(nseg);
+
+  // --- the pass
+  const bool need_amax = so.detail == segment_detail::counts || so.has_threshold;
+  const bool reads = opt.mode != check_mode::no_tensor && opt.mode != check_mode::shape && is_float(v.type) && n != 0;
+  std::vector<segment_counts> acc(static_cast<std::size_t>(nseg));
+  if (need_amax)
+    for (segment_counts& c : acc) c.abs_max = 0.0;  // a max by bit pattern until the end
+  detail::seg_pass sp;
+  sp.type = v.type;
+  sp.need_amax = need_amax;
+  sp.offsets = s.offsets;
+  sp.uniform = s.offsets == nullptr ? static_cast<std::uint64_t>(s.uniform) : 0;
+  sp.extent = extent;
+  sp.unit = unit;
+  sp.nseg = nseg;
+  sp.bad_lo = detail::seg_bad_abs_bits(v.type);
+  sp.acc = acc.data();
+  std::vector<detail::seg_par_state> par;
+  detail::pass_hook hook;
+  hook.ctx = &sp;
+  hook.begin = &detail::seg_begin_hook;
+  hook.end = &detail::seg_end_hook;
+  hook.kernel_chunk = &detail::seg_kernel_chunk;
+  if (!reads) {
+    out.total = (check)(v, opt);
+  } else {
+    par.resize(static_cast<std::size_t>((n + detail::segment_elems - 1) / detail::segment_elems));
+    sp.par = par.data();
+    check_options run = opt;
+    // curt_health would stop at the first NaN/Inf: read everything at the same kernel level instead.
+    if (run.mode == check_mode::curt_health) run.mode = check_mode::concise_health;
+    // check() reads a transposed dense layout in memory order; a hook needs logical order. Counts, extrema and
+    // indices do not depend on the order, mean and std do: in stats mode the totals then come from check() and
+    // the segments from a second, logical-order read at full_health.
+    tensor_view dense;
+    const bool permuted = run.mode == check_mode::stats && !opt.hash && !v.is_contiguous() &&
+                          detail::dense_permutation(v, dense);
+    if (permuted) run.mode = check_mode::full_health;
+    sp.lv = detail::level_for(run.mode);
+    health_result r = detail::check_impl(v, run, nullptr, &hook);
+    if (permuted) {
+      r = (check)(v, opt);
+    } else if (opt.mode == check_mode::curt_health) {  // the fields check() reports in curt_health
+      r.mode = check_mode::curt_health;
+      r.nan = r.pos_inf = r.neg_inf = 0;
+    }
+    out.total = r;
+    for (const detail::seg_par_state& st : par) {  // the edge records, in any order (the folds are exact)
+      detail::seg_fold(acc[static_cast<std::size_t>(st.first_seg)], st.edge[0]);
+      if (st.last_seg != st.first_seg) detail::seg_fold(acc[static_cast<std::size_t>(st.last_seg)], st.edge[1]);
+    }
+  }
+
+  // --- the result
+  const std::size_t words = static_cast<std::size_t>((nseg + 63) / 64);
+  out.nonfinite_mask.assign(words, 0);
+  if (so.has_threshold) out.over_mask.assign(words, 0);
+  const std::uint64_t thr = detail::double_to_bits(so.threshold) & detail::f64_abs_mask;
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    segment_counts& c = acc[i];
+    const std::uint64_t b = sp.seg_begin(i), e = sp.seg_end(i);
+    if (need_amax) {
+      if (!reads || e - b == c.nan) c.abs_max = detail::qnan;
+    }
+    const bool over = so.has_threshold && need_amax && reads && e - b != c.nan &&
+                      detail::double_to_bits(c.abs_max) > thr;
+    if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
+    if (c.has_nonfinite()) {
+      out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);
+      segment_health h;
+      h.index = i;
+      h.id = s.ids != nullptr ? s.ids[i] : static_cast<std::int64_t>(i);
+      h.begin = b;
+      h.end = e;
+      h.nan = c.nan;
+      h.neg_inf = c.neg_inf;
+      h.pos_inf = c.pos_inf;
+      h.first_nonfinite = c.first_nonfinite;
+      h.abs_max = c.abs_max;
+      h.over_threshold = over;
+      out.bad.push_back(h);
+    }
+  }
+  if (so.detail == segment_detail::counts) out.per_segment = std::move(acc);
+  return out;
+}
+
+/// Segmented check of any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+segmented_result(check)(const T& tensor, const segments& s, const check_options& opt = {},
+                        const segment_options& so = {}) {
+  return (check)(to_view(tensor), s, opt, so);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SEGMENTS_HPP
