@@ -1,0 +1,175 @@
+// nanscope — detail/tree_tensor.hpp: one tensor of the layer tree as JSON text: shape, dtype, value, torch's
+// statistics and, with extras, nanscope's health keys (the writer's model of a pass is tree.hpp's).
+#ifndef NANSCOPE_DETAIL_TREE_TENSOR_HPP
+#define NANSCOPE_DETAIL_TREE_TENSOR_HPP
+
+#include "../config.hpp"
+#include "../check.hpp"
+#include "../dtype.hpp"
+#include "../hash.hpp"
+#include "../health.hpp"
+#include "../frame.hpp"
+#include "../margins.hpp"
+#include "../tree_json.hpp"
+#include "../tree_options.hpp"
+#include "../view.hpp"
+#include "torch_print.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// The Python tool's address sanitiser: "object at 0x<hex>" becomes "object at 0xXXXXXXXX".
+inline std::string sanitize_addresses(std::string_view s) {
+  static const std::string_view key = "object at 0x";
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t at = s.find(key, i);
+    if (at == std::string_view::npos) break;
+    std::size_t j = at + key.size();
+    std::size_t k = j;
+    while (k < s.size() && ((s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'f') || (s[k] >= 'A' && s[k] <= 'F'))) ++k;
+    out.append(s.substr(i, j - i));
+    if (k > j) {
+      out += "XXXXXXXX";
+      i = k;
+    } else {
+      i = j;
+    }
+  }
+  out.append(s.substr(i));
+  return out;
+}
+
+/// Nested arrays of the values torch would show ("..." where it summarises).
+inline std::string tree_numeric_value(const tensor_view& v, const torch_print_options& po) {
+  const element_reader rd(v);
+  const bool summarize = v.numel() > po.threshold;
+  const bool as_float = size_of(v.type) <= 4;
+  auto one = [&](std::int64_t off) -> std::string {
+    if (v.type == dtype::boolean) return rd.bits(off) != 0 ? "true" : "false";
+    if (!is_float(v.type)) return rd.as_int_text(off);
+    return json_number(rd.as_double(off), as_float);
+  };
+  if (v.rank == 0) return one(0);
+  struct rec_t {
+    const tensor_view& v;
+    const torch_print_options& po;
+    bool summarize;
+    decltype(one)& f;
+    std::string run(int d, std::int64_t off) {
+      std::vector<std::string> items;
+      for (std::int64_t i : torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
+        if (i < 0) {
+          items.emplace_back("\"...\"");
+          continue;
+        }
+        const std::int64_t o = off + i * v.strides[d];
+        items.push_back(d + 1 == v.rank ? f(o) : run(d + 1, o));
+      }
+      return py_array(items);
+    }
+  } r{v, po, summarize, one};
+  return r.run(0, 0);
+}
+
+inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
+  io.is_tensor = true;
+  const tensor_view& v = rec.view;
+  const bool torch = opts.style == tree_style::torch_repr;
+  torch_print_options po;
+  po.threshold = opts.value_threshold;
+  po.edge_items = opts.edge_items < 1 ? 1 : opts.edge_items;  // torch's edgeitems=0 mode is not reproduced
+  po.line_width = opts.line_width;
+  po.precision = opts.precision;
+  const health_result* h = &rec.health;
+  health_result own;
+  const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
+                                              v.space == memory_space::cuda_managed);
+  const bool want_hash = opts.hash && opts.extras && readable;
+  if (is_float(v.type) && h->mode != check_mode::stats && readable) {
+    own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
+    h = &own;
+  }
+  if (torch) {
+    io.shape = py_json_quote(torch_size_repr(v));
+    io.type = py_json_quote(info(v.type).torch_name);
+  } else {
+    std::vector<std::string> dims;
+    for (int i = 0; i < v.rank; ++i) dims.push_back(std::to_string(v.shape[i]));
+    io.shape = py_array(dims);
+    io.type = py_json_quote(info(v.type).torch_name);
+  }
+  if (opts.write_full && readable) {
+    if (torch) {
+      const std::string text = torch_tensor_repr(v, po);
+      std::vector<std::string> lines;
+      std::size_t b = 0;
+      while (true) {
+        const std::size_t e = text.find('\n', b);
+        lines.push_back(py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
+        if (e == std::string::npos) break;
+        b = e + 1;
+      }
+      io.value = py_array(lines);
+    } else {
+      io.value = tree_numeric_value(v, po);
+    }
+  }
+  const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
+  if (is_float(v.type) && (torch ? hf_stats : true)) {
+    torch_stats s = torch_stats_of(*h, torch);
+    if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+      s.mean = rec.reference.mean;
+      s.std = rec.reference.std;
+    }
+    if (torch) {
+      io.fields.emplace_back("mean", py_json_quote(torch_scalar_repr(s.mean, v.type, v, po)));
+      io.fields.emplace_back("std", py_json_quote(torch_scalar_repr(s.std, v.type, v, po)));
+      io.fields.emplace_back("min", py_json_quote(torch_scalar_repr(s.min, v.type, v, po)));
+      io.fields.emplace_back("max", py_json_quote(torch_scalar_repr(s.max, v.type, v, po)));
+    } else {
+      io.fields.emplace_back("mean", json_number(s.mean, false));
+      io.fields.emplace_back("std", json_number(s.std, false));
+      io.fields.emplace_back("min", json_number(s.min, size_of(v.type) <= 4));
+      io.fields.emplace_back("max", json_number(s.max, size_of(v.type) <= 4));
+    }
+  }
+  if (!opts.extras) return;
+  if (is_float(v.type)) {
+    io.fields.emplace_back("health", py_object({{"negative", std::to_string(h->negative)},
+                                                        {"zero", std::to_string(h->zero)},
+                                                        {"positive", std::to_string(h->positive)},
+                                                        {"neg_inf", std::to_string(h->neg_inf)},
+                                                        {"pos_inf", std::to_string(h->pos_inf)},
+                                                        {"nan", std::to_string(h->nan)}}));
+    const bool narrow = size_of(v.type) <= 4;
+    io.fields.emplace_back("abs_max", json_number(h->abs_max, narrow));
+    io.fields.emplace_back("abs_min_nonzero", json_number(h->abs_min_nonzero, narrow));
+    if (is_finite_bits(h->abs_max)) {
+      std::vector<std::pair<std::string, std::string>> hr;
+      static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
+      for (dtype t : targets) hr.emplace_back(name(t), json_number(headroom_bits(h->abs_max, t), false));
+      io.fields.emplace_back("headroom_bits", py_object(hr));
+    }
+    if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+  } else if (is_finite_bits(h->abs_max)) {
+    io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
+  }
+  if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
+    const content_hash ch =
+        h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
+    io.fields.emplace_back("hash", py_json_quote(to_hex(ch)));
+  }
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_TREE_TENSOR_HPP
