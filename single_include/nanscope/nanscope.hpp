@@ -4160,6 +4160,10 @@ struct pass_hook {
   void* (*begin)(void* ctx, std::uint64_t seg_begin, std::uint64_t seg_n) = nullptr;
   void (*chunk)(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) = nullptr;
   void (*end)(void* ctx, void* state) = nullptr;
+  /// Optional (segments.hpp): after chunk(), the kernel's raw output for the same chunk (o.first_nf is an index
+  /// within the chunk); chunk() may then be null. Must not throw.
+  void (*kernel_chunk)(void* ctx, void* state, const chunk_out& o, const void* raw, std::uint64_t first, std::size_t n,
+                       std::uint8_t isa_code) = nullptr;
 };
 
 struct pass_plan {
@@ -4576,7 +4580,12 @@ inline void run_segment(const pass_plan& plan, std::uint64_t begin, std::uint64_
         if (hs != nullptr)  // the raw bits, still in L1/L2
           hist_chunk(raw, m, static_cast<std::uint8_t>(plan.use), *hs, *hl);
       }
-      if (plan.hook != nullptr) plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+      if (plan.hook != nullptr) {
+        if (plan.hook->chunk != nullptr)
+          plan.hook->chunk(plan.hook->ctx, hook_state, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+        if (plan.hook->kernel_chunk != nullptr)
+          plan.hook->kernel_chunk(plan.hook->ctx, hook_state, o, raw, cb, m, static_cast<std::uint8_t>(plan.use));
+      }
     }
     if (plan.hash) {  // the rest of the chunk's raw bits, right after the kernel read them (still in L1/L2)
       if (hashed < m) {
@@ -11569,8 +11578,10 @@ NANSCOPE_NAMESPACE_END
 // warnings of a history (history.hpp) on the same recorder go to `nanscope_warnings` on their node and to the
 // root's `nanscope.warnings` (tree_warnings.hpp); a pass without warnings has neither key.
 //
-// Parts: tree_json.hpp (Python-compatible JSON text), tree_warnings.hpp (warning entries), this file (the model
-// of a pass, pruning, tensors and the atomic commit of the files).
+// Parts: tree_options.hpp (the options), tree_json.hpp (Python-compatible JSON text), tree_warnings.hpp (warning
+// entries), detail/tree_tensor.hpp (one tensor's keys), detail/tree_node.hpp (a node
+// and its JSON text), detail/tree_files.hpp (the pair of files and their
+// commit), this file (the listener, the model of a pass and pruning).
 //
 // Styles: torch_repr (byte-compatible strings: "torch.Size([2, 3])", "torch.float16", "tensor(1.2345e+00)",
 // value = the lines of print(tensor) in sci mode, linewidth 120) and numeric (shape as an array, statistics as
@@ -11889,6 +11900,63 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_TREE_LIMITS_HPP
 // ---- end nanscope/tree_limits.hpp ----
+// ---- begin nanscope/tree_options.hpp ----
+// nanscope — tree_options.hpp: the options of the layer-tree writer (tree.hpp): where, which style, which ranks.
+#ifndef NANSCOPE_TREE_OPTIONS_HPP
+#define NANSCOPE_TREE_OPTIONS_HPP
+
+// #include "config.hpp": inlined above
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+enum class tree_style : std::uint8_t {
+  torch_repr,  ///< HuggingFace's strings, byte for byte
+  numeric,     ///< plain JSON numbers (NaN/Inf as strings), nested arrays for values
+};
+enum class tree_ranks : std::uint8_t {
+  rank0_only,  ///< only rank 0 writes (the Python tool's behaviour)
+  every_rank,  ///< each rank writes its own files, "{Class}_rank{r}_debug_tree_*.json"
+};
+
+struct tree_options {
+  std::string directory = ".";  ///< created (with its parents) when missing
+  std::string class_name;       ///< root name; empty: the outermost scope's class name (else its name, else "Model")
+  tree_style style = tree_style::torch_repr;
+  bool prune_layers = true;   ///< keep only the first and last of a run of numbered layer blocks
+  bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
+  bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
+  bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
+  bool hash = false;          ///< with extras: each tensor's content hash under "hash" (hash.hpp; for nanscope-diff --bitwise)
+  tree_ranks ranks = tree_ranks::rank0_only;
+  int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
+  std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
+  std::uint64_t value_threshold = 1000;  ///< torch's print threshold: above it values are summarised
+  int edge_items = 3;                    ///< shown at each end of a summarised dimension (at least 1)
+  int line_width = 120;                  ///< HuggingFace's linewidth
+  int precision = 4;                     ///< digits after the point
+  std::function<void(std::string_view)> on_error;  ///< default: print to stderr
+
+  tree_options& in(std::string dir) { directory = std::move(dir); return *this; }
+  tree_options& with_style(tree_style s) { style = s; return *this; }
+  tree_options& with_pruning(bool on) { prune_layers = on; return *this; }
+  tree_options& with_rank(int r) { rank = r; return *this; }
+  tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
+  tree_options& with_extras(bool on) { extras = on; return *this; }
+  tree_options& with_hash(bool on = true) { hash = on; return *this; }
+  tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_TREE_OPTIONS_HPP
+// ---- end nanscope/tree_options.hpp ----
 // ---- begin nanscope/tree_warnings.hpp ----
 // nanscope — tree_warnings.hpp: an early warning (early_warning.hpp) as a layer-tree JSON entry, for the
 // "nanscope_warnings" key of a node and the "warnings" list of the root's "nanscope" object (docs/tree.md).
@@ -12473,84 +12541,28 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_DETAIL_TORCH_PRINT_HPP
 // ---- end nanscope/detail/torch_print.hpp ----
+// ---- begin nanscope/detail/tree_files.hpp ----
+// nanscope — detail/tree_files.hpp: the layer tree's pair of files (SUMMARY, FULL_TENSORS): streamed into
+// temporaries while a pass runs, then committed so that whenever both files exist they are of the same pass.
+#ifndef NANSCOPE_DETAIL_TREE_FILES_HPP
+#define NANSCOPE_DETAIL_TREE_FILES_HPP
+
+// #include "../config.hpp": inlined above
+// #include "../tree_json.hpp": inlined above
+// #include "atomic_file.hpp": inlined above
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <deque>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
-#include <thread>
-#include <utility>
 #include <vector>
 
-#include <sys/stat.h>
+#include <unistd.h>
 
 NANSCOPE_NAMESPACE_BEGIN
-
-enum class tree_style : std::uint8_t {
-  torch_repr,  ///< HuggingFace's strings, byte for byte
-  numeric,     ///< plain JSON numbers (NaN/Inf as strings), nested arrays for values
-};
-enum class tree_ranks : std::uint8_t {
-  rank0_only,  ///< only rank 0 writes (the Python tool's behaviour)
-  every_rank,  ///< each rank writes its own files, "{Class}_rank{r}_debug_tree_*.json"
-};
-
-struct tree_options {
-  std::string directory = ".";  ///< created (with its parents) when missing
-  std::string class_name;       ///< root name; empty: the outermost scope's class name (else its name, else "Model")
-  tree_style style = tree_style::torch_repr;
-  bool prune_layers = true;   ///< keep only the first and last of a run of numbered layer blocks
-  bool write_summary = true;  ///< {Class}_debug_tree_SUMMARY.json
-  bool write_full = true;     ///< {Class}_debug_tree_FULL_TENSORS.json (with `value`)
-  bool extras = true;         ///< nanscope's keys (health counts, abs_max, headroom, step, rank, source)
-  bool hash = false;          ///< with extras: each tensor's content hash under "hash" (hash.hpp; for nanscope-diff --bitwise)
-  tree_ranks ranks = tree_ranks::rank0_only;
-  int rank = -1;              ///< -1: from the environment (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK), else 0
-  std::vector<std::uint64_t> steps;  ///< write the passes of these steps only (empty: every pass, each overwriting)
-  std::uint64_t value_threshold = 1000;  ///< torch's print threshold: above it values are summarised
-  int edge_items = 3;                    ///< shown at each end of a summarised dimension (at least 1)
-  int line_width = 120;                  ///< HuggingFace's linewidth
-  int precision = 4;                     ///< digits after the point
-  std::function<void(std::string_view)> on_error;  ///< default: print to stderr
-
-  tree_options& in(std::string dir) { directory = std::move(dir); return *this; }
-  tree_options& with_style(tree_style s) { style = s; return *this; }
-  tree_options& with_pruning(bool on) { prune_layers = on; return *this; }
-  tree_options& with_rank(int r) { rank = r; return *this; }
-  tree_options& with_ranks(tree_ranks r) { ranks = r; return *this; }
-  tree_options& with_extras(bool on) { extras = on; return *this; }
-  tree_options& with_hash(bool on = true) { hash = on; return *this; }
-  tree_options& named(std::string cls) { class_name = std::move(cls); return *this; }
-};
-
 namespace detail {
-
-/// Throws nanscope::error("nanscope: tree_writer: <problem>").
-[[noreturn]] inline void tree_fail(const std::string& problem) {
-  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: tree_writer: " + problem));
-#if !NANSCOPE_IMPL_EXCEPTIONS
-  std::abort();
-#endif
-}
-
-/// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
-inline int env_rank() {
-  const char* var = nullptr;
-  const char* value = nullptr;
-  const int r = parse_env_rank(&var, &value);
-  if (r == -2)
-    tree_fail(std::string("environment variable ") + var + "='" + value + "' is not a rank (a non-negative integer)");
-  return r;
-}
 
 /// Serialises the commit of SUMMARY/FULL_TENSORS pairs within the process (two writers into one directory never
 /// interleave their renames).
@@ -12565,6 +12577,286 @@ inline std::atomic<void (*)(int)>& tree_commit_probe() {
   static std::atomic<void (*)(int)> probe{nullptr};
   return probe;
 }
+
+/// One writer's pair of files. open() starts a pass (temporaries beside the targets), write() appends the text a
+/// pass produced so far, commit() puts the pair in place, discard() drops the pass (the previous files stay).
+/// Not thread-safe: the tree writer calls it under its own lock.
+class tree_file_pair {
+ public:
+  /// Starts a pass: `base` is "<directory>/<Class>[_rank<r>]_debug_tree_"; each file is created when asked for.
+  /// The first pass under a base removes the temporaries that writers killed midway left there (dead processes
+  /// only).
+  void open(const std::string& directory, const std::string& base, bool summary, bool full) {
+    summary_path_ = summary ? base + "SUMMARY.json" : std::string();
+    full_path_ = full ? base + "FULL_TENSORS.json" : std::string();
+    if (cleaned_base_ != base) {
+      std::vector<std::string> names;
+      for (const std::string* p : {&summary_path_, &full_path_})
+        if (!p->empty()) names.push_back(p->substr(p->rfind('/') + 1));
+      remove_stale_temporaries(directory, names);
+      cleaned_base_ = base;
+    }
+    summary_file_.reset();
+    full_file_.reset();
+    if (summary) summary_file_ = std::make_unique<atomic_file>(summary_path_);
+    if (full) full_file_ = std::make_unique<atomic_file>(full_path_);
+    pass_summary_bytes_ = pass_full_bytes_ = 0;
+  }
+
+  /// Appends what `text` holds to the pass's files and empties it.
+  void write(tree_text& text) {
+    if (summary_file_) summary_file_->write(text.summary.data(), text.summary.size());
+    if (full_file_) full_file_->write(text.full.data(), text.full.size());
+    pass_summary_bytes_ += text.summary.size();
+    pass_full_bytes_ += text.full.size();
+    text.clear();
+  }
+
+  /// Commits the pass's files. With both files: the old SUMMARY is removed first, then FULL_TENSORS and then
+  /// SUMMARY are renamed into place (each fsynced). Whatever moment the process dies at, the directory holds the
+  /// old pair, the old FULL_TENSORS alone, the new FULL_TENSORS alone, or the new pair: whenever both files
+  /// exist they are of the same pass. SUMMARY is the commit mark of a pair.
+  void commit() {
+    auto probe = [](int stage) {
+      if (auto p = tree_commit_probe().load(std::memory_order_acquire)) p(stage);
+    };
+    {
+      std::lock_guard<std::mutex> commit_lock(tree_commit_mutex());
+      if (summary_file_ && full_file_) {
+        if (::unlink(summary_path_.c_str()) != 0 && errno != ENOENT)
+          file_fail(summary_path_, errno_text("cannot remove the previous pass's file", errno));
+        fsync_directory(directory_of(summary_path_), summary_path_);
+        probe(1);
+      }
+      if (full_file_) full_file_->commit();
+      probe(2);
+      if (summary_file_) summary_file_->commit();
+      probe(3);
+    }
+    summary_file_.reset();
+    full_file_.reset();
+    summary_bytes_ += pass_summary_bytes_;
+    full_bytes_ += pass_full_bytes_;
+    ++written_;
+  }
+
+  /// Drops the pass: its temporaries are removed, the previous files stay.
+  void discard() noexcept {
+    summary_file_.reset();
+    full_file_.reset();
+  }
+
+  const std::string& summary_path() const { return summary_path_; }  ///< the last pass's ("" before the first)
+  const std::string& full_path() const { return full_path_; }
+  std::uint64_t summary_bytes() const { return summary_bytes_; }  ///< committed passes only
+  std::uint64_t full_bytes() const { return full_bytes_; }
+  std::uint64_t written() const { return written_; }  ///< passes committed
+
+ private:
+  std::unique_ptr<atomic_file> summary_file_, full_file_;
+  std::string summary_path_, full_path_, cleaned_base_;
+  std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;
+  std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
+  std::uint64_t written_ = 0;
+};
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_TREE_FILES_HPP
+// ---- end nanscope/detail/tree_files.hpp ----
+// ---- begin nanscope/detail/tree_node.hpp ----
+// nanscope — detail/tree_node.hpp: one node of the layer tree while its pass runs, and the JSON text of its
+// inputs, outputs and own keys (the order and spacing of HuggingFace's json.dump with indent=2).
+#ifndef NANSCOPE_DETAIL_TREE_NODE_HPP
+#define NANSCOPE_DETAIL_TREE_NODE_HPP
+
+// #include "../config.hpp": inlined above
+// #include "../frame.hpp": inlined above
+// #include "../tree_json.hpp": inlined above
+// #include "../tree_warnings.hpp": inlined above
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+/// A closed child that layer pruning may still drop (the latest layer block of a run, and what followed it).
+struct tree_piece {
+  tree_text text;
+  bool layer;
+  bool keep;  ///< with extras: holds evidence, so pruning never drops it
+};
+/// A node of the pass while it is open: what its JSON needs once it closes, and how pruning sees it.
+struct tree_node {
+  std::uint64_t serial = 0;   ///< the frame's (frame::serial)
+  std::string module_path;    ///< the frame's
+  std::string path;
+  int depth = 0;
+  bool numbered = false;
+  std::string number;
+  bool buffered = false;  ///< writes into `own` (pruning may drop it) instead of its parent's stream
+  int out = -1;           ///< index of the node whose `own` receives this node's text; -1: the files
+  tree_text own;
+  bool header_done = false;
+  bool has_children = false;
+  bool child_has_number = false;
+  int emitted = 0;      ///< children written into this node's "children" array
+  int layer_blocks = 0; ///< layer-block children seen
+  std::vector<tree_piece> pending;  ///< after the 2nd layer block: the latest block and what followed it
+  std::vector<tree_io> args, kwargs, outputs, params;
+  std::vector<std::string> warnings;  ///< early warnings about this node's tensors (JSON fragments, level 0)
+  source_location where;
+  std::string checkpoint;     ///< a checkpoint node: its text ("nanscope_checkpoint"); empty for a module
+  std::string last_child;     ///< the path of the last module child closed so far
+  std::string detection;      ///< "nanscope_detection" (a JSON object, level 0), when the recorder detected here
+  bool evidence = false;      ///< this node or one below holds a NaN/Inf, a warning or the detection (kept by pruning)
+};
+
+/// The kwargs object. HF's SUMMARY is FULL_TENSORS with every "value" key removed from the objects under
+/// inputs and outputs (its strip_values), so a kwarg named "value" (an attention module's) is not in the
+/// SUMMARY file, and its object is left as {} when it was the only one.
+inline void write_named(tree_text& w, const std::vector<tree_io>& items, int level) {
+  for (const bool full : {false, true}) {
+    if (!(full ? w.with_full : w.with_summary)) continue;
+    std::string& out = full ? w.full : w.summary;
+    out += '{';
+    std::size_t shown = 0;
+    for (const auto& item : items) {
+      if (!full && item.name == "value") continue;
+      if (shown++ != 0) out += ',';
+      out += indent(level + 1);
+      out += py_json_quote(item.name);
+      out += ": ";
+      item.render(out, level + 1, full);
+    }
+    if (shown != 0) out += indent(level);
+    out += '}';
+  }
+}
+
+inline void write_node_inputs(tree_text& w, const tree_node& n, int k) {
+  const bool root = n.depth == 0;
+  const bool has_args = !n.args.empty() || root;
+  const bool has_kwargs = !n.kwargs.empty() || root;
+  if (!has_args && !has_kwargs) {
+    w.add("{}");
+    return;
+  }
+  w.add("{");
+  if (has_args) {
+    w.add(indent(k + 1));
+    w.add("\"args\": ");
+    if (n.args.empty()) {
+      w.add("[]");
+    } else {
+      w.add("[");
+      for (std::size_t i = 0; i < n.args.size(); ++i) {
+        if (i) w.add(",");
+        w.add(indent(k + 2));
+        w.add_io(n.args[i], k + 2);
+      }
+      w.add(indent(k + 1));
+      w.add("]");
+    }
+    if (has_kwargs) w.add(",");
+  }
+  if (has_kwargs) {
+    w.add(indent(k + 1));
+    w.add("\"kwargs\": ");
+    write_named(w, n.kwargs, k + 1);
+  }
+  w.add(indent(k));
+  w.add("}");
+}
+
+inline void write_node_outputs(tree_text& w, const tree_node& n, int k) {
+  // a single "output" → the tensor; output[i] → a list by index (gaps as null)
+  if (n.outputs.size() == 1 && n.outputs[0].name == "output") {
+    w.add_io(n.outputs[0], k);
+    return;
+  }
+  std::vector<const tree_io*> slots;
+  for (const auto& o : n.outputs) {
+    std::size_t i = slots.size();
+    if (o.name.size() > 8 && o.name.compare(0, 7, "output[") == 0) i = std::strtoul(o.name.c_str() + 7, nullptr, 10);
+    if (i > slots.size() + 4096) i = slots.size();  // a absurd index: append
+    if (i >= slots.size()) slots.resize(i + 1, nullptr);
+    slots[i] = &o;
+  }
+  w.add("[");
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (i) w.add(",");
+    w.add(indent(k + 1));
+    if (slots[i]) w.add_io(*slots[i], k + 1);
+    else w.add("null");
+  }
+  w.add(indent(k));
+  w.add("]");
+}
+
+/// A node's own keys after its inputs, children and outputs (extras): parameters, source, warnings, the detection.
+inline void write_node_keys(tree_text& w, const tree_node& n, int k) {
+  if (!n.params.empty()) {
+    w.add(",");
+    w.add(indent(k));
+    w.add("\"parameters\": ");
+    write_named(w, n.params, k);
+  }
+  if (n.where.file != nullptr && n.where.file[0] != '\0') {
+    w.add(",");
+    w.add(indent(k));
+    w.add("\"source\": ");
+    w.add(py_json_quote(std::string(n.where.file) + ":" + std::to_string(n.where.line)));
+  }
+  if (!n.warnings.empty()) {
+    std::string s;
+    append_warning_list(s, "nanscope_warnings", n.warnings, k);
+    w.add(s);
+  }
+  if (!n.detection.empty()) {
+    w.add(",");
+    w.add(indent(k));
+    std::string s = "\"nanscope_detection\": ";
+    append_at(s, n.detection, k);
+    w.add(s);
+  }
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_TREE_NODE_HPP
+// ---- end nanscope/detail/tree_node.hpp ----
+// ---- begin nanscope/detail/tree_tensor.hpp ----
+// nanscope — detail/tree_tensor.hpp: one tensor of the layer tree as JSON text: shape, dtype, value, torch's
+// statistics and, with extras, nanscope's health keys (the writer's model of a pass is tree.hpp's).
+#ifndef NANSCOPE_DETAIL_TREE_TENSOR_HPP
+#define NANSCOPE_DETAIL_TREE_TENSOR_HPP
+
+// #include "../config.hpp": inlined above
+// #include "../check.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+// #include "../hash.hpp": inlined above
+// #include "../health.hpp": inlined above
+// #include "../frame.hpp": inlined above
+// #include "../margins.hpp": inlined above
+// #include "../tree_json.hpp": inlined above
+// #include "../tree_options.hpp": inlined above
+// #include "../view.hpp": inlined above
+// #include "torch_print.hpp": inlined above
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
 
 /// The Python tool's address sanitiser: "object at 0x<hex>" becomes "object at 0xXXXXXXXX".
 inline std::string sanitize_addresses(std::string_view s) {
@@ -12587,6 +12879,175 @@ inline std::string sanitize_addresses(std::string_view s) {
   }
   out.append(s.substr(i));
   return out;
+}
+
+/// Nested arrays of the values torch would show ("..." where it summarises).
+inline std::string tree_numeric_value(const tensor_view& v, const torch_print_options& po) {
+  const element_reader rd(v);
+  const bool summarize = v.numel() > po.threshold;
+  const bool as_float = size_of(v.type) <= 4;
+  auto one = [&](std::int64_t off) -> std::string {
+    if (v.type == dtype::boolean) return rd.bits(off) != 0 ? "true" : "false";
+    if (!is_float(v.type)) return rd.as_int_text(off);
+    return json_number(rd.as_double(off), as_float);
+  };
+  if (v.rank == 0) return one(0);
+  struct rec_t {
+    const tensor_view& v;
+    const torch_print_options& po;
+    bool summarize;
+    decltype(one)& f;
+    std::string run(int d, std::int64_t off) {
+      std::vector<std::string> items;
+      for (std::int64_t i : torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
+        if (i < 0) {
+          items.emplace_back("\"...\"");
+          continue;
+        }
+        const std::int64_t o = off + i * v.strides[d];
+        items.push_back(d + 1 == v.rank ? f(o) : run(d + 1, o));
+      }
+      return py_array(items);
+    }
+  } r{v, po, summarize, one};
+  return r.run(0, 0);
+}
+
+inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
+  io.is_tensor = true;
+  const tensor_view& v = rec.view;
+  const bool torch = opts.style == tree_style::torch_repr;
+  torch_print_options po;
+  po.threshold = opts.value_threshold;
+  po.edge_items = opts.edge_items < 1 ? 1 : opts.edge_items;  // torch's edgeitems=0 mode is not reproduced
+  po.line_width = opts.line_width;
+  po.precision = opts.precision;
+  const health_result* h = &rec.health;
+  health_result own;
+  const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
+                                              v.space == memory_space::cuda_managed);
+  const bool want_hash = opts.hash && opts.extras && readable;
+  if (is_float(v.type) && h->mode != check_mode::stats && readable) {
+    own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
+    h = &own;
+  }
+  if (torch) {
+    io.shape = py_json_quote(torch_size_repr(v));
+    io.type = py_json_quote(info(v.type).torch_name);
+  } else {
+    std::vector<std::string> dims;
+    for (int i = 0; i < v.rank; ++i) dims.push_back(std::to_string(v.shape[i]));
+    io.shape = py_array(dims);
+    io.type = py_json_quote(info(v.type).torch_name);
+  }
+  if (opts.write_full && readable) {
+    if (torch) {
+      const std::string text = torch_tensor_repr(v, po);
+      std::vector<std::string> lines;
+      std::size_t b = 0;
+      while (true) {
+        const std::size_t e = text.find('\n', b);
+        lines.push_back(py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
+        if (e == std::string::npos) break;
+        b = e + 1;
+      }
+      io.value = py_array(lines);
+    } else {
+      io.value = tree_numeric_value(v, po);
+    }
+  }
+  const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
+  if (is_float(v.type) && (torch ? hf_stats : true)) {
+    torch_stats s = torch_stats_of(*h, torch);
+    if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
+      s.mean = rec.reference.mean;
+      s.std = rec.reference.std;
+    }
+    if (torch) {
+      io.fields.emplace_back("mean", py_json_quote(torch_scalar_repr(s.mean, v.type, v, po)));
+      io.fields.emplace_back("std", py_json_quote(torch_scalar_repr(s.std, v.type, v, po)));
+      io.fields.emplace_back("min", py_json_quote(torch_scalar_repr(s.min, v.type, v, po)));
+      io.fields.emplace_back("max", py_json_quote(torch_scalar_repr(s.max, v.type, v, po)));
+    } else {
+      io.fields.emplace_back("mean", json_number(s.mean, false));
+      io.fields.emplace_back("std", json_number(s.std, false));
+      io.fields.emplace_back("min", json_number(s.min, size_of(v.type) <= 4));
+      io.fields.emplace_back("max", json_number(s.max, size_of(v.type) <= 4));
+    }
+  }
+  if (!opts.extras) return;
+  if (is_float(v.type)) {
+    io.fields.emplace_back("health", py_object({{"negative", std::to_string(h->negative)},
+                                                        {"zero", std::to_string(h->zero)},
+                                                        {"positive", std::to_string(h->positive)},
+                                                        {"neg_inf", std::to_string(h->neg_inf)},
+                                                        {"pos_inf", std::to_string(h->pos_inf)},
+                                                        {"nan", std::to_string(h->nan)}}));
+    const bool narrow = size_of(v.type) <= 4;
+    io.fields.emplace_back("abs_max", json_number(h->abs_max, narrow));
+    io.fields.emplace_back("abs_min_nonzero", json_number(h->abs_min_nonzero, narrow));
+    if (is_finite_bits(h->abs_max)) {
+      std::vector<std::pair<std::string, std::string>> hr;
+      static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
+      for (dtype t : targets) hr.emplace_back(name(t), json_number(headroom_bits(h->abs_max, t), false));
+      io.fields.emplace_back("headroom_bits", py_object(hr));
+    }
+    if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+  } else if (is_finite_bits(h->abs_max)) {
+    io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
+  }
+  if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
+    const content_hash ch =
+        h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
+    io.fields.emplace_back("hash", py_json_quote(to_hex(ch)));
+  }
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_TREE_TENSOR_HPP
+// ---- end nanscope/detail/tree_tensor.hpp ----
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+
+/// Throws nanscope::error("nanscope: tree_writer: <problem>").
+[[noreturn]] inline void tree_fail(const std::string& problem) {
+  NANSCOPE_IMPL_THROW(::nanscope::error("nanscope: tree_writer: " + problem));
+#if !NANSCOPE_IMPL_EXCEPTIONS
+  std::abort();
+#endif
+}
+
+/// The process's rank from the usual launcher variables, or -1 when none is set. Throws for a malformed value.
+inline int env_rank() {
+  const char* var = nullptr;
+  const char* value = nullptr;
+  const int r = parse_env_rank(&var, &value);
+  if (r == -2)
+    tree_fail(std::string("environment variable ") + var + "='" + value + "' is not a rank (a non-negative integer)");
+  return r;
 }
 
 /// Python's `(.*)\.(\d+)$` matched against a module path: the digits after the last '.', when the path ends
@@ -12634,25 +13095,25 @@ class tree_writer final : public scope_listener {
   /// Trees written completely so far.
   std::uint64_t trees_written() const {
     std::lock_guard<std::mutex> lk(m_);
-    return written_;
+    return files_.written();
   }
   /// Bytes of JSON written to the SUMMARY / FULL_TENSORS files so far (all passes).
   std::uint64_t summary_bytes() const {
     std::lock_guard<std::mutex> lk(m_);
-    return summary_bytes_;
+    return files_.summary_bytes();
   }
   std::uint64_t full_bytes() const {
     std::lock_guard<std::mutex> lk(m_);
-    return full_bytes_;
+    return files_.full_bytes();
   }
   /// Paths of the last pass's files ("" before the first pass).
   std::string summary_path() const {
     std::lock_guard<std::mutex> lk(m_);
-    return summary_path_;
+    return files_.summary_path();
   }
   std::string full_path() const {
     std::lock_guard<std::mutex> lk(m_);
-    return full_path_;
+    return files_.full_path();
   }
   /// The last error reported (empty if none).
   std::string last_error() const {
@@ -12762,35 +13223,8 @@ class tree_writer final : public scope_listener {
   }
 
  private:
-  struct piece {
-    detail::tree_text text;
-    bool layer;
-    bool keep;  ///< with extras: holds evidence, so pruning never drops it
-  };
-  struct node {
-    std::uint64_t serial = 0;   ///< the frame's (frame::serial)
-    std::string module_path;    ///< the frame's
-    std::string path;
-    int depth = 0;
-    bool numbered = false;
-    std::string number;
-    bool buffered = false;  ///< writes into `own` (pruning may drop it) instead of its parent's stream
-    int out = -1;           ///< index of the node whose `own` receives this node's text; -1: the files
-    detail::tree_text own;
-    bool header_done = false;
-    bool has_children = false;
-    bool child_has_number = false;
-    int emitted = 0;      ///< children written into this node's "children" array
-    int layer_blocks = 0; ///< layer-block children seen
-    std::vector<piece> pending;  ///< after the 2nd layer block: the latest block and what followed it
-    std::vector<detail::tree_io> args, kwargs, outputs, params;
-    std::vector<std::string> warnings;  ///< early warnings about this node's tensors (JSON fragments, level 0)
-    source_location where;
-    std::string checkpoint;     ///< a checkpoint node: its text ("nanscope_checkpoint"); empty for a module
-    std::string last_child;     ///< the path of the last module child closed so far
-    std::string detection;      ///< "nanscope_detection" (a JSON object, level 0), when the recorder detected here
-    bool evidence = false;      ///< this node or one below holds a NaN/Inf, a warning or the detection (kept by pruning)
-  };
+  using piece = detail::tree_piece;
+  using node = detail::tree_node;
 
   /// A listener hook: fn under the lock (an exception abandons the pass); the error texts it left are handed
   /// to on_error after the lock is released, so that on_error may call the writer (last_error(), ...).
@@ -12847,8 +13281,7 @@ class tree_writer final : public scope_listener {
     root_.clear();
     pass_warnings_.clear();
     detection_.clear();
-    summary_file_.reset();
-    full_file_.reset();
+    files_.discard();
     in_pass_ = false;
   }
 
@@ -12870,19 +13303,8 @@ class tree_writer final : public scope_listener {
     const std::string base = opts_.directory + "/" + detail::file_safe(class_name_) +
                              (opts_.ranks == tree_ranks::every_rank ? "_rank" + std::to_string(rank_) : std::string()) +
                              "_debug_tree_";
-    summary_path_ = opts_.write_summary ? base + "SUMMARY.json" : std::string();
-    full_path_ = opts_.write_full ? base + "FULL_TENSORS.json" : std::string();
-    if (cleaned_base_ != base) {
-      // temporaries of this writer's files left by writers killed midway (dead processes only)
-      std::vector<std::string> names;
-      for (const std::string* p : {&summary_path_, &full_path_})
-        if (!p->empty()) names.push_back(p->substr(p->rfind('/') + 1));
-      detail::remove_stale_temporaries(opts_.directory, names);
-      cleaned_base_ = base;
-    }
+    files_.open(opts_.directory, base, opts_.write_summary, opts_.write_full);
     ++pass_;
-    if (opts_.write_summary) summary_file_ = std::make_unique<detail::atomic_file>(summary_path_);
-    if (opts_.write_full) full_file_ = std::make_unique<detail::atomic_file>(full_path_);
     in_pass_ = true;
     thread_ = std::this_thread::get_id();
     root_.clear();
@@ -12891,7 +13313,6 @@ class tree_writer final : public scope_listener {
     ended_by_detection_ = false;
     root_.with_summary = opts_.write_summary;
     root_.with_full = opts_.write_full;
-    pass_summary_bytes_ = pass_full_bytes_ = 0;
     node r;
     r.serial = f.serial;
     r.module_path = f.module_path;
@@ -12980,90 +13401,8 @@ class tree_writer final : public scope_listener {
     head += detail::indent(k);
     head += "\"inputs\": ";
     w.add(head);
-    write_inputs(w, n, k);
+    detail::write_node_inputs(w, n, k);
     maybe_flush();
-  }
-
-  void write_inputs(detail::tree_text& w, const node& n, int k) {
-    const bool root = n.depth == 0;
-    const bool has_args = !n.args.empty() || root;
-    const bool has_kwargs = !n.kwargs.empty() || root;
-    if (!has_args && !has_kwargs) {
-      w.add("{}");
-      return;
-    }
-    w.add("{");
-    if (has_args) {
-      w.add(detail::indent(k + 1));
-      w.add("\"args\": ");
-      if (n.args.empty()) {
-        w.add("[]");
-      } else {
-        w.add("[");
-        for (std::size_t i = 0; i < n.args.size(); ++i) {
-          if (i) w.add(",");
-          w.add(detail::indent(k + 2));
-          w.add_io(n.args[i], k + 2);
-        }
-        w.add(detail::indent(k + 1));
-        w.add("]");
-      }
-      if (has_kwargs) w.add(",");
-    }
-    if (has_kwargs) {
-      w.add(detail::indent(k + 1));
-      w.add("\"kwargs\": ");
-      write_named(w, n.kwargs, k + 1);
-    }
-    w.add(detail::indent(k));
-    w.add("}");
-  }
-
-  /// The kwargs object. HF's SUMMARY is FULL_TENSORS with every "value" key removed from the objects under
-  /// inputs and outputs (its strip_values), so a kwarg named "value" (an attention module's) is not in the
-  /// SUMMARY file, and its object is left as {} when it was the only one.
-  static void write_named(detail::tree_text& w, const std::vector<detail::tree_io>& items, int level) {
-    for (const bool full : {false, true}) {
-      if (!(full ? w.with_full : w.with_summary)) continue;
-      std::string& out = full ? w.full : w.summary;
-      out += '{';
-      std::size_t shown = 0;
-      for (const auto& item : items) {
-        if (!full && item.name == "value") continue;
-        if (shown++ != 0) out += ',';
-        out += detail::indent(level + 1);
-        out += detail::py_json_quote(item.name);
-        out += ": ";
-        item.render(out, level + 1, full);
-      }
-      if (shown != 0) out += detail::indent(level);
-      out += '}';
-    }
-  }
-
-  void write_outputs(detail::tree_text& w, const node& n, int k) {
-    // a single "output" → the tensor; output[i] → a list by index (gaps as null)
-    if (n.outputs.size() == 1 && n.outputs[0].name == "output") {
-      w.add_io(n.outputs[0], k);
-      return;
-    }
-    std::vector<const detail::tree_io*> slots;
-    for (const auto& o : n.outputs) {
-      std::size_t i = slots.size();
-      if (o.name.size() > 8 && o.name.compare(0, 7, "output[") == 0) i = std::strtoul(o.name.c_str() + 7, nullptr, 10);
-      if (i > slots.size() + 4096) i = slots.size();  // a absurd index: append
-      if (i >= slots.size()) slots.resize(i + 1, nullptr);
-      slots[i] = &o;
-    }
-    w.add("[");
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      if (i) w.add(",");
-      w.add(detail::indent(k + 1));
-      if (slots[i]) w.add_io(*slots[i], k + 1);
-      else w.add("null");
-    }
-    w.add(detail::indent(k));
-    w.add("]");
   }
 
   void close_node() {
@@ -13087,7 +13426,7 @@ class tree_writer final : public scope_listener {
         w.add(",");
         w.add(detail::indent(k));
         w.add("\"outputs\": ");
-        write_outputs(w, n, k);
+        detail::write_node_outputs(w, n, k);
       }
     } else if (leaf) {
       // the root drops a missing output (Python: falsy keys removed); other leaves write null
@@ -13096,7 +13435,7 @@ class tree_writer final : public scope_listener {
         w.add(detail::indent(k));
         w.add("\"outputs\": ");
         if (n.outputs.empty()) w.add("null");
-        else write_outputs(w, n, k);
+        else detail::write_node_outputs(w, n, k);
       }
     }
     if (opts_.extras) write_node_extras(w, n, k, root);
@@ -13127,7 +13466,7 @@ class tree_writer final : public scope_listener {
     n.where = rec.where.file != nullptr && rec.where.file[0] != '\0' ? rec.where : f.where;
     detail::tree_io io;
     io.name = "output";
-    describe(io, rec);
+    detail::describe_tree_tensor(io, rec, opts_);
     n.outputs.push_back(std::move(io));
     if (rec.health.has_nonfinite()) n.evidence = true;
     close_node();
@@ -13169,30 +13508,7 @@ class tree_writer final : public scope_listener {
   }
 
   void write_node_extras(detail::tree_text& w, const node& n, int k, bool root) {
-    if (!n.params.empty()) {
-      w.add(",");
-      w.add(detail::indent(k));
-      w.add("\"parameters\": ");
-      write_named(w, n.params, k);
-    }
-    if (n.where.file != nullptr && n.where.file[0] != '\0') {
-      w.add(",");
-      w.add(detail::indent(k));
-      w.add("\"source\": ");
-      w.add(detail::py_json_quote(std::string(n.where.file) + ":" + std::to_string(n.where.line)));
-    }
-    if (!n.warnings.empty()) {
-      std::string s;
-      detail::append_warning_list(s, "nanscope_warnings", n.warnings, k);
-      w.add(s);
-    }
-    if (!n.detection.empty()) {
-      w.add(",");
-      w.add(detail::indent(k));
-      std::string s = "\"nanscope_detection\": ";
-      detail::append_at(s, n.detection, k);
-      w.add(s);
-    }
+    detail::write_node_keys(w, n, k);
     if (root) {
       w.add(",");
       w.add(detail::indent(k));
@@ -13256,40 +13572,13 @@ class tree_writer final : public scope_listener {
   void maybe_flush(bool force = false) {
     constexpr std::size_t chunk = std::size_t{1} << 20;
     if (!force && root_.summary.size() < chunk && root_.full.size() < chunk) return;
-    if (summary_file_) summary_file_->write(root_.summary.data(), root_.summary.size());
-    if (full_file_) full_file_->write(root_.full.data(), root_.full.size());
-    pass_summary_bytes_ += root_.summary.size();
-    pass_full_bytes_ += root_.full.size();
-    root_.clear();
+    files_.write(root_);
   }
 
-  /// Commits the pass's files. With both files: the old SUMMARY is removed first, then FULL_TENSORS and then
-  /// SUMMARY are renamed into place (each fsynced). Whatever moment the process dies at, the directory holds the
-  /// old pair, the old FULL_TENSORS alone, the new FULL_TENSORS alone, or the new pair: whenever both files
-  /// exist they are of the same pass. SUMMARY is the commit mark of a pair.
+  /// Commits the pass's files (detail::tree_file_pair::commit: crash-consistent as a pair).
   void end_pass() {
     maybe_flush(true);
-    auto probe = [](int stage) {
-      if (auto p = detail::tree_commit_probe().load(std::memory_order_acquire)) p(stage);
-    };
-    {
-      std::lock_guard<std::mutex> commit_lock(detail::tree_commit_mutex());
-      if (summary_file_ && full_file_) {
-        if (::unlink(summary_path_.c_str()) != 0 && errno != ENOENT)
-          detail::file_fail(summary_path_, detail::errno_text("cannot remove the previous pass's file", errno));
-        detail::fsync_directory(detail::directory_of(summary_path_), summary_path_);
-        probe(1);
-      }
-      if (full_file_) full_file_->commit();
-      probe(2);
-      if (summary_file_) summary_file_->commit();
-      probe(3);
-    }
-    summary_file_.reset();
-    full_file_.reset();
-    summary_bytes_ += pass_summary_bytes_;
-    full_bytes_ += pass_full_bytes_;
-    ++written_;
+    files_.commit();
     nodes_.clear();
     in_pass_ = false;
   }
@@ -13304,7 +13593,7 @@ class tree_writer final : public scope_listener {
       io.is_tensor = false;
       io.text = detail::py_json_quote(detail::sanitize_addresses(rec.repr.empty() ? std::string("None") : rec.repr));
     } else {
-      describe(io, rec);
+      detail::describe_tree_tensor(io, rec, opts_);
     }
     switch (rec.role) {
       case tensor_role::input:
@@ -13319,133 +13608,10 @@ class tree_writer final : public scope_listener {
     }
   }
 
-  void describe(detail::tree_io& io, const tensor_record& rec) {
-    io.is_tensor = true;
-    const tensor_view& v = rec.view;
-    const bool torch = opts_.style == tree_style::torch_repr;
-    detail::torch_print_options po;
-    po.threshold = opts_.value_threshold;
-    po.edge_items = opts_.edge_items < 1 ? 1 : opts_.edge_items;  // torch's edgeitems=0 mode is not reproduced
-    po.line_width = opts_.line_width;
-    po.precision = opts_.precision;
-    const health_result* h = &rec.health;
-    health_result own;
-    const bool readable = v.data != nullptr && (v.space == memory_space::host || v.space == memory_space::cuda_pinned ||
-                                                v.space == memory_space::cuda_managed);
-    const bool want_hash = opts_.hash && opts_.extras && readable;
-    if (is_float(v.type) && h->mode != check_mode::stats && readable) {
-      own = (check)(v, check_options{}.with_mode(check_mode::stats).with_hash(want_hash));
-      h = &own;
-    }
-    if (torch) {
-      io.shape = detail::py_json_quote(detail::torch_size_repr(v));
-      io.type = detail::py_json_quote(info(v.type).torch_name);
-    } else {
-      std::vector<std::string> dims;
-      for (int i = 0; i < v.rank; ++i) dims.push_back(std::to_string(v.shape[i]));
-      io.shape = detail::py_array(dims);
-      io.type = detail::py_json_quote(info(v.type).torch_name);
-    }
-    if (opts_.write_full && readable) {
-      if (torch) {
-        const std::string text = detail::torch_tensor_repr(v, po);
-        std::vector<std::string> lines;
-        std::size_t b = 0;
-        while (true) {
-          const std::size_t e = text.find('\n', b);
-          lines.push_back(detail::py_json_quote(text.substr(b, e == std::string::npos ? std::string::npos : e - b)));
-          if (e == std::string::npos) break;
-          b = e + 1;
-        }
-        io.value = detail::py_array(lines);
-      } else {
-        io.value = numeric_value(v, po);
-      }
-    }
-    const bool hf_stats = v.type == dtype::f16 || v.type == dtype::f32 || v.type == dtype::bf16;
-    if (is_float(v.type) && (torch ? hf_stats : true)) {
-      detail::torch_stats s = detail::torch_stats_of(*h, torch);
-      if (rec.reference.known) {  // the framework's own reduction (LibTorch adapter): its digits, not ours
-        s.mean = rec.reference.mean;
-        s.std = rec.reference.std;
-      }
-      if (torch) {
-        io.fields.emplace_back("mean", detail::py_json_quote(detail::torch_scalar_repr(s.mean, v.type, v, po)));
-        io.fields.emplace_back("std", detail::py_json_quote(detail::torch_scalar_repr(s.std, v.type, v, po)));
-        io.fields.emplace_back("min", detail::py_json_quote(detail::torch_scalar_repr(s.min, v.type, v, po)));
-        io.fields.emplace_back("max", detail::py_json_quote(detail::torch_scalar_repr(s.max, v.type, v, po)));
-      } else {
-        io.fields.emplace_back("mean", detail::json_number(s.mean, false));
-        io.fields.emplace_back("std", detail::json_number(s.std, false));
-        io.fields.emplace_back("min", detail::json_number(s.min, size_of(v.type) <= 4));
-        io.fields.emplace_back("max", detail::json_number(s.max, size_of(v.type) <= 4));
-      }
-    }
-    if (!opts_.extras) return;
-    if (is_float(v.type)) {
-      io.fields.emplace_back("health", detail::py_object({{"negative", std::to_string(h->negative)},
-                                                          {"zero", std::to_string(h->zero)},
-                                                          {"positive", std::to_string(h->positive)},
-                                                          {"neg_inf", std::to_string(h->neg_inf)},
-                                                          {"pos_inf", std::to_string(h->pos_inf)},
-                                                          {"nan", std::to_string(h->nan)}}));
-      const bool narrow = size_of(v.type) <= 4;
-      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, narrow));
-      io.fields.emplace_back("abs_min_nonzero", detail::json_number(h->abs_min_nonzero, narrow));
-      if (detail::is_finite_bits(h->abs_max)) {
-        std::vector<std::pair<std::string, std::string>> hr;
-        static const dtype targets[] = {dtype::f16, dtype::bf16, dtype::f8_e4m3fn, dtype::f8_e5m2};
-        for (dtype t : targets) hr.emplace_back(name(t), detail::json_number(headroom_bits(h->abs_max, t), false));
-        io.fields.emplace_back("headroom_bits", detail::py_object(hr));
-      }
-      if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
-    } else if (detail::is_finite_bits(h->abs_max)) {
-      io.fields.emplace_back("abs_max", detail::json_number(h->abs_max, false));
-    }
-    if (want_hash) {  // fused into the pass above when it ran, else a hashing pass of its own
-      const content_hash ch =
-          h->hash.valid ? h->hash : (check)(v, check_options{}.with_mode(check_mode::no_tensor).with_hash()).hash;
-      io.fields.emplace_back("hash", detail::py_json_quote(to_hex(ch)));
-    }
-  }
-
-  /// Nested arrays of the values torch would show ("..." where it summarises).
-  static std::string numeric_value(const tensor_view& v, const detail::torch_print_options& po) {
-    const detail::element_reader rd(v);
-    const bool summarize = v.numel() > po.threshold;
-    const bool as_float = size_of(v.type) <= 4;
-    auto one = [&](std::int64_t off) -> std::string {
-      if (v.type == dtype::boolean) return rd.bits(off) != 0 ? "true" : "false";
-      if (!is_float(v.type)) return rd.as_int_text(off);
-      return detail::json_number(rd.as_double(off), as_float);
-    };
-    if (v.rank == 0) return one(0);
-    struct rec_t {
-      const tensor_view& v;
-      const detail::torch_print_options& po;
-      bool summarize;
-      decltype(one)& f;
-      std::string run(int d, std::int64_t off) {
-        std::vector<std::string> items;
-        for (std::int64_t i : detail::torch_shown_indices(v.shape[d], summarize, po.edge_items)) {
-          if (i < 0) {
-            items.emplace_back("\"...\"");
-            continue;
-          }
-          const std::int64_t o = off + i * v.strides[d];
-          items.push_back(d + 1 == v.rank ? f(o) : run(d + 1, o));
-        }
-        return detail::py_array(items);
-      }
-    } r{v, po, summarize, one};
-    return r.run(0, 0);
-  }
-
   const std::uint64_t recorder_id_;  ///< the recorder whose scopes this writer follows
   tree_options opts_;
   std::string run_id_;
   std::uint64_t pass_ = 0;
-  std::string cleaned_base_;
   int rank_ = 0;
   bool active_ = true;
 
@@ -13460,11 +13626,7 @@ class tree_writer final : public scope_listener {
   std::vector<std::string> pass_warnings_;  ///< the pass's early warnings with their module_path (JSON, level 0)
   std::string detection_;                   ///< the pass's detection for the root's "nanscope" (JSON), if any
   bool ended_by_detection_ = false;         ///< a throwing detection ended the pass (committed early)
-  std::unique_ptr<detail::atomic_file> summary_file_, full_file_;
-  std::string summary_path_, full_path_;
-  std::uint64_t pass_summary_bytes_ = 0, pass_full_bytes_ = 0;
-  std::uint64_t summary_bytes_ = 0, full_bytes_ = 0;
-  std::uint64_t written_ = 0;
+  detail::tree_file_pair files_;
   std::string last_error_;
   std::string pending_errors_;  ///< error lines for on_error, handed over after the lock is released
   connection conn_;  ///< the attachment made by the constructor (last: ended before the members above go)
