@@ -4,6 +4,13 @@
 //   health           nanscope::check, check_mode::stats, threads = 1
 //   health_hash      as health, with the content hash fused in (check_options::with_hash(), hash.hpp)
 //   health_hist      as health, with the exponent histogram fused in (check_histogram, histogram.hpp)
+//   health_seg       as health, with a segmented check (check(view, segments), segments.hpp): rows
+//                    health_seg/<dtype>/<elements>/<segments>, uneven element segments (random cuts, fixed seed),
+//                    segment_detail::flags and a threshold of 65504: the masks of segments holding NaN/Inf and
+//                    over 65504, each bad segment's NaN/Inf counts and first NaN/Inf, in the same read
+//   health_seg_counts  as health_seg with segment_detail::counts: also every segment's counts and abs_max
+//   health_seg_kv    as health_seg on a KV-cache-like [elements / 1024, 1024] view in uniform blocks of 16 rows
+//                    (tokens): health_seg_kv/<dtype>/<elements>/<blocks>
 //   full_health      nanscope::check, check_mode::full_health, threads = 1
 //   health_mt        nanscope::check, check_mode::stats, default threads
 //   health_relu      as health, on max(x, 0) (half the elements are zeros): f32, f16, bf16
@@ -21,6 +28,7 @@
 // instruction set at run time, and the comparison rows get what a baseline x86-64 build gives a user.
 #include <nanscope/check.hpp>
 #include <nanscope/histogram.hpp>
+#include <nanscope/segments.hpp>
 
 #include "bench_data.hpp"
 #include "read_anchor.hpp"
@@ -35,6 +43,7 @@
 #include <ATen/Parallel.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -147,6 +156,47 @@ void bm_check_hist(benchmark::State& state, dtype t, std::size_t n) {
   }
   set_throughput(state, t, n);
   state.counters["nthreads"] = 1;
+}
+
+/// health_seg / health_seg_counts / health_seg_kv: a segmented check, stats mode, 1 thread, threshold 65504. kv: a
+/// [n / 1024, 1024] view in blocks of 16 rows; else `segments` uneven element segments of the flat view.
+void bm_check_seg(benchmark::State& state, dtype t, std::size_t n, std::size_t segments, bool kv, bool counts) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  const auto ni = static_cast<std::int64_t>(n);
+  const nanscope::tensor_view v = kv ? nanscope::tensor_view::contiguous(b.data, t, {ni / 1024, 1024})
+                                     : nanscope::tensor_view::flat(b.data, t, ni);
+  std::vector<std::int64_t> offsets = {0, ni};
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;  // splitmix64, fixed seed: the same cuts in every run
+  while (!kv && offsets.size() < segments + 1) {
+    x += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    offsets.push_back(static_cast<std::int64_t>((z ^ (z >> 31)) % n));
+    if (offsets.size() == segments + 1) {
+      std::sort(offsets.begin(), offsets.end());
+      offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+    }
+  }
+  const nanscope::segments segs = kv ? nanscope::segments::every_rows(16) : nanscope::segments::elements(offsets);
+  const auto opt = nanscope::check_options{}.with_threads(1);
+  const auto so = nanscope::segment_options{}
+                      .with_detail(counts ? nanscope::segment_detail::counts : nanscope::segment_detail::flags)
+                      .with_threshold(65504.0);
+  {
+    const nanscope::segmented_result r = nanscope::check(v, segs, opt, so);
+    if (r.total.nonfinite() != 0 || r.total.count != n || r.count != segments || !r.bad.empty()) {
+      state.SkipWithError("benchmark buffer is not finite, or the segmentation is not the row's");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    nanscope::segmented_result r = nanscope::check(v, segs, opt, so);
+    benchmark::DoNotOptimize(r);
+    benchmark::ClobberMemory();
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;
+  state.counters["segments"] = static_cast<double>(segments);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -296,6 +346,31 @@ void register_rows() {
 #if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
       add_row("torch_multiop", t, n, [t, n](benchmark::State& s) { bm_torch_multiop(s, t, n); });
 #endif
+      if (n == (std::size_t{1} << 26)) {  // segmented checks (segments.hpp)
+        struct seg_row {
+          const char* family;
+          std::size_t segments;
+          bool kv, counts;
+        };
+        std::vector<seg_row> seg_rows;
+        if (t == dtype::f32 || t == dtype::bf16) seg_rows.push_back({"health_seg", 1000, false, false});
+        if (t == dtype::f32) {
+          seg_rows.push_back({"health_seg", 100000, false, false});
+          seg_rows.push_back({"health_seg_counts", 1000, false, true});
+          seg_rows.push_back({"health_seg_counts", 100000, false, true});
+        }
+        if (t == dtype::f16) seg_rows.push_back({"health_seg_kv", n / 1024 / 16, true, false});
+        for (const seg_row& row : seg_rows) {
+          const std::size_t segs = row.segments;
+          const bool kv = row.kv, counts = row.counts;
+          benchmark::RegisterBenchmark((row_name(row.family, t, n) + "/" + std::to_string(segs)).c_str(),
+                                       [t, n, segs, kv, counts](benchmark::State& s) {
+                                         bm_check_seg(s, t, n, segs, kv, counts);
+                                       })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
       if (t != dtype::f64)  // the f32-compute kernels' zero blocks (detail/kernel_avx2_zero.hpp)
         add_row("health_relu", t, n,
                 [t, n](benchmark::State& s) { bm_check(s, t, n, check_mode::stats, 1, pattern::relu); });

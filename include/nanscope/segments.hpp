@@ -132,8 +132,8 @@ struct segment_counts {
   std::uint64_t neg_inf = 0;
   std::uint64_t pos_inf = 0;
   std::int64_t first_nonfinite = -1;  ///< flat row-major index in the tensor of the segment's first NaN/Inf, -1 if none
-  /// |x| max over the segment's non-NaN values (an Inf gives inf); NaN when the segment has none, or when it was
-  /// not computed (segment_detail::flags without a threshold, a check that reads no data).
+  /// |x| max over the segment's non-NaN values (an Inf gives inf); NaN when the segment has none or when the
+  /// check read no data.
   double abs_max = detail::qnan;
 
   std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
@@ -149,7 +149,7 @@ struct segment_health {
   std::uint64_t neg_inf = 0;
   std::uint64_t pos_inf = 0;
   std::int64_t first_nonfinite = -1;  ///< flat index in the tensor of the first NaN/Inf, -1 if none
-  double abs_max = detail::qnan;      ///< as segment_counts::abs_max
+  double abs_max = detail::qnan;      ///< as segment_counts::abs_max with segment_detail::counts; NaN with flags
   bool over_threshold = false;
 
   std::uint64_t count() const { return end - begin; }
@@ -237,6 +237,34 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i seg_max512(__m512i a, __m512i b) {
   else if constexpr (ES == 2) return _mm512_max_epu16(a, b);
   else return _mm512_max_epu8(a, b);
 }
+/// The largest unsigned lane of a 128-bit vector of ES-byte lanes.
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_hmax128(__m128i m) {
+  if constexpr (ES == 8) {
+    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(m)), b = static_cast<std::uint64_t>(_mm_extract_epi64(m, 1));
+    return a > b ? a : b;
+  } else if constexpr (ES == 4) {
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+  } else if constexpr (ES == 2) {  // max = ~min(~x), and phminposuw finds the min
+    const __m128i inv = _mm_xor_si128(m, _mm_set1_epi32(-1));
+    return 0xFFFFu & ~static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(inv)));
+  } else {
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 8));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 4));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 2));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m)) & 0xFFu;
+  }
+}
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m128i seg_max128(__m128i a, __m128i b) {
+  if constexpr (ES == 4) return _mm_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm_max_epu16(a, b);
+  else return _mm_max_epu8(a, b);
+}
+
 template <class U>
 inline constexpr U seg_abs_mask() {
   return static_cast<U>(~U{0} >> 1);
@@ -259,9 +287,19 @@ NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_max_abs_avx2(const unsigned c
     a2 = seg_max256<es>(a2, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)), mask));
     a3 = seg_max256<es>(a3, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)), mask));
   }
-  alignas(32) unsigned char lanes[32];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), seg_max256<es>(seg_max256<es>(a0, a1), seg_max256<es>(a2, a3)));
-  const std::uint64_t v = seg_max_abs_portable<U>(lanes, 32 / es, static_cast<U>(~U{0}));
+  a0 = seg_max256<es>(seg_max256<es>(a0, a1), seg_max256<es>(a2, a3));
+  for (; i + 32 <= bytes; i += 32)
+    a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask));
+  if constexpr (es == 4) {  // the last 1-7 elements: a masked load (the masked-off lanes read as 0)
+    if (i < bytes) {
+      const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>((bytes - i) / 4)), lane);
+      a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_maskload_epi32(reinterpret_cast<const int*>(p + i), live), mask));
+      i = bytes;
+    }
+  }
+  const std::uint64_t v =
+      seg_hmax128<es>(seg_max128<es>(_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1)));
   const std::uint64_t rest = seg_max_abs_portable<U>(p + i, (bytes - i) / es, seg_abs_mask<U>());
   return rest > v ? rest : v;
 }
@@ -304,11 +342,16 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t seg_max_abs_avx512(const unsign
     a2 = seg_max512<es>(a2, _mm512_and_si512(_mm512_loadu_si512(p + i + 128), mask));
     a3 = seg_max512<es>(a3, _mm512_and_si512(_mm512_loadu_si512(p + i + 192), mask));
   }
-  alignas(64) unsigned char lanes[64];
-  _mm512_store_si512(lanes, seg_max512<es>(seg_max512<es>(a0, a1), seg_max512<es>(a2, a3)));
-  const std::uint64_t v = seg_max_abs_portable<U>(lanes, 64 / es, static_cast<U>(~U{0}));
-  const std::uint64_t rest = seg_max_abs_portable<U>(p + i, (bytes - i) / es, seg_abs_mask<U>());
-  return rest > v ? rest : v;
+  a0 = seg_max512<es>(seg_max512<es>(a0, a1), seg_max512<es>(a2, a3));
+  for (; i + 64 <= bytes; i += 64) a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
+  if (i < bytes) {  // the last bytes: a masked load (masked-off bytes read as 0 and are not touched in memory)
+    const __mmask64 live = _cvtu64_mask64((~std::uint64_t{0}) >> (64 - (bytes - i)));
+    a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_maskz_loadu_epi8(live, p + i), mask));
+  }
+  if constexpr (es == 8) return _mm512_reduce_max_epu64(a0);
+  if constexpr (es == 4) return _mm512_reduce_max_epu32(a0);
+  const __m256i h = seg_max256<es>(_mm512_castsi512_si256(a0), _mm512_extracti64x4_epi64(a0, 1));
+  return seg_hmax128<es>(seg_max128<es>(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -392,7 +435,9 @@ struct seg_par_state {
 struct seg_pass {
   dtype type = dtype::f32;
   level lv = level::nonfinite;
-  bool need_amax = false;
+  bool need_amax = false;          // pieces' |x| max: for abs_max (counts detail) or the threshold
+  bool exact_amax = false;         // every segment's abs_max (counts detail); else only "over the threshold"
+  std::uint64_t thr_bits = 0;      // the threshold's bits (flags detail: chunks whose max is not over are skipped)
   const std::int64_t* offsets = nullptr;
   std::uint64_t uniform = 0;       // units per segment when offsets is null
   std::uint64_t extent = 0;        // units along the axis
@@ -481,6 +526,15 @@ inline void seg_kernel_chunk(void* ctx, void* state, const chunk_out& o, const v
   st.cur = s;
   const std::uint64_t nf = o.nan + o.pinf + o.ninf, last = first + n;
   if (nf == 0 && !sp.need_amax) return;  // nothing to attribute
+  std::uint64_t chunk_amax = 0;  // the kernel's |x| max of the chunk (counts and stats levels), as double bits
+  if (sp.lv == level::counts) {
+    chunk_amax = o.amax;
+  } else if (sp.lv == level::stats) {
+    const std::uint64_t a = unkey64(o.kmin) & f64_abs_mask, b = unkey64(o.kmax) & f64_abs_mask;
+    chunk_amax = a > b ? a : b;
+  }
+  // flags detail with a threshold: a chunk with nothing over it has nothing to tell
+  if (nf == 0 && !sp.exact_amax && sp.lv != level::nonfinite && chunk_amax <= sp.thr_bits) return;
   const auto* p = static_cast<const unsigned char*>(raw);
   if (sp.seg_end(s) >= last) {  // the whole chunk is in segment s: the kernel's output is the segment's
     segment_counts& r = sp.route(st, s);
@@ -491,11 +545,8 @@ inline void seg_kernel_chunk(void* ctx, void* state, const chunk_out& o, const v
       seg_take_first(r.first_nonfinite, static_cast<std::int64_t>(first) + o.first_nf);
     }
     if (!sp.need_amax || o.nan == n) return;
-    if (sp.lv == level::counts) {
-      seg_take_amax(r.abs_max, o.amax);
-    } else if (sp.lv == level::stats) {
-      const std::uint64_t a = unkey64(o.kmin) & f64_abs_mask, b = unkey64(o.kmax) & f64_abs_mask;
-      seg_take_amax(r.abs_max, a > b ? a : b);
+    if (sp.lv != level::nonfinite) {
+      seg_take_amax(r.abs_max, chunk_amax);
     } else if (o.nan != 0) {  // the bit-pattern max would be a NaN's: scan (counts are in already)
       segment_counts tmp;
       tmp.abs_max = 0.0;
@@ -609,6 +660,8 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   detail::seg_pass sp;
   sp.type = v.type;
   sp.need_amax = need_amax;
+  sp.exact_amax = so.detail == segment_detail::counts;
+  sp.thr_bits = so.has_threshold ? detail::double_to_bits(so.threshold) : detail::f64_inf_bits;
   sp.offsets = s.offsets;
   sp.uniform = s.offsets == nullptr ? static_cast<std::uint64_t>(s.uniform) : 0;
   sp.extent = extent;
@@ -660,11 +713,10 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   for (std::size_t i = 0; i < acc.size(); ++i) {
     segment_counts& c = acc[i];
     const std::uint64_t b = sp.seg_begin(i), e = sp.seg_end(i);
-    if (need_amax) {
-      if (!reads || e - b == c.nan) c.abs_max = detail::qnan;
-    }
-    const bool over = so.has_threshold && need_amax && reads && e - b != c.nan &&
-                      detail::double_to_bits(c.abs_max) > thr;
+    const bool has_value = reads && e - b != c.nan;  // a non-NaN element was read
+    const bool over = so.has_threshold && has_value && detail::double_to_bits(c.abs_max) > thr;
+    // flags detail: the maxima are partial (chunks with nothing over the threshold were skipped): not reported
+    if (need_amax && !(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
     if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
     if (c.has_nonfinite()) {
       out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);

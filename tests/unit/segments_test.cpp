@@ -168,8 +168,9 @@ struct tensor {
   ns::tensor_view v;
 };
 /// shape/strides in elements; memory random, gaps poisoned with NaN; then `plant` (logical index -> bits).
+/// `scale` > 0: the values are uniform in (-scale, scale) instead of random bit patterns.
 tensor make_tensor(dtype t, std::vector<std::int64_t> shape, std::vector<std::int64_t> strides, std::mt19937_64& g,
-                   const std::vector<std::pair<std::size_t, std::uint64_t>>& plant) {
+                   const std::vector<std::pair<std::size_t, std::uint64_t>>& plant, double scale = 0.0) {
   tensor x;
   x.t = t;
   const int es = bits_of(t).bytes;
@@ -197,7 +198,8 @@ tensor make_tensor(dtype t, std::vector<std::int64_t> shape, std::vector<std::in
   for (std::size_t i = 0; i < n; ++i) {
     if (written[x.offsets[i]]) continue;
     written[x.offsets[i]] = true;
-    const std::uint64_t v = random_finite(g, t);
+    const double u = static_cast<double>(g() >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+    const std::uint64_t v = scale > 0.0 ? value_bits(t, u * scale) : random_finite(g, t);
     std::memcpy(x.mem.data() + x.offsets[i] * es, &v, static_cast<std::size_t>(es));
   }
   for (const auto& p : plant)
@@ -247,7 +249,6 @@ ns::segmented_result expect_segments(const tensor& x, const ns::segments& segs, 
   const bool reads = plain.reads_data() && ns::is_float(x.t) && plain.count != 0;
   const std::vector<ref_segment> ref = reads ? reference(x.logical, x.t, bounds) : std::vector<ref_segment>(nseg);
   std::size_t nbad = 0;
-  const bool amax_on = c.detail == ns::segment_detail::counts || c.threshold;
   for (std::size_t s = 0; s < nseg; ++s) {
     INFO("segment " << s << " [" << bounds[s] << ", " << bounds[s + 1] << ")");
     const ref_segment& e = ref[s];
@@ -266,7 +267,7 @@ ns::segmented_result expect_segments(const tensor& x, const ns::segments& segs, 
       CHECK(h.neg_inf == e.ninf);
       CHECK(h.first_nonfinite == e.first);
       CHECK(h.over_threshold == over);
-      if (amax_on && e.any_non_nan) CHECK(dbits(h.abs_max) == dbits(e.amax));
+      if (c.detail == ns::segment_detail::counts && e.any_non_nan) CHECK(dbits(h.abs_max) == dbits(e.amax));
       else CHECK(nan_bits(h.abs_max));
     }
     if (c.detail == ns::segment_detail::counts) {
@@ -387,6 +388,35 @@ TEST_CASE("segments: boundaries at vector, chunk and parallel-segment edges, eve
       const config f4{check_mode::concise_health, i, 4, ns::segment_detail::flags, false};
       expect_identical(expect_segments(x, segs, bounds, f1, thr), expect_segments(x, segs, bounds, f4, thr));
     }
+  }
+}
+
+TEST_CASE("segments: a threshold over moderate data: chunks with nothing over it are skipped, the flags stay exact") {
+  std::mt19937_64 g(5);
+  const std::int64_t n = (std::int64_t{1} << 17) + 8192 * 5 + 999;
+  std::vector<std::int64_t> cand;
+  for (int k = 0; k < 300; ++k) cand.push_back(static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(n)));
+  for (std::int64_t k = 8192; k < n; k += 8192) cand.push_back(k);
+  const std::vector<std::int64_t> offs = make_offsets(cand, n, g, 5);
+  const std::vector<std::uint64_t> bounds = to_u64(offs, 1);
+  for (const dtype t : float_types) {
+    const double thr = t == dtype::f8_e4m3fn ? 200.0 : 1000.0;
+    std::vector<std::pair<std::size_t, std::uint64_t>> plant;
+    for (std::size_t s = 2; s + 1 < bounds.size(); s += 13) {
+      if (bounds[s] == bounds[s + 1]) continue;
+      plant.push_back({static_cast<std::size_t>(s % 2 ? bounds[s] : bounds[s + 1] - 1), value_bits(t, s % 4 < 2 ? -400.0 : 4096.0)});
+    }
+    plant.push_back({static_cast<std::size_t>(bounds[5]), bad_value(t, kind::nan)});
+    plant.push_back({static_cast<std::size_t>(n - 1), value_bits(t, thr)});  // equal: not over
+    const tensor x = make_tensor(t, {n}, {1}, g, plant, 2.0);
+    for (const check_mode m : {check_mode::stats, check_mode::full_health, check_mode::concise_health})
+      for (const ns::isa i : nstest::all_isas)
+        for (const unsigned th : {1u, 4u}) {
+          const ns::segmented_result r = expect_segments(x, ns::segments::elements(offs), bounds,
+                                                         config{m, i, th, ns::segment_detail::flags, true}, thr);
+          CHECK(!r.over_indices().empty());
+          expect_segments(x, ns::segments::elements(offs), bounds, config{m, i, th, ns::segment_detail::counts, true}, thr);
+        }
   }
 }
 
