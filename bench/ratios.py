@@ -82,6 +82,11 @@ INFO = [
     ("f32 read_anchor_mt / read_anchor", ("read_anchor_mt", "f32"), ("read_anchor", "f32"), None),
     ("bf16 health_hist / health", ("health_hist", "bf16"), ("health", "bf16"), None),
 ]
+# Block-scaled what-if statistics (issue 33): rows health_mx/<dtype>/<elements>/<format>, family "health_mx/<format>".
+MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4")
+for _dt in ("f32", "bf16"):
+    TARGETS += [(f"{_dt} health_mx {_f} / health", (f"health_mx/{_f}", _dt), ("health", _dt), 0.80) for _f in MX_FORMATS]
+    TARGETS += [(f"{_dt} health_mx all / health", ("health_mx/all", _dt), ("health", _dt), 0.60)]
 for _dt in ("f64", "f16", "bf16"):
     INFO += [
         (f"{_dt} full_health / read_anchor", ("full_health", _dt), ("read_anchor", _dt), None),
@@ -91,7 +96,7 @@ for _dt in ("f64", "f16", "bf16"):
     ]
 
 FAMILY_ORDER = ["read_anchor", "health", "health_hist", "full_health", "health_relu", "read_anchor_mt", "health_mt",
-                "eigen_multipass", "torch_multiop", *TIME_FAMILIES]
+                "eigen_multipass", "torch_multiop", *TIME_FAMILIES, *[f"health_mx/{_f}" for _f in (*MX_FORMATS, "all")]]
 DTYPE_ORDER = ["f32", "f64", "f16", "bf16"]
 
 
@@ -108,6 +113,8 @@ def row_key(name):
         n = int(parts[2])
     except ValueError:
         return None
+    if parts[0] == "health_mx" and len(parts) >= 4 and parts[3] != "real_time":
+        return f"health_mx/{parts[3]}", parts[1], n  # the block format is part of the family
     return parts[0], parts[1], n
 
 

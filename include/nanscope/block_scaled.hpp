@@ -157,6 +157,9 @@ inline void bs_hook_chunk(void* ctx, void* state, const void* raw, std::uint64_t
 inline void bs_hook_end(void* ctx, void* state) {
   auto* pass = static_cast<bs_pass*>(ctx);
   std::unique_ptr<bs_local> l(static_cast<bs_local*>(state));
+#if NANSCOPE_HAS_X86_SIMD()
+  bs_vector_end(*pass->setup, *l);
+#endif
   std::lock_guard<std::mutex> lock(pass->mu);
   for (int k = 0; k < block_format_count; ++k) pass->total[k].merge(l->c[k]);
   if (l->finite_amax > pass->finite_amax) pass->finite_amax = l->finite_amax;

@@ -743,3 +743,98 @@ TEST_CASE("block_scaled: errors name the tensor") {
 }
 
 }  // namespace block_scaled_test_ns
+
+namespace block_scaled_test_ns {
+
+/// Every field of two results, bit for bit; returns the mismatching fields (named in the failure messages).
+int same_results(const nanscope::block_scaled_result& a, const nanscope::block_scaled_result& b, const std::string& what) {
+  int bad = 0;
+  auto check = [&](bool ok, const std::string& field) {
+    if (!ok && bad++ < 5) FAIL_CHECK(what << ": " << field);
+  };
+  check(a.formats.size() == b.formats.size(), "format count");
+  for (std::size_t k = 0; k < a.formats.size() && k < b.formats.size(); ++k) {
+    const auto& x = a.formats[k];
+    const auto& y = b.formats[k];
+    const std::string f = nanscope::name(x.format);
+    check(x.blocks == y.blocks && x.elements == y.elements, f + " blocks");
+    check(x.zero_blocks == y.zero_blocks && x.nan_blocks == y.nan_blocks && x.zero_scale_blocks == y.zero_scale_blocks,
+          f + " zero / nan blocks");
+    check(x.clipped == y.clipped, f + " clipped");
+    check(x.flushed == y.flushed, f + " flushed");
+    check(x.subnormal == y.subnormal, f + " subnormal");
+    check(x.lossy_blocks == y.lossy_blocks, f + " lossy blocks");
+    check(x.scale_histogram == y.scale_histogram, f + " histogram");
+    check(bits64(x.scale_exp_mean) == bits64(y.scale_exp_mean) && bits64(x.scale_exp_std) == bits64(y.scale_exp_std) &&
+              x.scale_exp_min == y.scale_exp_min && x.scale_exp_max == y.scale_exp_max,
+          f + " exponent statistics");
+    check(bits32(x.tensor_scale) == bits32(y.tensor_scale), f + " tensor scale");
+    check(x.worst.index == y.worst.index && x.worst.first_element == y.worst.first_element &&
+              x.worst.elements == y.worst.elements && x.worst.scale == y.worst.scale && x.worst.clipped == y.worst.clipped &&
+              x.worst.flushed == y.worst.flushed && bits64(x.worst.abs_max) == bits64(y.worst.abs_max) &&
+              bits64(x.worst.error_max_abs) == bits64(y.worst.error_max_abs) &&
+              bits64(x.worst.error_rms) == bits64(y.worst.error_rms),
+          f + " worst block");
+    check(x.per_block.size() == y.per_block.size() &&
+              (x.per_block.empty() || std::memcmp(x.per_block.data(), y.per_block.data(), x.per_block.size() * sizeof(nanscope::block_record)) == 0),
+          f + " per-block records");
+  }
+  check(a.health.count == b.health.count && a.health.nan == b.health.nan && bits64(a.health.abs_max) == bits64(b.health.abs_max),
+        "health");
+  return bad;
+}
+
+TEST_CASE("block_scaled: the AVX2 path runs and is bit-identical to the portable loop (formats, rules, dtypes, axes)") {
+  // every source dtype of the vector path, every data kind (zeros, outliers, rounding boundaries, subnormal sources,
+  // NaN / inf, wide and top ranges), row lengths with partial blocks, both axes, both NVFP4 tensor-scale sources, and
+  // with and without per-block records (the vector path accounts blocks differently when records are kept)
+  std::mt19937_64 rng(77);
+  const std::uint64_t Ls[] = {256, 48, 1000, 17};
+#if NANSCOPE_HAS_X86_SIMD()
+  const bool have_avx2 = nanscope::detail::cpu_has_avx2();
+  if (!have_avx2) MESSAGE("this CPU has no AVX2: only the portable loop runs");
+#endif
+  for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
+    for (int kind = 0; kind < 8; ++kind)
+      for (std::uint64_t L : Ls) {
+        const std::uint64_t rows = std::max<std::uint64_t>(2, scaled(40000, 8000) / L + 1);
+        const source s = make(t, rows, L, kind, rng);
+        for (scale_rule rule : all_rules)
+          for (int axis : {-1, 0})
+            for (double nv_amax : {-1.0, 2688.0})
+              for (bool keep : {false, true}) {
+                if (axis == 0 && (nv_amax > 0 || keep)) continue;  // (fewer column-wise runs: it is the slow pass)
+                auto opt = nanscope::block_scaled_options{}.with_rule(rule).with_axis(axis).with_keep_blocks(keep)
+                               .with_nvfp4_tensor_amax(nv_amax);
+                opt.check = nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::scalar);
+                const auto ref = nanscope::check_block_scaled(view_of(s, rows, L), opt);
+                opt.check = nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::avx2);
+#if NANSCOPE_HAS_X86_SIMD()
+                const std::uint64_t before = nanscope::detail::bs_vector_units().load();
+#endif
+                const auto vec = nanscope::check_block_scaled(view_of(s, rows, L), opt);
+#if NANSCOPE_HAS_X86_SIMD()
+                if (have_avx2 && (axis < 0 ? L : rows) >= 32) CHECK(nanscope::detail::bs_vector_units().load() > before);
+#endif
+                const std::string what = std::string(nanscope::name(t)) + " kind " + std::to_string(kind) + " L=" +
+                                         std::to_string(L) + " " + nanscope::name(rule) + " axis " + std::to_string(axis) +
+                                         " nv_amax " + std::to_string(nv_amax) + (keep ? " records" : "");
+                CHECK(same_results(ref, vec, what) == 0);
+              }
+        // and the vector path against the independent reference, every rule (records compared block by block)
+        for (scale_rule rule : all_rules)
+          CHECK(compare(s, rows, L, rule, "avx2", nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::avx2)) == 0);
+      }
+}
+
+TEST_CASE("block_scaled: the portable loop alone when the instruction set is scalar") {
+#if NANSCOPE_HAS_X86_SIMD()
+  std::vector<float> x(4096, 1.5f);
+  const std::uint64_t before = nanscope::detail::bs_vector_units().load();
+  (void)nanscope::check_block_scaled(nanscope::view_of(x.data(), {16, 256}), nanscope::block_scaled_options{}.with_check(
+                                                                                  nanscope::check_options{}.with_isa(nanscope::isa::scalar)));
+  CHECK(nanscope::detail::bs_vector_units().load() == before);
+#endif
+}
+
+}  // namespace block_scaled_test_ns

@@ -123,6 +123,8 @@ struct bs_local {
   std::uint64_t stash_at = 0;
   std::uint64_t seg_begin = 0, seg_end = 0;
   std::vector<std::uint64_t> edges;  // flat starts of unit blocks that run past the segment's end
+  void* vsetup = nullptr;  // the vector path's constants and histograms (block_scaled_avx2.hpp), made on first use
+  void* vhist = nullptr;
 };
 
 /// |x| of element i of a raw run as f64 bits (exact; integer operations only, so f32/f16 subnormals survive the
