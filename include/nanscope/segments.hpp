@@ -109,14 +109,14 @@ struct segments {
 
 /// Options of a segmented check, beside check_options. Chainable.
 struct segment_options {
-  segment_detail detail = segment_detail::flags;
+  segment_detail level = segment_detail::flags;
   /// A segment is "over" when it holds a non-NaN value with |x| > threshold (an Inf included), e.g. 65504, the
   /// f16 maximum, for f32 activations about to be cast. Off unless with_threshold() was called.
   bool has_threshold = false;
   double threshold = 0.0;
 
-  segment_options& with_detail(segment_detail d) {
-    detail = d;
+  segment_options& with_level(segment_detail d) {
+    level = d;
     return *this;
   }
   segment_options& with_threshold(double t) {
@@ -163,7 +163,7 @@ struct segmented_result {
   segment_axis axis = segment_axis::rows;
   std::uint64_t row_elems = 1;  ///< elements per unit of the axis (a row's elements; 1 for elements)
   std::size_t count = 0;        ///< segments
-  segment_detail detail = segment_detail::flags;
+  segment_detail level = segment_detail::flags;
   bool has_threshold = false;
   double threshold = 0.0;
   std::vector<std::uint64_t> nonfinite_mask;  ///< bit i % 64 of word i / 64: segment i holds a NaN or Inf
@@ -588,14 +588,14 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   validate(v);
   segmented_result out;
   out.axis = s.axis;
-  out.detail = so.detail;
+  out.level = so.level;
   out.has_threshold = so.has_threshold;
   out.threshold = so.threshold;
   // --- the segmentation against the view
   if (s.axis != segment_axis::rows && s.axis != segment_axis::elements)
     detail::seg_fail(v, "unknown axis " + std::to_string(static_cast<unsigned>(s.axis)));
-  if (so.detail != segment_detail::flags && so.detail != segment_detail::counts)
-    detail::seg_fail(v, "unknown detail level " + std::to_string(static_cast<unsigned>(so.detail)));
+  if (so.level != segment_detail::flags && so.level != segment_detail::counts)
+    detail::seg_fail(v, "unknown level " + std::to_string(static_cast<unsigned>(so.level)));
   if (so.has_threshold && !(detail::double_to_bits(so.threshold) <= detail::f64_inf_bits))  // NaN or negative
     detail::seg_fail(v, "the threshold must be >= 0, got " + std::to_string(so.threshold));
   const std::uint64_t n = v.numel();
@@ -652,7 +652,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   out.count = static_cast<std::size_t>(nseg);
 
   // --- the pass
-  const bool need_amax = so.detail == segment_detail::counts || so.has_threshold;
+  const bool need_amax = so.level == segment_detail::counts || so.has_threshold;
   const bool reads = opt.mode != check_mode::no_tensor && opt.mode != check_mode::shape && is_float(v.type) && n != 0;
   std::vector<segment_counts> acc(static_cast<std::size_t>(nseg));
   if (need_amax)
@@ -660,7 +660,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   detail::seg_pass sp;
   sp.type = v.type;
   sp.need_amax = need_amax;
-  sp.exact_amax = so.detail == segment_detail::counts;
+  sp.exact_amax = so.level == segment_detail::counts;
   sp.thr_bits = so.has_threshold ? detail::double_to_bits(so.threshold) : detail::f64_inf_bits;
   sp.offsets = s.offsets;
   sp.uniform = s.offsets == nullptr ? static_cast<std::uint64_t>(s.uniform) : 0;
@@ -734,7 +734,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
       out.bad.push_back(h);
     }
   }
-  if (so.detail == segment_detail::counts) out.per_segment = std::move(acc);
+  if (so.level == segment_detail::counts) out.per_segment = std::move(acc);
   return out;
 }
 

@@ -236,7 +236,7 @@ struct config {
 ns::segmented_result expect_segments(const tensor& x, const ns::segments& segs, const std::vector<std::uint64_t>& bounds,
                                      const config& c, double thr) {
   const auto opt = ns::check_options{}.with_mode(c.mode).with_isa(c.i).with_threads(c.threads).with_parallel_threshold(0);
-  auto so = ns::segment_options{}.with_detail(c.detail);
+  auto so = ns::segment_options{}.with_level(c.detail);
   if (c.threshold) so.with_threshold(thr);
   const ns::segmented_result r = ns::check(x.v, segs, opt, so);
   const ns::health_result plain = ns::check(x.v, opt);
@@ -525,7 +525,7 @@ TEST_CASE("segments: no data read: integer dtypes, empty tensors, modes that rea
   std::vector<std::int64_t> offs = {0, 50, 100};
   const ns::segmented_result a =
       ns::check(ns::view_of(ints.data(), 100, "ints"), ns::segments::elements(offs), {},
-                ns::segment_options{}.with_detail(ns::segment_detail::counts).with_threshold(1.0));
+                ns::segment_options{}.with_level(ns::segment_detail::counts).with_threshold(1.0));
   CHECK(a.count == 2);
   CHECK(a.bad.empty());
   CHECK(a.over_indices().empty());
