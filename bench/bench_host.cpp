@@ -11,6 +11,10 @@
 //   health_seg_counts  as health_seg with segment_detail::counts: also every segment's counts and abs_max
 //   health_seg_kv    as health_seg on a KV-cache-like [elements / 1024, 1024] view in uniform blocks of 16 rows
 //                    (tokens): health_seg_kv/<dtype>/<elements>/<blocks>
+//   health_mx        as health, with the block-scaled what-if statistics in the same read (check_block_scaled,
+//                    block_scaled.hpp): rows health_mx/<dtype>/<elements>/<format>, format one of mxfp8_e4m3,
+//                    mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4, nvfp4 or all; the tensor is [elements / 4096, 4096]
+//                    (blocks along rows of 4096), OCP scale rule, NVFP4's tensor amax given (a previous step's)
 //   full_health      nanscope::check, check_mode::full_health, threads = 1
 //   health_mt        nanscope::check, check_mode::stats, default threads
 //   health_relu      as health, on max(x, 0) (half the elements are zeros): f32, f16, bf16
@@ -27,6 +31,7 @@
 // Build with the project's default flags (-O2/-O3, no -march=native): nanscope and the anchor pick their
 // instruction set at run time, and the comparison rows get what a baseline x86-64 build gives a user.
 #include <nanscope/check.hpp>
+#include <nanscope/block_scaled.hpp>
 #include <nanscope/histogram.hpp>
 #include <nanscope/segments.hpp>
 
@@ -151,6 +156,35 @@ void bm_check_hist(benchmark::State& state, dtype t, std::size_t n) {
   }
   for (auto _ : state) {
     nanscope::histogram_result r = nanscope::check_histogram(v, opt);
+    benchmark::DoNotOptimize(r);
+    benchmark::ClobberMemory();
+  }
+  set_throughput(state, t, n);
+  state.counters["nthreads"] = 1;
+}
+
+/// health_mx: check_block_scaled for one block format (or all: fmt < 0) on a [n / 4096, 4096] view.
+void bm_check_mx(benchmark::State& state, dtype t, std::size_t n, int fmt) {
+  const nsbench::buffer& b = data_for(state, t, n);
+  const std::int64_t cols = 4096;
+  const nanscope::tensor_view v =
+      nanscope::tensor_view::contiguous(b.data, t, {static_cast<std::int64_t>(n) / cols, cols});
+  const nanscope::health_result h = nanscope::check(v, nanscope::check_options{}.with_threads(1));
+  nanscope::block_format_set formats =
+      fmt < 0 ? nanscope::block_format_set::all() : nanscope::block_format_set{}.with(static_cast<nanscope::block_format>(fmt));
+  const auto opt = nanscope::block_scaled_options{}
+                       .with_formats(formats)
+                       .with_check(nanscope::check_options{}.with_threads(1))
+                       .with_nvfp4_tensor_amax(h.abs_max);  // as a previous step's amax: NVFP4 in the same read
+  {
+    const nanscope::block_scaled_result r = nanscope::check_block_scaled(v, opt);
+    if (r.health.nonfinite() != 0 || r.health.count != n || r.formats.empty()) {
+      state.SkipWithError("benchmark buffer is not finite");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    nanscope::block_scaled_result r = nanscope::check_block_scaled(v, opt);
     benchmark::DoNotOptimize(r);
     benchmark::ClobberMemory();
   }
@@ -346,6 +380,15 @@ void register_rows() {
 #if defined(NANSCOPE_BENCH_HAVE_TORCH) && NANSCOPE_BENCH_HAVE_TORCH
       add_row("torch_multiop", t, n, [t, n](benchmark::State& s) { bm_torch_multiop(s, t, n); });
 #endif
+      if ((t == dtype::f32 || t == dtype::bf16) && n == (std::size_t{1} << 26)) {  // block-scaled what-if rows
+        for (int f = -1; f < nanscope::block_format_count; ++f) {
+          const std::string fname = f < 0 ? "all" : nanscope::name(static_cast<nanscope::block_format>(f));
+          const std::string rname = row_name("health_mx", t, n) + "/" + fname;
+          benchmark::RegisterBenchmark(rname.c_str(), [t, n, f](benchmark::State& s) { bm_check_mx(s, t, n, f); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
       if (n == (std::size_t{1} << 26)) {  // segmented checks (segments.hpp)
         struct seg_row {
           const char* family;
