@@ -28,7 +28,6 @@
 #include "recorder.hpp"
 #include "view.hpp"
 
-#include <cub/block/block_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -60,23 +59,106 @@ inline cudaError_t query_event(cudaEvent_t ev) {
   return e;
 }
 
-/// Reads a record another block wrote (through L2, bypassing L1).
+/// Reads the fields of level L (see level_merge) of a record another block wrote (through L2, bypassing L1);
+/// the other fields are left at their identities.
+template <int L>
 __device__ inline device_result load_cg(const device_result* p) {
-  device_result r;
-  const auto* src = reinterpret_cast<const unsigned long long*>(p);
-  auto* dst = reinterpret_cast<unsigned long long*>(&r);
-  for (unsigned i = 0; i < sizeof(device_result) / 8; ++i) dst[i] = __ldcg(src + i);
+  device_result r = identity_result();
+  r.nan = __ldcg(&p->nan);
+  r.pinf = __ldcg(&p->pinf);
+  r.ninf = __ldcg(&p->ninf);
+  r.first_nf = __ldcg(&p->first_nf);
+  if constexpr (L >= 2) {
+    r.neg = __ldcg(&p->neg);
+    r.zero = __ldcg(&p->zero);
+    r.sub = __ldcg(&p->sub);
+    r.kmin = __ldcg(&p->kmin);
+    r.kmax = __ldcg(&p->kmax);
+    r.amin_nz = __ldcg(&p->amin_nz);
+  }
+  if constexpr (L >= 3) {
+    for (int q = 0; q < moment_parts; ++q) {
+      r.m[q].n = __ldcg(&p->m[q].n);
+      r.m[q].shift = __ldcg(&p->m[q].shift);
+      r.m[q].mean = __ldcg(&p->m[q].mean);
+      r.m[q].m2 = __ldcg(&p->m[q].m2);
+    }
+  }
   return r;
+}
+
+inline constexpr int block_warps = block_threads / 32;
+static_assert(block_threads % 32 == 0, "whole warps");
+
+/// Lane 0 of the warp gets the merge of the warp's records in the fields of level L (the other fields, and the
+/// other lanes' results, are left as they were). A shuffle tree per field group (lane i takes lane i + 16, then
+/// i + 8, ..., 1): the same merges as level_merge<L> of whole records along that tree, but only one group's
+/// incoming values are live at a time (a whole record in flight doubled the registers of the stats kernel).
+template <int L>
+__device__ inline void warp_merge(device_result& v) {
+  constexpr unsigned all = 0xFFFFFFFFu;
+  for (unsigned o = 16; o > 0; o >>= 1) {
+    v.nan += __shfl_down_sync(all, v.nan, o);
+    v.pinf += __shfl_down_sync(all, v.pinf, o);
+    v.ninf += __shfl_down_sync(all, v.ninf, o);
+    const long long f = __shfl_down_sync(all, v.first_nf, o);
+    v.first_nf = f < v.first_nf ? f : v.first_nf;
+  }
+  if constexpr (L >= 2) {
+    for (unsigned o = 16; o > 0; o >>= 1) {
+      v.neg += __shfl_down_sync(all, v.neg, o);
+      v.zero += __shfl_down_sync(all, v.zero, o);
+      v.sub += __shfl_down_sync(all, v.sub, o);
+      const long long lo = __shfl_down_sync(all, v.kmin, o), hi = __shfl_down_sync(all, v.kmax, o);
+      const unsigned long long am = __shfl_down_sync(all, v.amin_nz, o);
+      v.kmin = lo < v.kmin ? lo : v.kmin;
+      v.kmax = hi > v.kmax ? hi : v.kmax;
+      v.amin_nz = am < v.amin_nz ? am : v.amin_nz;
+    }
+  }
+  if constexpr (L >= 3) {
+    for (int q = 0; q < moment_parts; ++q) {
+      for (unsigned o = 16; o > 0; o >>= 1) {
+        moments b;
+        b.n = __shfl_down_sync(all, v.m[q].n, o);
+        b.shift = __shfl_down_sync(all, v.m[q].shift, o);
+        b.mean = __shfl_down_sync(all, v.m[q].mean, o);
+        b.m2 = __shfl_down_sync(all, v.m[q].m2, o);
+        v.m[q] = merge_moments_d(v.m[q], b);
+      }
+    }
+  }
+}
+
+/// The block's records merged in a fixed order (deterministic moments): warp_merge in each warp, then thread 0
+/// merges the warps' records in warp order. Only the fields of level L travel; the result is valid in thread 0
+/// only, with the other fields at their identities. Every thread of the block must call it; `warps` (shared
+/// memory) must not be in use by another call (a __syncthreads between two calls).
+template <int L>
+__device__ inline device_result block_merge(device_result v, device_result* warps) {
+  warp_merge<L>(v);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
+  __syncthreads();
+  device_result total = identity_result();
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < block_warps; ++w) total = level_merge<L>{}(total, warps[w]);
+  }
+  return total;
 }
 
 /// The fused pass over a batch: each block finds its tensor, reduces its share, and the last block of a
 /// tensor to finish merges that tensor's block records in index order and writes the result.
+/// Blocks of block_threads per SM the kernel of level L is compiled for (__launch_bounds__' second argument: a
+/// cap of 65536 / (256 x blocks) registers a thread). Without it ptxas picks its own cap and spilled a few bytes
+/// in the level-1 and level-2 kernels; tests/cuda/resource_usage.py checks the result (docs/cuda.md).
+template <int L>
+inline constexpr int min_blocks_per_sm = L >= 3 ? 2 : 4;
+
 template <int L, class Params>
 // __grid_constant__: the kernel indexes its parameters dynamically (the tensor lookup); without it nvcc would
 // copy the ~25 KB of parameters to every thread's local memory.
-__global__ void __launch_bounds__(block_threads) health_kernel(const __grid_constant__ Params prm) {
-  using block_reduce = cub::BlockReduce<device_result, block_threads, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
-  __shared__ typename block_reduce::TempStorage temp;
+__global__ void __launch_bounds__(block_threads, min_blocks_per_sm<L>) health_kernel(const __grid_constant__ Params prm) {
+  __shared__ device_result warps[block_warps];
   __shared__ bool last;
   const int ti = tensor_of_block(prm, blockIdx.x);  // uniform per block
   const tensor_desc& d = prm.desc[ti];
@@ -86,11 +168,8 @@ __global__ void __launch_bounds__(block_threads) health_kernel(const __grid_cons
   const unsigned long long g = static_cast<unsigned long long>(local_block) * block_threads + threadIdx.x;
   const unsigned long long stride = static_cast<unsigned long long>(nblocks) * block_threads;
 
-  thread_acc t;
-  thread_acc32 t32;
-  run_tensor<L>(t, t32, d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride);
-  const device_result mine = to_record(t, t32, static_cast<dtype>(d.type) == dtype::f64);
-  const device_result block = block_reduce(temp).Reduce(mine, merge_op{});
+  const device_result block =
+      block_merge<L>(thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride), warps);
 
   if (nblocks == 1) {
     if (threadIdx.x == 0) prm.results[d.result] = block;
@@ -102,15 +181,14 @@ __global__ void __launch_bounds__(block_threads) health_kernel(const __grid_cons
     const unsigned done = atomicAdd(prm.counters + ti, 1u);
     last = done == nblocks - 1;
   }
-  __syncthreads();
+  __syncthreads();  // also: thread 0 has read `warps`
   if (!last) return;
   __threadfence();
-  // fixed order: thread i merges records i, i + B, i + 2B, ... then the block reduction (a fixed tree)
+  // fixed order: thread i merges records i, i + B, i + 2B, ... then the block merge (a fixed tree)
   device_result acc = identity_result();
   for (unsigned i = threadIdx.x; i < nblocks; i += block_threads)
-    acc = merge_op{}(acc, load_cg(prm.partials + d.block_begin + i));
-  __syncthreads();  // temp storage reuse
-  const device_result total = block_reduce(temp).Reduce(acc, merge_op{});
+    acc = level_merge<L>{}(acc, load_cg<L>(prm.partials + d.block_begin + i));
+  const device_result total = block_merge<L>(acc, warps);
   if (threadIdx.x == 0) {
     prm.results[d.result] = total;
     prm.counters[ti] = 0;  // ready for the next launch on this storage

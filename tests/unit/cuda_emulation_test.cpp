@@ -1,10 +1,12 @@
 // nanscope tests — cuda_emulation_test.cpp: the CUDA backend's device code (nanscope/detail/cuda_pass.cuh) run on
 // the CPU. The header's arithmetic compiles as plain C++ under NANSCOPE_IMPL_CUDA_EMULATION; this file plays the
 // kernel's part (health_kernel in cuda.cuh) sequentially: the block -> tensor lookup, every thread's share through
-// run_tensor, the per-block merge, the blocks' records merged by the "last block", the counters. Results go
-// through the real launch planning (for_each_group, plan) and finalize(), and are compared with the host pass
-// (portable kernel): counts, extrema and first index bit for bit, mean/std within 1e-9 relative.
-// What this cannot test is CUDA itself (CUB's block reduction, fences, atomics, loads): tests/cuda does, on a GPU.
+// thread_record, the per-block merge (level_merge: only the fields of the kernel's level), the blocks' records
+// merged by the "last block", the counters. Results go through the real launch planning (for_each_group, plan)
+// and finalize(), and are compared with the host pass (portable kernel): counts, extrema and first index bit for
+// bit, mean/std within 1e-9 relative.
+// What this cannot test is CUDA itself (the block merge's warp shuffles, fences, atomics, loads): tests/cuda
+// does, on a GPU.
 #define NANSCOPE_IMPL_CUDA_EMULATION 1
 #include <nanscope/detail/cuda_pass.cuh>
 
@@ -38,14 +40,14 @@ void emulate_kernel(const Params& prm) {
     const unsigned end = nd::tensor_block_end(prm, lo);
     const unsigned nblocks = end - d.block_begin;
     const unsigned local = bx - d.block_begin;
+    // the block merge: records of the fields of level L only (the kernel's warp_merge/block_merge; the order of
+    // the moment merges differs from the device's tree, which changes them only by rounding)
     nc::device_result block = nd::identity_result();
     for (int tx = 0; tx < threads_per_block; ++tx) {
       const unsigned long long g = static_cast<unsigned long long>(local) * threads_per_block + static_cast<unsigned>(tx);
       const unsigned long long stride = static_cast<unsigned long long>(nblocks) * threads_per_block;
-      nd::thread_acc t;
-      nd::thread_acc32 t32;
-      nd::run_tensor<L>(t, t32, d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride);
-      block = nd::merge_op{}(block, nd::to_record(t, t32, static_cast<ns::dtype>(d.type) == ns::dtype::f64));
+      block = nd::level_merge<L>{}(block, nd::thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr,
+                                                              g, stride));
     }
     if (nblocks == 1) {
       prm.results[d.result] = block;
@@ -56,9 +58,9 @@ void emulate_kernel(const Params& prm) {
     // the last block: thread i merges records i, i + B, ...; then the threads' records in order
     std::vector<nc::device_result> acc(threads_per_block, nd::identity_result());
     for (unsigned i = 0; i < nblocks; ++i)
-      acc[i % threads_per_block] = nd::merge_op{}(acc[i % threads_per_block], prm.partials[d.block_begin + i]);
+      acc[i % threads_per_block] = nd::level_merge<L>{}(acc[i % threads_per_block], prm.partials[d.block_begin + i]);
     nc::device_result total = nd::identity_result();
-    for (const auto& a : acc) total = nd::merge_op{}(total, a);
+    for (const auto& a : acc) total = nd::level_merge<L>{}(total, a);
     prm.results[d.result] = total;
     prm.counters[lo] = 0;
   }

@@ -213,24 +213,36 @@ NANSCOPE_IMPL_HD moments merge_moments_d(const moments& a, const moments& b) {
 }
 
 /// Combines two records (a's elements, b's elements: the order matters only for the moments, whose merge
-/// order is fixed by the launch shape).
-struct merge_op {
+/// order is fixed by the launch shape), in the fields a kernel of level L fills: 1 (non-finite only) the
+/// non-finite counts and the first index; 2 (counts and extrema) also the other counts and the extrema; 3
+/// (stats) also the moments. The other fields are a's: a reduction that starts from identity_result() keeps
+/// them at their identities, which is what a kernel of that level leaves there (and finalize() ignores), so a
+/// lower level carries no moments through its reductions.
+template <int L>
+struct level_merge {
+  static_assert(L >= 1 && L <= 3, "check levels are 1, 2 and 3");
   NANSCOPE_IMPL_HD device_result operator()(const device_result& a, const device_result& b) const {
-    device_result r;
-    r.neg = a.neg + b.neg;
-    r.zero = a.zero + b.zero;
-    r.sub = a.sub + b.sub;
+    device_result r = a;
     r.nan = a.nan + b.nan;
     r.pinf = a.pinf + b.pinf;
     r.ninf = a.ninf + b.ninf;
-    r.kmin = b.kmin < a.kmin ? b.kmin : a.kmin;
-    r.kmax = b.kmax > a.kmax ? b.kmax : a.kmax;
-    r.amin_nz = b.amin_nz < a.amin_nz ? b.amin_nz : a.amin_nz;
     r.first_nf = b.first_nf < a.first_nf ? b.first_nf : a.first_nf;
-    for (int p = 0; p < moment_parts; ++p) r.m[p] = merge_moments_d(a.m[p], b.m[p]);
+    if constexpr (L >= 2) {
+      r.neg = a.neg + b.neg;
+      r.zero = a.zero + b.zero;
+      r.sub = a.sub + b.sub;
+      r.kmin = b.kmin < a.kmin ? b.kmin : a.kmin;
+      r.kmax = b.kmax > a.kmax ? b.kmax : a.kmax;
+      r.amin_nz = b.amin_nz < a.amin_nz ? b.amin_nz : a.amin_nz;
+    }
+    if constexpr (L >= 3) {
+      for (int p = 0; p < moment_parts; ++p) r.m[p] = merge_moments_d(a.m[p], b.m[p]);
+    }
     return r;
   }
 };
+/// Every field (level 3).
+using merge_op = level_merge<3>;
 
 // Keys and the exact f32 -> f64 bit conversion are the host pass's (kernel_common.hpp, dtype.hpp: host and
 // device functions): one definition of the order and of the conversion for both.
@@ -621,63 +633,6 @@ NANSCOPE_IMPL_UNROLL_ALL
   }
 }
 
-/// The thread's share of one tensor.
-template <int L>
-NANSCOPE_IMPL_DEV_FN void run_tensor(thread_acc& t, thread_acc32& t32, const tensor_desc& d, const strided_layout* layout,
-                           unsigned long long g, unsigned long long stride) {
-  const dtype ty = static_cast<dtype>(d.type);
-  const int es = esize_of(ty);
-  const unsigned normal = normal32_of(ty);
-  const auto* base = static_cast<const unsigned char*>(d.data);
-  const unsigned long long n = d.n;
-  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
-  const bool aligned = addr % static_cast<unsigned long long>(es) == 0;  // then every element is (strides count elements)
-  if (layout != nullptr) {  // strided: element by element, logical (row-major) index order
-    for (unsigned long long i = g; i < n; i += stride) {
-      unsigned long long rest = i;
-      long long off = 0;
-      for (int dim = layout->rank - 1; dim >= 0; --dim) {
-        const unsigned long long ext = static_cast<unsigned long long>(layout->shape[dim]);
-        off += static_cast<long long>(rest % ext) * layout->strides[dim];
-        rest /= ext;
-      }
-      if (aligned) {
-        visit_at<L>(t, t32, base + off * es, ty, normal, static_cast<long long>(i));
-      } else {
-        visit_bytes<L>(t, t32, base + off * es, ty, es, normal, static_cast<long long>(i));
-      }
-    }
-    return;
-  }
-  const auto ues = static_cast<unsigned long long>(es);
-  if (!aligned) {  // misaligned elements: byte-exact element loads
-    for (unsigned long long i = g; i < n; i += stride)
-      visit_bytes<L>(t, t32, base + i * ues, ty, es, normal, static_cast<long long>(i));
-    return;
-  }
-  const unsigned long long epv = 16u / static_cast<unsigned>(es);
-  unsigned long long head = ((16u - addr % 16u) % 16u) / static_cast<unsigned>(es);
-  if (head > n) head = n;
-  const unsigned long long nvec = (n - head) / epv;
-  const unsigned long long tail_begin = head + nvec * epv;
-  // head and tail: a few elements, taken by the first threads of the tensor
-  if (g < head) visit_at<L>(t, t32, base + g * ues, ty, normal, static_cast<long long>(g));
-  if (g < n - tail_begin) {
-    const unsigned long long i = tail_begin + g;
-    visit_at<L>(t, t32, base + i * ues, ty, normal, static_cast<long long>(i));
-  }
-  const auto* vec = reinterpret_cast<const vec16*>(base + head * ues);
-  const auto h = static_cast<long long>(head);
-  switch (ty) {
-    case dtype::f64: run_body<L, dtype::f64>(t, t32, vec, nvec, h, g, stride); break;
-    case dtype::f32: run_body<L, dtype::f32>(t, t32, vec, nvec, h, g, stride); break;
-    case dtype::f16: run_body<L, dtype::f16>(t, t32, vec, nvec, h, g, stride); break;
-    case dtype::bf16: run_body<L, dtype::bf16>(t, t32, vec, nvec, h, g, stride); break;
-    case dtype::f8_e4m3fn: run_body<L, dtype::f8_e4m3fn>(t, t32, vec, nvec, h, g, stride); break;
-    default: run_body<L, dtype::f8_e5m2>(t, t32, vec, nvec, h, g, stride); break;
-  }
-}
-
 /// Per-thread state -> record (f32 keys and abs bits become f64 ones).
 NANSCOPE_IMPL_DEV_FN device_result to_record(const thread_acc& t, const thread_acc32& t32, bool f64) {
   device_result r = identity_result();
@@ -712,6 +667,92 @@ NANSCOPE_IMPL_DEV_FN device_result to_record(const thread_acc& t, const thread_a
     recentre(r.m[p]);
   }
   return r;
+}
+
+/// The thread's share of a strided or element-misaligned tensor (element loads; dtype decided per element
+/// within the 32-bit dtypes or f64: F64 says which, so a 32-bit tensor carries no f64 moment parts).
+template <int L, bool F64>
+NANSCOPE_IMPL_DEV_FN device_result element_record(const tensor_desc& d, const strided_layout* layout, bool aligned,
+                                                  unsigned long long g, unsigned long long stride) {
+  const dtype ty = F64 ? dtype::f64 : static_cast<dtype>(d.type);
+  const int es = F64 ? 8 : esize_of(ty);
+  const unsigned normal = normal32_of(ty);
+  const auto* base = static_cast<const unsigned char*>(d.data);
+  const unsigned long long n = d.n;
+  thread_acc t;
+  thread_acc32 t32;
+  if (layout != nullptr) {  // strided: element by element, logical (row-major) index order
+    for (unsigned long long i = g; i < n; i += stride) {
+      unsigned long long rest = i;
+      long long off = 0;
+      for (int dim = layout->rank - 1; dim >= 0; --dim) {
+        const unsigned long long ext = static_cast<unsigned long long>(layout->shape[dim]);
+        off += static_cast<long long>(rest % ext) * layout->strides[dim];
+        rest /= ext;
+      }
+      if (aligned) {
+        visit_at<L>(t, t32, base + off * es, ty, normal, static_cast<long long>(i));
+      } else {
+        visit_bytes<L>(t, t32, base + off * es, ty, es, normal, static_cast<long long>(i));
+      }
+    }
+  } else {  // misaligned elements: byte-exact element loads
+    const auto ues = static_cast<unsigned long long>(es);
+    for (unsigned long long i = g; i < n; i += stride)
+      visit_bytes<L>(t, t32, base + i * ues, ty, es, normal, static_cast<long long>(i));
+  }
+  return to_record(t, t32, F64);
+}
+
+/// The thread's share of a contiguous, element-aligned tensor of dtype T: the head and tail elements (before
+/// the first and after the last 16-byte word; the tensor's first threads take them), then the 16-byte words.
+/// Its own state, of T's kind only: the registers of the kernel are those of its heaviest dtype, not the sum.
+template <int L, dtype T>
+NANSCOPE_IMPL_DEV_FN device_result contiguous_record(const tensor_desc& d, unsigned long long g,
+                                                     unsigned long long stride) {
+  constexpr int es = T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1;
+  constexpr auto ues = static_cast<unsigned long long>(es);
+  const unsigned normal = normal32_of(T);
+  const auto* base = static_cast<const unsigned char*>(d.data);
+  const unsigned long long n = d.n;
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
+  constexpr unsigned long long epv = 16u / ues;
+  unsigned long long head = ((16u - addr % 16u) % 16u) / ues;
+  if (head > n) head = n;
+  const unsigned long long nvec = (n - head) / epv;
+  const unsigned long long tail_begin = head + nvec * epv;
+  thread_acc t;
+  thread_acc32 t32;
+  if (g < head) visit_at<L>(t, t32, base + g * ues, T, normal, static_cast<long long>(g));
+  if (g < n - tail_begin) {
+    const unsigned long long i = tail_begin + g;
+    visit_at<L>(t, t32, base + i * ues, T, normal, static_cast<long long>(i));
+  }
+  run_body<L, T>(t, t32, reinterpret_cast<const vec16*>(base + head * ues), nvec, static_cast<long long>(head), g,
+                 stride);
+  return to_record(t, t32, T == dtype::f64);
+}
+
+/// The record of the thread's share of one tensor (thread g of `stride` threads on it), as the kernel's
+/// block merge takes it. Each path keeps its own state (see contiguous_record).
+template <int L>
+NANSCOPE_IMPL_DEV_FN device_result thread_record(const tensor_desc& d, const strided_layout* layout,
+                                                 unsigned long long g, unsigned long long stride) {
+  const dtype ty = static_cast<dtype>(d.type);
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(d.data);
+  const bool aligned = addr % static_cast<unsigned long long>(esize_of(ty)) == 0;  // then every element is
+  if (layout != nullptr || !aligned) {
+    return ty == dtype::f64 ? element_record<L, true>(d, layout, aligned, g, stride)
+                            : element_record<L, false>(d, layout, aligned, g, stride);
+  }
+  switch (ty) {
+    case dtype::f64: return contiguous_record<L, dtype::f64>(d, g, stride);
+    case dtype::f32: return contiguous_record<L, dtype::f32>(d, g, stride);
+    case dtype::f16: return contiguous_record<L, dtype::f16>(d, g, stride);
+    case dtype::bf16: return contiguous_record<L, dtype::bf16>(d, g, stride);
+    case dtype::f8_e4m3fn: return contiguous_record<L, dtype::f8_e4m3fn>(d, g, stride);
+    default: return contiguous_record<L, dtype::f8_e5m2>(d, g, stride);
+  }
 }
 
 struct device_props {
