@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -427,9 +428,12 @@ inline void seg_fold(segment_counts& a, const segment_counts& b) {
 
 /// Per parallel segment (check.hpp's segment_elems): the user segments it touches first and last may be shared
 /// with its neighbours, so its contributions to them go to two records of its own, folded in after the pass.
+/// Sparse (segment_detail::flags): only the segments something is recorded for, as (segment, record) events in
+/// ascending segment order; nothing per segment is allocated.
 struct seg_par_state {
   std::uint64_t first_seg = 0, last_seg = 0, cur = 0;
   segment_counts edge[2];
+  std::vector<std::pair<std::uint64_t, segment_counts>> events;
 };
 
 struct seg_pass {
@@ -466,6 +470,13 @@ struct seg_pass {
     return lo;
   }
   segment_counts& route(seg_par_state& st, std::uint64_t s) const {
+    if (acc == nullptr) {  // sparse
+      if (st.events.empty() || st.events.back().first != s) {
+        st.events.emplace_back(s, segment_counts{});
+        st.events.back().second.abs_max = 0.0;
+      }
+      return st.events.back().second;
+    }
     if (s == st.first_seg) return st.edge[0];
     if (s == st.last_seg) return st.edge[1];
     return acc[s];
@@ -654,7 +665,9 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   // --- the pass
   const bool need_amax = so.level == segment_detail::counts || so.has_threshold;
   const bool reads = opt.mode != check_mode::no_tensor && opt.mode != check_mode::shape && is_float(v.type) && n != 0;
-  std::vector<segment_counts> acc(static_cast<std::size_t>(nseg));
+  // counts detail: a record per segment (the result's per_segment); flags: sparse events (seg_par_state)
+  const bool sparse = so.level == segment_detail::flags;
+  std::vector<segment_counts> acc(sparse ? 0 : static_cast<std::size_t>(nseg));
   if (need_amax)
     for (segment_counts& c : acc) c.abs_max = 0.0;  // a max by bit pattern until the end
   detail::seg_pass sp;
@@ -668,7 +681,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   sp.unit = unit;
   sp.nseg = nseg;
   sp.bad_lo = detail::seg_bad_abs_bits(v.type);
-  sp.acc = acc.data();
+  sp.acc = sparse ? nullptr : acc.data();
   std::vector<detail::seg_par_state> par;
   detail::pass_hook hook;
   hook.ctx = &sp;
@@ -699,9 +712,11 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
       r.nan = r.pos_inf = r.neg_inf = 0;
     }
     out.total = r;
-    for (const detail::seg_par_state& st : par) {  // the edge records, in any order (the folds are exact)
-      detail::seg_fold(acc[static_cast<std::size_t>(st.first_seg)], st.edge[0]);
-      if (st.last_seg != st.first_seg) detail::seg_fold(acc[static_cast<std::size_t>(st.last_seg)], st.edge[1]);
+    if (!sparse) {
+      for (const detail::seg_par_state& st : par) {  // the edge records, in any order (the folds are exact)
+        detail::seg_fold(acc[static_cast<std::size_t>(st.first_seg)], st.edge[0]);
+        if (st.last_seg != st.first_seg) detail::seg_fold(acc[static_cast<std::size_t>(st.last_seg)], st.edge[1]);
+      }
     }
   }
 
@@ -710,13 +725,12 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   out.nonfinite_mask.assign(words, 0);
   if (so.has_threshold) out.over_mask.assign(words, 0);
   const std::uint64_t thr = detail::double_to_bits(so.threshold) & detail::f64_abs_mask;
-  for (std::size_t i = 0; i < acc.size(); ++i) {
-    segment_counts& c = acc[i];
+  auto emit = [&](std::size_t i, segment_counts& c) {
     const std::uint64_t b = sp.seg_begin(i), e = sp.seg_end(i);
     const bool has_value = reads && e - b != c.nan;  // a non-NaN element was read
     const bool over = so.has_threshold && has_value && detail::double_to_bits(c.abs_max) > thr;
     // flags detail: the maxima are partial (chunks with nothing over the threshold were skipped): not reported
-    if (need_amax && !(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
+    if (!(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
     if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
     if (c.has_nonfinite()) {
       out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);
@@ -733,6 +747,25 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
       h.over_threshold = over;
       out.bad.push_back(h);
     }
+  };
+  if (!sparse) {
+    for (std::size_t i = 0; i < acc.size(); ++i) emit(i, acc[i]);
+  } else {  // the events of all parallel segments, in order: ascending segments, a segment's events adjacent
+    bool open = false;
+    std::uint64_t cur = 0;
+    segment_counts c;
+    for (const detail::seg_par_state& st : par)
+      for (const auto& ev : st.events) {
+        if (open && ev.first == cur) {
+          detail::seg_fold(c, ev.second);
+          continue;
+        }
+        if (open) emit(static_cast<std::size_t>(cur), c);
+        open = true;
+        cur = ev.first;
+        c = ev.second;
+      }
+    if (open) emit(static_cast<std::size_t>(cur), c);
   }
   if (so.level == segment_detail::counts) out.per_segment = std::move(acc);
   return out;

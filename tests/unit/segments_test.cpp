@@ -240,8 +240,9 @@ ns::segmented_result expect_segments(const tensor& x, const ns::segments& segs, 
   if (c.threshold) so.with_threshold(thr);
   const ns::segmented_result r = ns::check(x.v, segs, opt, so);
   const ns::health_result plain = ns::check(x.v, opt);
-  INFO("dtype " << ns::name(x.t) << " mode " << ns::name(c.mode) << " isa " << ns::name(c.i) << " threads " << c.threads
-                << " detail " << ns::name(c.detail) << " threshold " << c.threshold);
+  INFO("dtype " << std::string(ns::name(x.t)) << " mode " << std::string(ns::name(c.mode)) << " isa "
+                << std::string(ns::name(c.i)) << " threads " << c.threads << " level " << std::string(ns::name(c.detail))
+                << " threshold " << c.threshold);
   CHECK(nstest::first_difference(r.total, plain) == "");
   CHECK(r.total.hash == plain.hash);
   const std::size_t nseg = bounds.size() - 1;
