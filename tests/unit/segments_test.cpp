@@ -339,9 +339,6 @@ const config all_configs[] = {
     {check_mode::curt_health, ns::isa::automatic, 1, ns::segment_detail::counts, true},
 };
 
-}  // namespace segments_test
-
-using namespace segments_test;
 
 TEST_CASE("segments: boundaries at vector, chunk and parallel-segment edges, every dtype, ISA and mode") {
 #if defined(NANSCOPE_TEST_QUICK)
@@ -584,3 +581,5 @@ TEST_CASE("segments: bad input names the tensor and the problem") {
             .find("offsets end at 4 but the tensor has 10 rows") != std::string::npos);
   CHECK(err(ns::segments::rows(ok)) == "(no nanscope::error)");
 }
+
+}  // namespace segments_test
