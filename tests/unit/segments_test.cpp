@@ -494,6 +494,27 @@ TEST_CASE("segments: rows of strided views (gapped, transposed, broadcast) and u
   }
 }
 
+TEST_CASE("segments: with the content hash, the totals (hash included) are check()'s in every mode and layout") {
+  std::mt19937_64 g(11);
+  const std::int64_t R = 260, C = 600;
+  std::vector<std::int64_t> rows = {0, 1, 9, 9, 130, 259, 260};
+  for (const dtype t : {dtype::f32, dtype::bf16}) {
+    const tensor dense = make_tensor(t, {R, C}, {C, 1}, g, {{0, bad_value(t, kind::nan)}, {70000, bad_value(t, kind::pinf)}});
+    const tensor transposed = make_tensor(t, {R, C}, {1, R}, g, {{5, bad_value(t, kind::nan)}});
+    for (const tensor* x : {&dense, &transposed})
+      for (const check_mode m : {check_mode::curt_health, check_mode::concise_health, check_mode::full_health, check_mode::stats})
+        for (const unsigned th : {1u, 4u}) {
+          const auto opt = ns::check_options{}.with_mode(m).with_threads(th).with_parallel_threshold(0).with_hash();
+          const ns::segmented_result r = ns::check(x->v, ns::segments::rows(rows), opt);
+          const ns::health_result plain = ns::check(x->v, opt);
+          CHECK(nstest::first_difference(r.total, plain) == "");
+          CHECK(r.total.hash.valid);
+          CHECK(r.total.hash == plain.hash);
+          CHECK(r.has_nonfinite(0));  // both tensors hold a NaN in row 0
+        }
+  }
+}
+
 TEST_CASE("segments: what a serving engine sees: the poisoned requests, their first bad row") {
   const std::int64_t vocab = 64;
   std::vector<std::int64_t> cu = {0, 3, 3, 10, 11, 20};  // 5 requests (one with no token this step)
