@@ -299,6 +299,10 @@ struct run_state {
     if (quiet) return;
     out_line(json ? json_tensor(r, fail_on) : text_line(r, fail_on));
   }
+  void expert(const expert_report& e) {
+    if (quiet) return;
+    out_line(json ? json_expert(e) : text_expert(e));
+  }
   int exit_code() const { return errors != 0 ? 2 : (nonfinite != 0 || overflowing != 0) ? 1 : 0; }
 };
 
@@ -333,6 +337,9 @@ void scan_file(const std::string& path, const scan_settings& settings, run_state
       scan_callbacks cb;
       cb.on_tensor = [&](const tensor_report& r) {
         if (mapped_file::shrink_offset() < 0) rs.tensor(r);
+      };
+      cb.on_expert = [&](const expert_report& e) {
+        if (mapped_file::shrink_offset() < 0) rs.expert(e);
       };
       cb.on_warning = [&](const std::string& w) {
         if (mapped_file::shrink_offset() < 0) rs.warning(path, w);
@@ -517,7 +524,18 @@ int main(int argc, char** argv) {
                    "e4m3fn or e5m2")
       ->check(CLI::IsMember({"bf16", "e4m3fn", "e5m2"}));
   scan->add_flag("--skip-unsupported", skip_unsupported,
-                 "Report tensors of dtypes nanscope cannot check (C64, F8_E8M0, ...) as skipped, not as errors");
+                 "Report tensors of dtypes nanscope cannot check (C64, unknown names) as skipped, not as errors");
+  std::vector<std::string> scales_rules;
+  scan->add_option("--scales", scales_rules,
+                   "Pair packed weights with their block scales: W=S[,T]: a tensor whose name ends in W takes the "
+                   "tensor named with S in its place as scales (and T as NVFP4's per-tensor scale); repeatable, "
+                   "tried before the naming conventions (docs/cli.md)")
+      ->check([](const std::string& r) {
+        const std::size_t eq = r.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == r.size() || r[eq + 1] == ',')
+          return std::string("--scales wants W=S or W=S,T (name endings), e.g. .weight=.weight_scale");
+        return std::string();
+      });
   scan->add_flag("--no-progress", no_progress, "No progress bar (shown on a terminal for files over 1 GiB)");
 
 #if NANSCOPE_CLI_HAVE_REPORT
@@ -616,6 +634,14 @@ int main(int argc, char** argv) {
 
   scan_settings settings;
   settings.mode = stats ? nanscope::check_mode::stats : nanscope::check_mode::full_health;
+  for (const std::string& rule : scales_rules) {
+    const std::size_t eq = rule.find('='), comma = rule.find(',', eq);
+    scan_settings::scales_rule sr;
+    sr.weight = rule.substr(0, eq);
+    sr.scale = rule.substr(eq + 1, comma == std::string::npos ? std::string::npos : comma - eq - 1);
+    if (comma != std::string::npos) sr.tensor_scale = rule.substr(comma + 1);
+    settings.scale_rules.push_back(sr);
+  }
   settings.report_unsupported_npy = skip_unsupported;  // a complex .npy is then skipped like a C64 safetensor
   if (threads != 0) {
     // The library's pool is sized from NANSCOPE_THREADS on first use: set it before any scan.

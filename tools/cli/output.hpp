@@ -170,8 +170,18 @@ inline std::string text_line(const tensor_report& r, const target_mask& fail_on)
   std::string s = text_escape(r.file);
   if (r.has_name) s += " " + nanscope::detail::st_quote(r.name, ~std::size_t{0});
   s += ": ";
-  s += nanscope::name(r.type);
-  s += shape_text(r);
+  if (r.packed) {
+    // "F4[4096,4096] mxfp4 scales='x.weight_scale'": the file's dtype, the format it was read as, its scales
+    s += text_escape(r.file_dtype) + shape_text(r) + " " + r.packed_kind;
+    if (!r.scale_name.empty()) s += " scales=" + nanscope::detail::st_quote(r.scale_name, ~std::size_t{0});
+    if (!r.tensor_scale_name.empty())
+      s += " tensor_scale=" + nanscope::detail::st_quote(r.tensor_scale_name, ~std::size_t{0}) + "(" +
+           text_number(static_cast<double>(r.tensor_scale), "{:.6g}") + ")";
+  } else {
+    s += nanscope::name(r.type);
+    s += shape_text(r);
+  }
+  if (r.expert >= 0) s += " expert=" + std::to_string(r.expert);
   s += " n=" + std::to_string(r.count);
   if (!nanscope::is_float(r.type)) return s + " (integer data: no NaN/Inf) ok";
   const nanscope::health_result& h = r.health;
@@ -186,6 +196,14 @@ inline std::string text_line(const tensor_report& r, const target_mask& fail_on)
   if (h.mode == nanscope::check_mode::stats)
     s += " min=" + text_number(h.min) + " max=" + text_number(h.max) + " mean=" + text_number(h.mean) +
          " std=" + text_number(h.std);
+  if (r.has_blocks) {
+    const nanscope::block_format_stats& b = r.blocks;
+    s += fmt::format(" blocks={} nan_scales={} zero_blocks={} lossy_blocks={} at_max={}", b.blocks, r.nan_scales, b.zero_blocks,
+                     b.lossy_blocks, b.clipped);
+    if (!nanscope::detail::is_nan_bits(b.scale_exp_mean))
+      s += fmt::format(" scale_exp=[{},{}] mean={} std={}", b.scale_exp_min, b.scale_exp_max, text_number(b.scale_exp_mean),
+                       text_number(b.scale_exp_std));
+  }
   s += " headroom";
   for (std::size_t k = 0; k < target_count; ++k) {
     s += ' ';
@@ -208,7 +226,7 @@ inline std::string json_tensor(const tensor_report& r, const target_mask& fail_o
   auto count_or_null = [&](std::uint64_t v) { return fl ? std::to_string(v) : std::string("null"); };
   std::string s = "{\"kind\":\"tensor\",\"file\":" + json_string(r.file);
   s += ",\"name\":" + (r.has_name ? json_string(r.name) : std::string("null"));
-  s += ",\"dtype\":" + json_string(nanscope::name(r.type));
+  s += ",\"dtype\":" + json_string(r.packed ? r.packed_kind.c_str() : nanscope::name(r.type));
   s += ",\"file_dtype\":" + json_string(r.file_dtype);
   s += ",\"shape\":[";
   for (int i = 0; i < r.rank; ++i) s += (i != 0 ? "," : "") + std::to_string(r.shape[i]);
@@ -244,7 +262,51 @@ inline std::string json_tensor(const tensor_report& r, const target_mask& fail_o
     }
     s += "}";
   }
+  if (r.expert >= 0) s += ",\"expert\":" + std::to_string(r.expert);
+  if (r.packed) {
+    // packed block-scaled tensors (docs/cli.md): what was paired, and the per-block statistics
+    s += ",\"packed\":{\"scales\":" + (r.scale_name.empty() ? std::string("null") : json_string(r.scale_name));
+    s += ",\"tensor_scale_name\":" + (r.tensor_scale_name.empty() ? std::string("null") : json_string(r.tensor_scale_name));
+    s += ",\"tensor_scale\":" + json_number(static_cast<double>(r.tensor_scale));
+    if (r.has_blocks) {
+      const nanscope::block_format_stats& b = r.blocks;
+      s += fmt::format(",\"block_size\":{},\"blocks\":{},\"nan_scales\":{},\"nan_blocks\":{},\"zero_blocks\":{},"
+                       "\"zero_scale_blocks\":{},\"lossy_blocks\":{},\"at_max\":{}",
+                       b.block_size, b.blocks, r.nan_scales, b.nan_blocks, b.zero_blocks, b.zero_scale_blocks, b.lossy_blocks,
+                       b.clipped);
+      const bool has_exp = !nanscope::detail::is_nan_bits(b.scale_exp_mean);
+      s += ",\"scale_exp_min\":" + (has_exp ? std::to_string(b.scale_exp_min) : std::string("null"));
+      s += ",\"scale_exp_max\":" + (has_exp ? std::to_string(b.scale_exp_max) : std::string("null"));
+      s += ",\"scale_exp_mean\":" + json_number(b.scale_exp_mean);
+      s += ",\"scale_exp_std\":" + json_number(b.scale_exp_std);
+    }
+    s += "}";
+  }
   s += ",\"status\":" + json_string(status_of(r, fail_on)) + "}";
+  return s;
+}
+
+/// The text line of one expert's totals (no newline).
+inline std::string text_expert(const expert_report& e) {
+  std::string s = text_escape(e.file) + " expert " + std::to_string(e.expert) + ": " + std::to_string(e.tensors) + " tensor" +
+                  (e.tensors == 1 ? "" : "s") + " (" + std::to_string(e.packed) + " packed)";
+  s += fmt::format(" nan={} inf={} nan_scales={} blocks={} lossy_blocks={} |x|max={}", e.nan, e.inf, e.nan_scales, e.blocks,
+                   e.lossy_blocks, text_number(e.abs_max));
+  if (e.has_scale_exp) s += fmt::format(" scale_exp=[{},{}]", e.scale_exp_min, e.scale_exp_max);
+  s += e.nonfinite_tensors != 0 ? " NONFINITE" : " ok";
+  return s;
+}
+
+/// The JSON object of one expert's totals (one line).
+inline std::string json_expert(const expert_report& e) {
+  std::string s = "{\"kind\":\"expert\",\"file\":" + json_string(e.file) + ",\"expert\":" + std::to_string(e.expert);
+  s += fmt::format(",\"tensors\":{},\"packed\":{},\"nonfinite_tensors\":{},\"nan\":{},\"inf\":{},\"nan_scales\":{},"
+                   "\"blocks\":{},\"lossy_blocks\":{}",
+                   e.tensors, e.packed, e.nonfinite_tensors, e.nan, e.inf, e.nan_scales, e.blocks, e.lossy_blocks);
+  s += ",\"abs_max\":" + json_number(e.abs_max);
+  s += ",\"scale_exp_min\":" + (e.has_scale_exp ? std::to_string(e.scale_exp_min) : std::string("null"));
+  s += ",\"scale_exp_max\":" + (e.has_scale_exp ? std::to_string(e.scale_exp_max) : std::string("null"));
+  s += ",\"status\":" + json_string(e.nonfinite_tensors != 0 ? "nonfinite" : "ok") + "}";
   return s;
 }
 

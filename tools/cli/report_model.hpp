@@ -346,6 +346,7 @@ inline void read_scan(model& m, const std::string& path, const std::vector<std::
       summary = true;
       continue;
     }
+    if (k == "expert") continue;  // per-expert totals of a packed MoE checkpoint: the tensors carry the same data
     if (k == "error" || k == "warning" || k == "skipped") {
       v.notes.push_back(k + ": " + str("message"));
       continue;

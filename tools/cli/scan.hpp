@@ -21,8 +21,10 @@
 #include <nanscope/health.hpp>
 #include <nanscope/margins.hpp>
 #include <nanscope/npy.hpp>
+#include <nanscope/packed.hpp>
 #include <nanscope/safetensors.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -65,6 +67,17 @@ struct tensor_report {
   nanscope::health_result health;  ///< FULL_HEALTH or STATS; only `count` for integer and bool tensors
   std::array<std::uint64_t, target_count> overflow{};  ///< per margin target: finite values a cast would overflow
   std::array<double, target_count> headroom{};         ///< per margin target: headroom_bits(abs_max)
+  /// Packed block-scaled tensors (safetensors F4, F6_E2M3, F6_E3M2, and F8 with an F8_E8M0 scale tensor) and E8M0
+  /// tensors scanned alone: health of the exactly decoded values (type f64, STATS), plus the fields below.
+  bool packed = false;
+  std::string packed_kind;        ///< "mxfp4", "nvfp4", "mxfp6_e2m3", ...; "e2m1" etc. without scales; "e8m0"
+  std::string scale_name;         ///< the scale tensor paired with it ("" none)
+  std::string tensor_scale_name;  ///< NVFP4: the per-tensor f32 scale tensor ("" none: 1)
+  float tensor_scale = 1.0f;
+  bool has_blocks = false;        ///< `blocks` and `nan_scales` are set (a packed tensor, scaled or not)
+  nanscope::block_format_stats blocks;
+  std::uint64_t nan_scales = 0;
+  int expert = -1;  ///< the expert index parsed from the name ("...experts.17...."), -1 none
 
   bool checked() const { return supported && nanscope::is_float(type); }
   bool nonfinite() const { return checked() && health.has_nonfinite(); }
@@ -75,14 +88,33 @@ struct scan_settings {
   unsigned threads = 0;  ///< 0: nanscope's default (NANSCOPE_THREADS or all hardware threads)
   nanscope::npy_parse_options npy;
   std::uint64_t chunk_elements = std::uint64_t{1} << 22;
+  /// `--scales W=S[,T]`: a tensor whose name ends with W takes as block scales the tensor named with that ending
+  /// replaced by S (and, for E4M3 scales, as per-tensor scale the one ending in T). Tried before the conventions.
+  struct scales_rule {
+    std::string weight, scale, tensor_scale;
+  };
+  std::vector<scales_rule> scale_rules;
   /// A .npy array of a dtype nanscope cannot check (complex, strings, datetimes, objects) is reported as an
   /// unsupported tensor (tensor_report::supported false) instead of an error (`--skip-unsupported`).
   bool report_unsupported_npy = false;
 };
 
 /// Callbacks of one file's scan. Any may be empty.
+/// The per-expert totals of a MoE checkpoint file (tensors whose names carry "experts.<N>"), reported after its
+/// tensors when the file holds a packed tensor.
+struct expert_report {
+  std::string file;
+  int expert = -1;
+  std::uint64_t tensors = 0, packed = 0, nonfinite_tensors = 0, nan = 0, inf = 0, nan_scales = 0, blocks = 0,
+                lossy_blocks = 0;
+  double abs_max = nanscope::detail::qnan;
+  int scale_exp_min = 0, scale_exp_max = 0;
+  bool has_scale_exp = false;
+};
+
 struct scan_callbacks {
   std::function<void(const tensor_report&)> on_tensor;
+  std::function<void(const expert_report&)> on_expert;
   std::function<void(const std::string&)> on_warning;
   std::function<void(std::uint64_t bytes_done)> on_progress;  ///< bytes of tensor data scanned so far in the file
 };
@@ -484,6 +516,202 @@ inline bool npy_unsupported(const unsigned char* f, std::size_t size, const std:
 
 }  // namespace detail
 
+namespace detail {
+
+/// The element format of a packed safetensors dtype (F4, F6_E2M3, F6_E3M2); false for any other.
+inline bool packed_element(const std::string& dt, nanscope::element_format& f) {
+  if (dt == "F4") f = nanscope::element_format::e2m1;
+  else if (dt == "F6_E2M3") f = nanscope::element_format::e2m3;
+  else if (dt == "F6_E3M2") f = nanscope::element_format::e3m2;
+  else return false;
+  return true;
+}
+
+/// The expert index in a tensor name: the digits after "experts." or "experts_" (followed by '.', '_' or the end);
+/// -1 when there is none.
+inline int expert_index(const std::string& name) {
+  for (const char* key : {"experts.", "experts_"}) {
+    std::size_t at = 0;
+    while ((at = name.find(key, at)) != std::string::npos) {
+      std::size_t i = at + std::strlen(key), j = i;
+      long v = 0;
+      while (j < name.size() && name[j] >= '0' && name[j] <= '9' && j - i < 9) v = v * 10 + (name[j++] - '0');
+      if (j > i && (j == name.size() || name[j] == '.' || name[j] == '_')) return static_cast<int>(v);
+      at = i;
+    }
+  }
+  return -1;
+}
+
+/// One packed weight and what it was paired with.
+struct packed_pair {
+  std::size_t weight = 0;
+  bool has_scale = false, has_tensor_scale = false;
+  std::size_t scale = 0, tensor_scale = 0;
+  nanscope::element_format element = nanscope::element_format::e2m1;
+  nanscope::packed_scale scale_type = nanscope::packed_scale::e8m0;
+  int block_size = 32;
+  std::vector<std::string> tried;  // the scale names looked for (for the warning of an unpaired weight)
+};
+
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// The block-scale candidates of a weight name (then the matching per-tensor scale name), --scales rules first.
+inline std::vector<std::pair<std::string, std::string>> scale_candidates(const std::string& w, const scan_settings& st) {
+  std::vector<std::pair<std::string, std::string>> c;
+  for (const scan_settings::scales_rule& r : st.scale_rules)
+    if (ends_with(w, r.weight)) {
+      const std::string base = w.substr(0, w.size() - r.weight.size());
+      c.emplace_back(base + r.scale, r.tensor_scale.empty() ? std::string() : base + r.tensor_scale);
+    }
+  // ModelOpt NVFP4 / compressed-tensors: X.weight + X.weight_scale (+ X.weight_scale_2); FP8 block checkpoints:
+  // X.weight_scale_inv; MX exports: X.weight_scales / X.scales; gpt-oss style X_blocks + X_scales
+  for (const char* sfx : {"_scale", "_scale_inv", "_scales", ".scale", ".scales"}) c.emplace_back(w + sfx, w + "_scale_2");
+  if (ends_with(w, ".weight")) {
+    const std::string base = w.substr(0, w.size() - 7);
+    c.emplace_back(base + ".scales", base + ".weight_scale_2");
+    c.emplace_back(base + ".scale", base + ".weight_scale_2");
+  }
+  for (const char* sfx : {"_blocks", ".blocks"})
+    if (ends_with(w, sfx)) c.emplace_back(w.substr(0, w.size() - 7) + (sfx[0] == '_' ? "_scales" : ".scales"), std::string());
+  return c;
+}
+
+/// Pairs every packed weight of a file with its scales and checks the shapes (throws nanscope::error naming the
+/// tensors when a scale tensor does not fit its weight). `role[i]`: 0 ordinary, 1 packed weight, 2 its scales
+/// (not reported alone), 3 an E8M0 tensor no weight claimed (scanned alone).
+inline std::vector<packed_pair> plan_packed(const nanscope::safetensors_layout& lay, const std::string& path,
+                                            const scan_settings& st, std::vector<int>& role) {
+  using nanscope::detail::st_quote;
+  std::vector<packed_pair> out;
+  role.assign(lay.tensors.size(), 0);
+  std::vector<std::pair<std::string, std::size_t>> by_name;
+  by_name.reserve(lay.tensors.size());
+  for (std::size_t i = 0; i < lay.tensors.size(); ++i) by_name.emplace_back(lay.tensors[i].name, i);
+  std::sort(by_name.begin(), by_name.end());
+  auto find = [&](const std::string& n, std::size_t& at) {
+    auto it = std::lower_bound(by_name.begin(), by_name.end(), std::make_pair(n, std::size_t{0}));
+    if (it == by_name.end() || it->first != n) return false;
+    at = it->second;
+    return true;
+  };
+  auto shape_of = [](const nanscope::safetensors_tensor& t) {
+    std::string s = "[";
+    for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+    return s + "]";
+  };
+  for (std::size_t i = 0; i < lay.tensors.size(); ++i) {
+    const nanscope::safetensors_tensor& w = lay.tensors[i];
+    packed_pair p;
+    p.weight = i;
+    const bool f8 = w.supported && (w.type == nanscope::dtype::f8_e4m3fn || w.type == nanscope::dtype::f8_e5m2);
+    if (f8) p.element = w.type == nanscope::dtype::f8_e4m3fn ? nanscope::element_format::e4m3 : nanscope::element_format::e5m2;
+    else if (!packed_element(w.dtype_name, p.element)) continue;
+    for (const auto& cand : scale_candidates(w.name, st)) {
+      std::size_t at = 0;
+      p.tried.push_back(cand.first);
+      if (!find(cand.first, at) || at == i) continue;
+      const nanscope::safetensors_tensor& s = lay.tensors[at];
+      // MXFP8 only with E8M0 scales: an F8 weight's F32 / F8_E4M3 "weight_scale" is ordinary FP8 scaling
+      if (s.dtype_name == "F8_E8M0" || (s.dtype_name == "U8" && !f8)) {
+        p.scale_type = nanscope::packed_scale::e8m0;
+        p.block_size = 32;
+      } else if (s.dtype_name == "F8_E4M3" && !f8) {
+        p.scale_type = nanscope::packed_scale::e4m3;
+        p.block_size = 16;
+      } else {
+        continue;
+      }
+      // the scale tensor's shape: the weight's, with the last extent ceil(last / block)
+      const int wr = w.rank == 0 ? 1 : w.rank;
+      const std::int64_t L = w.rank == 0 ? 1 : w.shape[w.rank - 1];
+      bool ok = s.rank == wr;
+      for (int d = 0; ok && d + 1 < wr; ++d) ok = s.shape[d] == w.shape[d];
+      const std::int64_t need = (L + p.block_size - 1) / p.block_size;
+      ok = ok && s.shape[wr - 1] == need;
+      if (!ok) {
+        std::string want = "[";
+        for (int d = 0; d + 1 < wr; ++d) want += std::to_string(w.shape[d]) + ", ";
+        want += std::to_string(need) + "]";
+        nanscope::detail::st_fail(path, "tensor " + st_quote(w.name) + ": its scale tensor " + st_quote(s.name) + " (" +
+                                            s.dtype_name + " " + shape_of(s) + ") does not match it: " + w.dtype_name + " " +
+                                            shape_of(w) + " in blocks of " + std::to_string(p.block_size) + " needs " +
+                                            s.dtype_name + " " + want);
+      }
+      if (role[at] == 2)
+        nanscope::detail::st_fail(path, "tensor " + st_quote(s.name) + " is the scale tensor of two weights (the second: " +
+                                            st_quote(w.name) + ")");
+      p.has_scale = true;
+      p.scale = at;
+      if (p.scale_type == nanscope::packed_scale::e4m3 && !cand.second.empty() && find(cand.second, at)) {
+        const nanscope::safetensors_tensor& t = lay.tensors[at];
+        if (t.dtype_name != "F32" || t.numel != 1)
+          nanscope::detail::st_fail(path, "tensor " + st_quote(w.name) + ": its per-tensor scale " + st_quote(t.name) +
+                                              " must be one F32 value, not " + t.dtype_name + " " + shape_of(t));
+        p.has_tensor_scale = true;
+        p.tensor_scale = at;
+      }
+      break;
+    }
+    if (f8 && !p.has_scale) continue;  // an ordinary fp8 tensor
+    role[i] = 1;
+    if (p.has_scale) role[p.scale] = 2;
+    out.push_back(std::move(p));
+  }
+  for (std::size_t i = 0; i < lay.tensors.size(); ++i)
+    if (role[i] == 0 && lay.tensors[i].dtype_name == "F8_E8M0") role[i] = 3;
+  return out;
+}
+
+/// Scans one packed weight (check_packed() over the mapping) into r.
+inline void scan_packed(const unsigned char* data, const nanscope::safetensors_layout& lay, const packed_pair& p,
+                        const scan_settings& st, tensor_report& r) {
+  const nanscope::safetensors_tensor& w = lay.tensors[p.weight];
+  nanscope::packed_view v;
+  v.data = data + w.file_offset;
+  v.bytes = w.byte_size();
+  v.element = p.element;
+  v.name = w.name.c_str();
+  v.rank = w.rank == 0 ? 1 : w.rank;
+  if (w.rank == 0) v.shape[0] = 1;
+  for (int d = 0; d < w.rank; ++d) v.shape[d] = w.shape[d];
+  if (p.has_scale) {
+    const nanscope::safetensors_tensor& s = lay.tensors[p.scale];
+    v.scales = data + s.file_offset;
+    v.scale_bytes = s.byte_size();
+    v.scale_type = p.scale_type;
+    v.block_size = p.block_size;
+    r.scale_name = s.name;
+  }
+  if (p.has_tensor_scale) {
+    const nanscope::safetensors_tensor& t = lay.tensors[p.tensor_scale];
+    std::uint32_t b = 0;
+    for (int k = 3; k >= 0; --k) b = (b << 8) | data[t.file_offset + static_cast<std::uint64_t>(k)];  // little-endian
+    v.tensor_scale = nanscope::detail::bits_to_float(b);
+    r.tensor_scale_name = t.name;
+  }
+  nanscope::packed_options opt;
+  opt.threads = st.threads;
+  const nanscope::packed_result res = nanscope::check_packed(v, opt);
+  r.packed = true;
+  r.type = nanscope::dtype::f64;
+  r.tensor_scale = v.tensor_scale;
+  r.packed_kind = !p.has_scale ? std::string(nanscope::name(p.element)) : nanscope::name(res.blocks.format);
+  r.health = res.health;
+  r.health.mode = st.mode;
+  r.has_blocks = p.has_scale;
+  r.blocks = res.blocks;
+  r.nan_scales = res.nan_scales;
+  for (std::size_t k = 0; k < target_count; ++k) {
+    r.overflow[k] = res.count_at_or_above(nanscope::info(nanscope::margin_targets[k]).overflow_threshold);
+    r.headroom[k] = nanscope::headroom_bits(res.health.abs_max, nanscope::margin_targets[k]);
+  }
+}
+
+}  // namespace detail
+
 /// Scans every tensor of a file held in memory. Throws nanscope::error for a malformed file (before any tensor
 /// is reported: the whole layout is checked first).
 inline void scan_buffer(const unsigned char* data, std::size_t size, const std::string& path, file_format fmt,
@@ -518,7 +746,27 @@ inline void scan_buffer(const unsigned char* data, std::size_t size, const std::
   for (const std::string& w : lay.warnings)
     if (cb.on_warning) cb.on_warning(w);
   const bool swap = nanscope::detail::npy_host_is_big_endian();  // safetensors data is little-endian
-  for (const nanscope::safetensors_tensor& t : lay.tensors) {
+  // packed block-scaled weights and their scales, paired and checked before any tensor is reported
+  std::vector<int> role;
+  const std::vector<detail::packed_pair> pairs = detail::plan_packed(lay, path, st, role);
+  std::vector<std::size_t> pair_of(lay.tensors.size(), 0);
+  for (std::size_t k = 0; k < pairs.size(); ++k) pair_of[pairs[k].weight] = k;
+  for (const detail::packed_pair& p : pairs)
+    if (!p.has_scale && cb.on_warning) {
+      std::string looked;
+      for (std::size_t k = 0; k < p.tried.size() && k < 4; ++k) looked += (k ? ", " : "") + nanscope::detail::st_quote(p.tried[k]);
+      cb.on_warning("tensor " + nanscope::detail::st_quote(lay.tensors[p.weight].name) + ": " +
+                    lay.tensors[p.weight].dtype_name + " without a scale tensor (looked for " + looked +
+                    ", ...; --scales names another): its elements are checked unscaled");
+    }
+  std::vector<expert_report> experts;
+  for (std::size_t i = 0; i < lay.tensors.size(); ++i) {
+    const nanscope::safetensors_tensor& t = lay.tensors[i];
+    if (role[i] == 2) {  // scales: reported with their weight
+      done += t.byte_size();
+      if (cb.on_progress) cb.on_progress(done);
+      continue;
+    }
     tensor_report r;
     r.file = path;
     r.has_name = true;
@@ -527,16 +775,78 @@ inline void scan_buffer(const unsigned char* data, std::size_t size, const std::
     r.supported = t.supported;
     r.type = t.type;
     r.rank = t.rank;
-    for (int i = 0; i < t.rank; ++i) r.shape[i] = t.shape[i];
+    for (int k = 0; k < t.rank; ++k) r.shape[k] = t.shape[k];
     r.count = t.numel;
     r.health.count = t.numel;
-    if (t.supported) {
+    r.expert = detail::expert_index(t.name);
+    if (role[i] == 1) {
+      r.supported = true;
+      detail::scan_packed(data, lay, pairs[pair_of[i]], st, r);
+      done += t.byte_size();
+      if (cb.on_progress) cb.on_progress(done);
+    } else if (role[i] == 3) {
+      r.supported = true;
+      r.packed = true;
+      r.type = nanscope::dtype::f64;
+      r.packed_kind = "e8m0";
+      r.health = nanscope::check_e8m0(data + t.file_offset, t.numel);
+      r.health.mode = st.mode;
+      r.health.rank = t.rank;
+      for (int k = 0; k < t.rank; ++k) r.health.shape[k] = t.shape[k];
+      for (std::size_t k = 0; k < target_count; ++k)
+        r.headroom[k] = nanscope::headroom_bits(r.health.abs_max, nanscope::margin_targets[k]);
+      for (std::size_t k = 0; k < target_count; ++k) {
+        // E8M0 values are powers of two: those at or above the threshold
+        std::uint64_t c = 0;
+        const double th = nanscope::info(nanscope::margin_targets[k]).overflow_threshold;
+        for (std::uint64_t e = 0; e < t.numel; ++e) {
+          const std::uint8_t b = data[t.file_offset + e];
+          if (b != 0xFF && nanscope::decode_e8m0(b) >= th) ++c;
+        }
+        r.overflow[k] = c;
+      }
+      done += t.byte_size();
+      if (cb.on_progress) cb.on_progress(done);
+    } else if (t.supported) {
       scan_tensor(data + t.file_offset, t.type, t.numel, false, swap, st, r, done, cb);
     } else {
       done += t.byte_size();
       if (cb.on_progress) cb.on_progress(done);
     }
+    if (r.expert >= 0 && r.checked()) {
+      expert_report* e = nullptr;
+      for (expert_report& x : experts)
+        if (x.expert == r.expert) e = &x;
+      if (e == nullptr) {
+        experts.emplace_back();
+        e = &experts.back();
+        e->file = path;
+        e->expert = r.expert;
+      }
+      ++e->tensors;
+      if (r.has_blocks) ++e->packed;
+      if (r.nonfinite()) ++e->nonfinite_tensors;
+      e->nan += r.health.nan;
+      e->inf += r.health.pos_inf + r.health.neg_inf;
+      e->abs_max = nanscope::detail::max_non_nan(e->abs_max, r.health.abs_max);
+      if (r.has_blocks) {
+        e->nan_scales += r.nan_scales;
+        e->blocks += r.blocks.blocks;
+        e->lossy_blocks += r.blocks.lossy_blocks;
+        if (!nanscope::detail::is_nan_bits(r.blocks.scale_exp_mean)) {
+          e->scale_exp_min = e->has_scale_exp ? std::min(e->scale_exp_min, r.blocks.scale_exp_min) : r.blocks.scale_exp_min;
+          e->scale_exp_max = e->has_scale_exp ? std::max(e->scale_exp_max, r.blocks.scale_exp_max) : r.blocks.scale_exp_max;
+          e->has_scale_exp = true;
+        }
+      }
+    }
     if (cb.on_tensor) cb.on_tensor(r);
+  }
+  bool any_packed = false;
+  for (const expert_report& e : experts) any_packed = any_packed || e.packed != 0;
+  if (any_packed && cb.on_expert) {
+    std::sort(experts.begin(), experts.end(), [](const expert_report& a, const expert_report& b) { return a.expert < b.expert; });
+    for (const expert_report& e : experts) cb.on_expert(e);
   }
 }
 
