@@ -1,4 +1,4 @@
-// nanscope — segments.hpp: segmented checks: which request, expert or KV block of a batched tensor holds NaN/Inf, in the same read as the health pass.
+// nanscope — segments.hpp: segmented checks: which request, expert or KV block holds NaN/Inf, in the same read.
 //
 //   std::vector<std::int64_t> rows = {0, 7, 7, 19, 32};            // 4 requests' token rows (one is empty)
 //   std::vector<std::int64_t> ids = {101, 102, 103, 104};
