@@ -59,100 +59,139 @@ inline cudaError_t query_event(cudaEvent_t ev) {
   return e;
 }
 
-/// Reads the fields of level L (see level_merge) of a record another block wrote (through L2, bypassing L1);
-/// the other fields are left at their identities.
-template <int L>
-__device__ inline device_result load_cg(const device_result* p) {
-  device_result r = identity_result();
-  r.nan = __ldcg(&p->nan);
-  r.pinf = __ldcg(&p->pinf);
-  r.ninf = __ldcg(&p->ninf);
-  r.first_nf = __ldcg(&p->first_nf);
-  if constexpr (L >= 2) {
-    r.neg = __ldcg(&p->neg);
-    r.zero = __ldcg(&p->zero);
-    r.sub = __ldcg(&p->sub);
-    r.kmin = __ldcg(&p->kmin);
-    r.kmax = __ldcg(&p->kmax);
-    r.amin_nz = __ldcg(&p->amin_nz);
-  }
-  if constexpr (L >= 3) {
-    for (int q = 0; q < moment_parts; ++q) {
-      r.m[q].n = __ldcg(&p->m[q].n);
-      r.m[q].shift = __ldcg(&p->m[q].shift);
-      r.m[q].mean = __ldcg(&p->m[q].mean);
-      r.m[q].m2 = __ldcg(&p->m[q].m2);
+/// r := group G (see record_groups) of the record at p, read through L2, bypassing L1 (another block wrote it).
+template <int L, int G>
+__device__ inline void load_group(device_result& r, const device_result* p) {
+  if constexpr (G == 0) {
+    r.nan = __ldcg(&p->nan);
+    r.pinf = __ldcg(&p->pinf);
+    r.ninf = __ldcg(&p->ninf);
+    r.first_nf = __ldcg(&p->first_nf);
+    if constexpr (L >= 2) {
+      r.neg = __ldcg(&p->neg);
+      r.zero = __ldcg(&p->zero);
+      r.sub = __ldcg(&p->sub);
+      r.kmin = __ldcg(&p->kmin);
+      r.kmax = __ldcg(&p->kmax);
+      r.amin_nz = __ldcg(&p->amin_nz);
     }
+  } else {
+    r.m[G - 1].n = __ldcg(&p->m[G - 1].n);
+    r.m[G - 1].shift = __ldcg(&p->m[G - 1].shift);
+    r.m[G - 1].mean = __ldcg(&p->m[G - 1].mean);
+    r.m[G - 1].m2 = __ldcg(&p->m[G - 1].m2);
   }
-  return r;
+}
+
+/// Group G of *dst := group G of r.
+template <int L, int G>
+__device__ inline void store_group(device_result* dst, const device_result& r) {
+  if constexpr (G == 0) {
+    dst->nan = r.nan;
+    dst->pinf = r.pinf;
+    dst->ninf = r.ninf;
+    dst->first_nf = r.first_nf;
+    if constexpr (L >= 2) {
+      dst->neg = r.neg;
+      dst->zero = r.zero;
+      dst->sub = r.sub;
+      dst->kmin = r.kmin;
+      dst->kmax = r.kmax;
+      dst->amin_nz = r.amin_nz;
+    }
+  } else {
+    dst->m[G - 1] = r.m[G - 1];
+  }
+}
+
+/// The fields a kernel of level L does not compute, at their identities (a result record is read whole).
+template <int L>
+__device__ inline void store_other_fields(device_result* dst) {
+  const device_result id = identity_result();
+  if constexpr (L < 2) {
+    dst->neg = id.neg;
+    dst->zero = id.zero;
+    dst->sub = id.sub;
+    dst->kmin = id.kmin;
+    dst->kmax = id.kmax;
+    dst->amin_nz = id.amin_nz;
+  }
+  if constexpr (L < 3) {
+    for (int q = 0; q < moment_parts; ++q) dst->m[q] = id.m[q];
+  }
 }
 
 inline constexpr int block_warps = block_threads / 32;
 static_assert(block_threads % 32 == 0, "whole warps");
 
-/// Lane 0 of the warp gets the merge of the warp's records in the fields of level L (the other fields, and the
-/// other lanes' results, are left as they were). A shuffle tree per field group (lane i takes lane i + 16, then
-/// i + 8, ..., 1): the same merges as level_merge<L> of whole records along that tree, but only one group's
-/// incoming values are live at a time (a whole record in flight doubled the registers of the stats kernel).
-template <int L>
-__device__ inline void warp_merge(device_result& v) {
+/// Lane 0 of the warp := the merge of the warp's records in group G (the other lanes' results are partial): a
+/// shuffle tree, lane i takes lane i + 16, then i + 8, ..., 1; the merges of merge_group<L, G>.
+template <int L, int G>
+__device__ inline void warp_merge_group(device_result& v) {
   constexpr unsigned all = 0xFFFFFFFFu;
   for (unsigned o = 16; o > 0; o >>= 1) {
-    v.nan += __shfl_down_sync(all, v.nan, o);
-    v.pinf += __shfl_down_sync(all, v.pinf, o);
-    v.ninf += __shfl_down_sync(all, v.ninf, o);
-    const long long f = __shfl_down_sync(all, v.first_nf, o);
-    v.first_nf = f < v.first_nf ? f : v.first_nf;
-  }
-  if constexpr (L >= 2) {
-    for (unsigned o = 16; o > 0; o >>= 1) {
-      v.neg += __shfl_down_sync(all, v.neg, o);
-      v.zero += __shfl_down_sync(all, v.zero, o);
-      v.sub += __shfl_down_sync(all, v.sub, o);
-      const long long lo = __shfl_down_sync(all, v.kmin, o), hi = __shfl_down_sync(all, v.kmax, o);
-      const unsigned long long am = __shfl_down_sync(all, v.amin_nz, o);
-      v.kmin = lo < v.kmin ? lo : v.kmin;
-      v.kmax = hi > v.kmax ? hi : v.kmax;
-      v.amin_nz = am < v.amin_nz ? am : v.amin_nz;
-    }
-  }
-  if constexpr (L >= 3) {
-    for (int q = 0; q < moment_parts; ++q) {
-      for (unsigned o = 16; o > 0; o >>= 1) {
-        moments b;
-        b.n = __shfl_down_sync(all, v.m[q].n, o);
-        b.shift = __shfl_down_sync(all, v.m[q].shift, o);
-        b.mean = __shfl_down_sync(all, v.m[q].mean, o);
-        b.m2 = __shfl_down_sync(all, v.m[q].m2, o);
-        v.m[q] = merge_moments_d(v.m[q], b);
+    device_result b = identity_result();  // only group G is read by merge_group<L, G>
+    if constexpr (G == 0) {
+      b.nan = __shfl_down_sync(all, v.nan, o);
+      b.pinf = __shfl_down_sync(all, v.pinf, o);
+      b.ninf = __shfl_down_sync(all, v.ninf, o);
+      b.first_nf = __shfl_down_sync(all, v.first_nf, o);
+      if constexpr (L >= 2) {
+        b.neg = __shfl_down_sync(all, v.neg, o);
+        b.zero = __shfl_down_sync(all, v.zero, o);
+        b.sub = __shfl_down_sync(all, v.sub, o);
+        b.kmin = __shfl_down_sync(all, v.kmin, o);
+        b.kmax = __shfl_down_sync(all, v.kmax, o);
+        b.amin_nz = __shfl_down_sync(all, v.amin_nz, o);
       }
+    } else {
+      b.m[G - 1].n = __shfl_down_sync(all, v.m[G - 1].n, o);
+      b.m[G - 1].shift = __shfl_down_sync(all, v.m[G - 1].shift, o);
+      b.m[G - 1].mean = __shfl_down_sync(all, v.m[G - 1].mean, o);
+      b.m[G - 1].m2 = __shfl_down_sync(all, v.m[G - 1].m2, o);
     }
+    merge_group<L, G>(v, b);
   }
 }
 
-/// The block's records merged in a fixed order (deterministic moments): warp_merge in each warp, then thread 0
-/// merges the warps' records in warp order. Only the fields of level L travel; the result is valid in thread 0
-/// only, with the other fields at their identities. Every thread of the block must call it; `warps` (shared
-/// memory) must not be in use by another call (a __syncthreads between two calls).
-template <int L>
-__device__ inline device_result block_merge(device_result v, device_result* warps) {
-  warp_merge<L>(v);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
-  __syncthreads();
-  device_result total = identity_result();
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < block_warps; ++w) total = level_merge<L>{}(total, warps[w]);
-  }
-  return total;
+/// Every group of v merged across the warp, lane 0 storing each into the warp's slot of `warps` (shared memory)
+/// as soon as it is done: only one group's incoming values are live at a time.
+template <int L, int G = 0>
+__device__ inline void warp_phase(device_result& v, device_result* warps) {
+  warp_merge_group<L, G>(v);
+  if (threadIdx.x % 32 == 0) store_group<L, G>(&warps[threadIdx.x / 32], v);
+  if constexpr (G + 1 < record_groups<L>) warp_phase<L, G + 1>(v, warps);
 }
 
-/// The fused pass over a batch: each block finds its tensor, reduces its share, and the last block of a
-/// tensor to finish merges that tensor's block records in index order and writes the result.
+/// Thread 0: the warps' slots merged in warp order and stored into *dst, group by group.
+template <int L, int G = 0>
+__device__ inline void store_block(const device_result* warps, device_result* dst) {
+  device_result t = identity_result();
+  for (int w = 0; w < block_warps; ++w) merge_group<L, G>(t, warps[w]);
+  store_group<L, G>(dst, t);
+  if constexpr (G + 1 < record_groups<L>) store_block<L, G + 1>(warps, dst);
+}
+
+/// The last block: thread i merges the blocks' records i, i + B, i + 2B, ... (B = block_threads), then the warp
+/// phase; one pass over the records per group.
+template <int L, int G = 0>
+__device__ inline void gather_phase(const device_result* parts, unsigned n, device_result* warps) {
+  device_result acc = identity_result();
+  for (unsigned i = threadIdx.x; i < n; i += block_threads) {
+    device_result r = identity_result();
+    load_group<L, G>(r, parts + i);
+    merge_group<L, G>(acc, r);
+  }
+  warp_merge_group<L, G>(acc);
+  if (threadIdx.x % 32 == 0) store_group<L, G>(&warps[threadIdx.x / 32], acc);
+  if constexpr (G + 1 < record_groups<L>) gather_phase<L, G + 1>(parts, n, warps);
+}
+
 /// Blocks of block_threads per SM the kernel of level L is compiled for (__launch_bounds__' second argument: a
 /// cap of 65536 / (256 x blocks) registers a thread). Without it ptxas picks its own cap and spilled a few bytes
 /// in the level-1 and level-2 kernels; tests/cuda/resource_usage.py checks the result (docs/cuda.md).
 template <int L>
-inline constexpr int min_blocks_per_sm = L >= 3 ? 2 : 4;
+inline constexpr int min_blocks_per_sm = L >= 3 ? 3 : 4;
 
 template <int L, class Params>
 // __grid_constant__: the kernel indexes its parameters dynamically (the tensor lookup); without it nvcc would
@@ -168,15 +207,20 @@ __global__ void __launch_bounds__(block_threads, min_blocks_per_sm<L>) health_ke
   const unsigned long long g = static_cast<unsigned long long>(local_block) * block_threads + threadIdx.x;
   const unsigned long long stride = static_cast<unsigned long long>(nblocks) * block_threads;
 
-  const device_result block =
-      block_merge<L>(thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride), warps);
-
+  // The block merge (fixed order: a shuffle tree in each warp, then the warps in order), the fields of level L
+  // only, one group at a time; thread 0 stores the block's record: the result, or the block's partial record.
+  device_result mine = thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride);
+  warp_phase<L>(mine, warps);
+  __syncthreads();
   if (nblocks == 1) {
-    if (threadIdx.x == 0) prm.results[d.result] = block;
+    if (threadIdx.x == 0) {
+      store_block<L>(warps, prm.results + d.result);
+      store_other_fields<L>(prm.results + d.result);
+    }
     return;
   }
   if (threadIdx.x == 0) {
-    prm.partials[blockIdx.x] = block;
+    store_block<L>(warps, prm.partials + blockIdx.x);
     __threadfence();
     const unsigned done = atomicAdd(prm.counters + ti, 1u);
     last = done == nblocks - 1;
@@ -184,13 +228,11 @@ __global__ void __launch_bounds__(block_threads, min_blocks_per_sm<L>) health_ke
   __syncthreads();  // also: thread 0 has read `warps`
   if (!last) return;
   __threadfence();
-  // fixed order: thread i merges records i, i + B, i + 2B, ... then the block merge (a fixed tree)
-  device_result acc = identity_result();
-  for (unsigned i = threadIdx.x; i < nblocks; i += block_threads)
-    acc = level_merge<L>{}(acc, load_cg<L>(prm.partials + d.block_begin + i));
-  const device_result total = block_merge<L>(acc, warps);
+  gather_phase<L>(prm.partials + d.block_begin, nblocks, warps);
+  __syncthreads();
   if (threadIdx.x == 0) {
-    prm.results[d.result] = total;
+    store_block<L>(warps, prm.results + d.result);
+    store_other_fields<L>(prm.results + d.result);
     prm.counters[ti] = 0;  // ready for the next launch on this storage
   }
 }

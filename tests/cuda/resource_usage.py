@@ -30,10 +30,10 @@ import sys
 BUDGETS = {
     (1, "single"): 64,  # 50% occupancy on sm_90
     (2, "single"): 64,  # 50%
-    (3, "single"): 104,  # 25% (issue 31 asks for 64: 50%; not reached yet)
+    (3, "single"): 80,  # 37.5% (issue 31 asks for 64: 50%; not reached yet)
     (1, "batch"): 64,
     (2, "batch"): 64,
-    (3, "batch"): 104,
+    (3, "batch"): 80,
 }
 
 # sm_90 (H100/H200) limits, from the CUDA occupancy calculator's table for compute capability 9.0.

@@ -1,12 +1,12 @@
 // nanscope tests — cuda_emulation_test.cpp: the CUDA backend's device code (nanscope/detail/cuda_pass.cuh) run on
 // the CPU. The header's arithmetic compiles as plain C++ under NANSCOPE_IMPL_CUDA_EMULATION; this file plays the
 // kernel's part (health_kernel in cuda.cuh) sequentially: the block -> tensor lookup, every thread's share through
-// thread_record, the per-block merge (level_merge: only the fields of the kernel's level), the blocks' records
-// merged by the "last block", the counters. Results go through the real launch planning (for_each_group, plan)
-// and finalize(), and are compared with the host pass (portable kernel): counts, extrema and first index bit for
-// bit, mean/std within 1e-9 relative.
-// What this cannot test is CUDA itself (the block merge's warp shuffles, fences, atomics, loads): tests/cuda
-// does, on a GPU.
+// thread_record, the block merge (the warps' shuffle trees and the warps in order, group by group: only the
+// fields of the kernel's level), the blocks' records merged by the "last block", the counters. Results go
+// through the real launch planning (for_each_group, plan) and finalize(), and are compared with the host pass
+// (portable kernel): counts, extrema and first index bit for bit, mean/std within 1e-9 relative.
+// What this cannot test is CUDA itself (the shuffle instructions, shared memory, fences, atomics, loads):
+// tests/cuda does, on a GPU.
 #define NANSCOPE_IMPL_CUDA_EMULATION 1
 #include <nanscope/detail/cuda_pass.cuh>
 
@@ -31,37 +31,60 @@ namespace nc = nanscope::cuda;
 namespace nd = nanscope::cuda::detail;
 constexpr int threads_per_block = nd::block_threads;
 
+/// The kernel's warp merge of one group (warp_merge_group): a __shfl_down_sync tree, lane i takes lane i + 16,
+/// then i + 8, ..., 1 (a lane whose source is past the warp reads its own value, as the shuffle does); every
+/// group in turn (warp_phase).
+template <int L, int G = 0>
+void emulate_warp_phase(nc::device_result* lanes) {
+  for (unsigned o = 16; o > 0; o >>= 1) {
+    std::vector<nc::device_result> before(lanes, lanes + 32);  // a shuffle reads the values before the round
+    for (unsigned i = 0; i < 32; ++i) nd::merge_group<L, G>(lanes[i], before[i + o < 32 ? i + o : i]);
+  }
+  if constexpr (G + 1 < nd::record_groups<L>) emulate_warp_phase<L, G + 1>(lanes);
+}
+
+/// The kernel's block merge of the block's per-thread records: each warp's tree, then thread 0 merges the warps'
+/// lane-0 records in warp order (store_block), the fields of level L only (the others stay at their identities,
+/// as store_other_fields writes them). The same merges in the same order as the device, so the moments too are
+/// the device's (given the same per-thread records).
+template <int L>
+nc::device_result emulate_block_merge(std::vector<nc::device_result> threads) {
+  nc::device_result total = nd::identity_result();
+  for (int w = 0; w < threads_per_block / 32; ++w) {
+    emulate_warp_phase<L>(threads.data() + 32 * w);
+    total = nd::level_merge<L>{}(total, threads[static_cast<std::size_t>(32 * w)]);
+  }
+  return total;
+}
+
 /// One launch, block by block and thread by thread, as health_kernel runs it.
 template <int L, class Params>
 void emulate_kernel(const Params& prm) {
+  std::vector<nc::device_result> threads(threads_per_block);
   for (unsigned bx = 0; bx < prm.total_blocks; ++bx) {
     const int lo = nd::tensor_of_block(prm, bx);
     const nd::tensor_desc& d = prm.desc[lo];
     const unsigned end = nd::tensor_block_end(prm, lo);
     const unsigned nblocks = end - d.block_begin;
     const unsigned local = bx - d.block_begin;
-    // the block merge: records of the fields of level L only (the kernel's warp_merge/block_merge; the order of
-    // the moment merges differs from the device's tree, which changes them only by rounding)
-    nc::device_result block = nd::identity_result();
     for (int tx = 0; tx < threads_per_block; ++tx) {
       const unsigned long long g = static_cast<unsigned long long>(local) * threads_per_block + static_cast<unsigned>(tx);
       const unsigned long long stride = static_cast<unsigned long long>(nblocks) * threads_per_block;
-      block = nd::level_merge<L>{}(block, nd::thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr,
-                                                              g, stride));
+      threads[static_cast<std::size_t>(tx)] =
+          nd::thread_record<L>(d, d.layout != 0 ? &prm.layouts[d.layout - 1] : nullptr, g, stride);
     }
+    const nc::device_result block = emulate_block_merge<L>(threads);
     if (nblocks == 1) {
       prm.results[d.result] = block;
       continue;
     }
     prm.partials[bx] = block;
     if (++prm.counters[lo] != nblocks) continue;
-    // the last block: thread i merges records i, i + B, ...; then the threads' records in order
+    // the last block: thread i merges records i, i + B, ... (gather_phase); then the block merge
     std::vector<nc::device_result> acc(threads_per_block, nd::identity_result());
     for (unsigned i = 0; i < nblocks; ++i)
       acc[i % threads_per_block] = nd::level_merge<L>{}(acc[i % threads_per_block], prm.partials[d.block_begin + i]);
-    nc::device_result total = nd::identity_result();
-    for (const auto& a : acc) total = nd::level_merge<L>{}(total, a);
-    prm.results[d.result] = total;
+    prm.results[d.result] = emulate_block_merge<L>(acc);
     prm.counters[lo] = 0;
   }
 }

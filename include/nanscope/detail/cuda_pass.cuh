@@ -212,32 +212,54 @@ NANSCOPE_IMPL_HD moments merge_moments_d(const moments& a, const moments& b) {
   return r;
 }
 
+/// The field groups of a record that a kernel of level L fills, merged one group at a time by the kernel (only
+/// one group's incoming values are live at once): group 0 holds the counts, the first non-finite index and the
+/// extrema the level computes (level 1: the non-finite counts and the index only), group 1 + q moment part q
+/// (level 3 only).
+template <int L>
+inline constexpr int record_groups = L >= 3 ? 1 + moment_parts : 1;
+
+/// a := a merged with b in group G of level L (a's elements first: the order matters only for the moments).
+template <int L, int G>
+NANSCOPE_IMPL_HD void merge_group(device_result& a, const device_result& b) {
+  static_assert(L >= 1 && L <= 3 && G >= 0 && G < record_groups<L>, "check levels are 1, 2 and 3");
+  if constexpr (G == 0) {
+    a.nan += b.nan;
+    a.pinf += b.pinf;
+    a.ninf += b.ninf;
+    a.first_nf = b.first_nf < a.first_nf ? b.first_nf : a.first_nf;
+    if constexpr (L >= 2) {
+      a.neg += b.neg;
+      a.zero += b.zero;
+      a.sub += b.sub;
+      a.kmin = b.kmin < a.kmin ? b.kmin : a.kmin;
+      a.kmax = b.kmax > a.kmax ? b.kmax : a.kmax;
+      a.amin_nz = b.amin_nz < a.amin_nz ? b.amin_nz : a.amin_nz;
+    }
+  } else {
+    a.m[G - 1] = merge_moments_d(a.m[G - 1], b.m[G - 1]);
+  }
+}
+
+template <int L, int G = 0>
+NANSCOPE_IMPL_HD void merge_groups(device_result& a, const device_result& b) {
+  merge_group<L, G>(a, b);
+  if constexpr (G + 1 < record_groups<L>) merge_groups<L, G + 1>(a, b);
+}
+
 /// Combines two records (a's elements, b's elements: the order matters only for the moments, whose merge
 /// order is fixed by the launch shape), in the fields a kernel of level L fills: 1 (non-finite only) the
 /// non-finite counts and the first index; 2 (counts and extrema) also the other counts and the extrema; 3
 /// (stats) also the moments. The other fields are a's: a reduction that starts from identity_result() keeps
 /// them at their identities, which is what a kernel of that level leaves there (and finalize() ignores), so a
-/// lower level carries no moments through its reductions.
+/// lower level carries no moments through its reductions. The kernel merges the same fields group by group
+/// (merge_group), in the same order per field.
 template <int L>
 struct level_merge {
   static_assert(L >= 1 && L <= 3, "check levels are 1, 2 and 3");
   NANSCOPE_IMPL_HD device_result operator()(const device_result& a, const device_result& b) const {
     device_result r = a;
-    r.nan = a.nan + b.nan;
-    r.pinf = a.pinf + b.pinf;
-    r.ninf = a.ninf + b.ninf;
-    r.first_nf = b.first_nf < a.first_nf ? b.first_nf : a.first_nf;
-    if constexpr (L >= 2) {
-      r.neg = a.neg + b.neg;
-      r.zero = a.zero + b.zero;
-      r.sub = a.sub + b.sub;
-      r.kmin = b.kmin < a.kmin ? b.kmin : a.kmin;
-      r.kmax = b.kmax > a.kmax ? b.kmax : a.kmax;
-      r.amin_nz = b.amin_nz < a.amin_nz ? b.amin_nz : a.amin_nz;
-    }
-    if constexpr (L >= 3) {
-      for (int p = 0; p < moment_parts; ++p) r.m[p] = merge_moments_d(a.m[p], b.m[p]);
-    }
+    merge_groups<L>(r, b);
     return r;
   }
 };
