@@ -10,6 +10,8 @@
 //                                dtype: f32 bf16 f16 f64 e4m3fn e5m2; elements: 1048576 16777216 67108864.
 //                                At 1048576 elements the kernel is a few microseconds and the host-side
 //                                enqueue of the check (validation, pointer attributes, launch) shows in the row.
+//   full_health/<dtype>/67108864 the same check in check_mode::full_health (counts and extrema, no moments: the
+//                                level-2 kernel), f32 and bf16 only (issue 31's full-health target)
 //   read_anchor/<dtype>/<elements>
 //                                the same bytes reduced by cub::DeviceReduce::Sum (f32 as float, the other
 //                                dtypes as unsigned integers of the same width): a bare read-and-reduce of
@@ -278,7 +280,8 @@ bool result_is_clean(const nanscope::health_result& r, std::uint64_t n) {
 // ---------------------------------------------------------------------------------------------------------
 // health/<dtype>/<elements>
 // ---------------------------------------------------------------------------------------------------------
-void bm_health(benchmark::State& state, dtype t, std::uint64_t n) {
+void bm_health(benchmark::State& state, dtype t, std::uint64_t n,
+               nanscope::check_mode mode = nanscope::check_mode::stats) {
   bench_env& env = *g_env;
   const std::size_t es = nanscope::size_of(t);
   device_mem buf(n * es);
@@ -286,7 +289,7 @@ void bm_health(benchmark::State& state, dtype t, std::uint64_t n) {
   NSB_CUDA(cudaStreamSynchronize(env.stream));
   const nanscope::cuda::buffer_view view =
       nanscope::cuda::device_buffer(buf.get(), t, {static_cast<std::int64_t>(n)}, env.stream, "bench.x");
-  const nanscope::check_options opt = stats_mode();
+  const nanscope::check_options opt = nanscope::check_options{}.with_mode(mode);
 
   for (int w = 0; w < warmup_calls; ++w) {
     const nanscope::cuda::pending p = env.chk->check(view, opt);
@@ -691,6 +694,12 @@ void register_rows() {
       add_row("read_anchor" + suffix, [t, n](benchmark::State& s) { bm_read_anchor(s, t, n); });
       add_row("health" + suffix, [t, n](benchmark::State& s) { bm_health(s, t, n); });
     }
+  }
+  for (const dtype_row& d : row_dtypes) {
+    if (d.type != dtype::f32 && d.type != dtype::bf16) continue;
+    const dtype t = d.type;
+    add_row(std::string("full_health/") + d.name + "/67108864",
+            [t](benchmark::State& s) { bm_health(s, t, 67108864ull, nanscope::check_mode::full_health); });
   }
   add_row("batched/1000x65536", [](benchmark::State& s) { bm_batched(s); });
   add_row("per_tensor/1000x65536", [](benchmark::State& s) { bm_per_tensor(s); });
