@@ -172,6 +172,9 @@ run_step() {
   else
     summary+=("$name: FAIL (exit $rc, ${took}s; see $out/$name.log)")
     failed=1
+    if grep -q "error while loading shared libraries" "$out/$name.log" 2>/dev/null; then
+      summary+=("  hint: a shared library is missing; carry the .deb files unpacked with dpkg -x and pass --prefix")
+    fi
   fi
   return "$rc"
 }
