@@ -311,12 +311,8 @@ health_result recorder::checkpoint(const T& tensor, std::string_view context, so
 
 NANSCOPE_NAMESPACE_END
 
-// class scope, and recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope)
+// class scope, recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope) and, at the end of
+// scope.hpp once both classes are complete, the recorder's entry points (detail/recorder_impl.hpp)
 #include "scope.hpp"
-// The recorder's entry points (recording, detection, reports, snapshots): here in the header-only mode; in the
-// separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
-#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
-#include "detail/recorder_impl.hpp"
-#endif
 
 #endif  // NANSCOPE_RECORDER_HPP

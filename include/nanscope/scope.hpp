@@ -210,7 +210,13 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
   return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
 }
 
-
 NANSCOPE_NAMESPACE_END
+
+// The recorder's entry points (recording, detection, reports, snapshots), which need both the recorder and the
+// scope complete: here in the header-only mode (whichever of recorder.hpp and scope.hpp was included first); in
+// the separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
+#if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
+#include "detail/recorder_impl.hpp"
+#endif
 
 #endif  // NANSCOPE_SCOPE_HPP
