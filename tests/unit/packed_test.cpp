@@ -266,7 +266,8 @@ TEST_CASE("packed: random MX and NVFP4 tensors against the element-by-element re
   };
   const cfg cfgs[] = {{element_format::e2m1, packed_scale::e8m0, 32}, {element_format::e2m1, packed_scale::e4m3, 16},
                       {element_format::e2m3, packed_scale::e8m0, 32}, {element_format::e3m2, packed_scale::e8m0, 32},
-                      {element_format::e4m3, packed_scale::e8m0, 32}, {element_format::e5m2, packed_scale::e8m0, 32}};
+                      {element_format::e4m3, packed_scale::e8m0, 32}, {element_format::e5m2, packed_scale::e8m0, 32},
+                      {element_format::e2m1, packed_scale::e8m0, 8},  {element_format::e2m1, packed_scale::e4m3, 6}};
   const std::uint64_t lens[] = {64, 96, 33, 7, 31, 1, 128, 50};
   for (const cfg& c : cfgs)
     for (std::uint64_t L : lens)
@@ -330,6 +331,53 @@ TEST_CASE("packed: random MX and NVFP4 tensors against the element-by-element re
         }
         CHECK_MESSAGE(bad == 0, label);
       }
+}
+
+TEST_CASE("packed: E2M1 tensors of many blocks per scale (the 16-bit per-scale rows are emptied before they wrap)") {
+  std::mt19937_64 rng(99);
+  for (int B : {32, 16}) {
+    const std::uint64_t L = 64, rows = 70000;  // 140000 (or 280000) blocks over 3 scales: far past 65535 / B per row
+    const std::uint64_t n = rows * L, nb = L / static_cast<std::uint64_t>(B);
+    std::vector<unsigned char> data(static_cast<std::size_t>(n / 2));
+    for (auto& b : data) b = static_cast<unsigned char>(rng() % 4 == 0 ? 0 : rng());
+    for (std::size_t i = 0; i < 64; ++i) data[i] = 0;  // a few zero blocks at the start
+    std::vector<unsigned char> scales(static_cast<std::size_t>(rows * nb));
+    for (auto& s : scales) s = static_cast<unsigned char>(B == 32 ? 125 + rng() % 3 : 0x30 + rng() % 3);
+    nanscope::packed_view v;
+    v.data = data.data();
+    v.bytes = data.size();
+    v.rank = 2;
+    v.shape[0] = static_cast<std::int64_t>(rows);
+    v.shape[1] = static_cast<std::int64_t>(L);
+    v.scales = scales.data();
+    v.scale_bytes = scales.size();
+    v.block_size = B;
+    v.scale_type = B == 32 ? packed_scale::e8m0 : packed_scale::e4m3;
+    // the naive count of every (scale, code) pair and of the zero blocks
+    std::vector<std::uint64_t> want(256 * 16, 0);
+    std::uint64_t zero_blocks = 0;
+    for (std::uint64_t k = 0; k < rows * nb; ++k) {
+      bool zero = true;
+      for (std::uint64_t i = 0; i < static_cast<std::uint64_t>(B); ++i) {
+        const unsigned c = get_bits(data, k * static_cast<std::uint64_t>(B) + i, 4, packed_order::lsb_first);
+        ++want[scales[static_cast<std::size_t>(k)] * 16u + c];
+        zero = zero && (c & 7u) == 0;
+      }
+      zero_blocks += zero;
+    }
+    for (unsigned threads : {1u, 2u}) {
+      nanscope::packed_options o;
+      o.threads = threads;
+      o.parallel_threshold = 0;
+      const nanscope::packed_result r = nanscope::check_packed(v, o);
+      std::vector<std::uint64_t> got(256 * 16, 0);
+      for (const nanscope::packed_value_count& e : r.values) got[e.scale * 16u + e.code] += e.count;
+      CHECK(got == want);
+      CHECK(r.blocks.zero_blocks == zero_blocks);
+      CHECK(r.blocks.blocks == rows * nb);
+      CHECK(r.health.count == n);
+    }
+  }
 }
 
 TEST_CASE("packed: no scales, E8M0 tensors on their own, empty tensors") {
