@@ -119,12 +119,20 @@ struct packed_result {
   bool scaled = true;              ///< false: the view had no scales (every value at scale 1)
   std::vector<packed_value_count> values;  ///< every (scale, code) pair present, by scale then code
 
-  /// Finite decoded values with |v| >= threshold (e.g. dtype_info::overflow_threshold: what a cast would overflow).
-  std::uint64_t count_at_or_above(double threshold) const {
+  /// Finite decoded values with |v| >= threshold (e.g. dtype_info::overflow_threshold: what a cast to f16, bf16 or
+  /// e5m2 would overflow).
+  std::uint64_t count_at_or_above(double threshold) const { return count_beyond(threshold, true); }
+  /// Finite decoded values with |v| > threshold (e4m3fn: a tie at its threshold 464 rounds down to 448).
+  std::uint64_t count_above(double threshold) const { return count_beyond(threshold, false); }
+
+ private:
+  std::uint64_t count_beyond(double threshold, bool inclusive) const {
     std::uint64_t n = 0;
     for (const packed_value_count& v : values) {
       const std::uint64_t b = detail::double_to_bits(v.value) & 0x7FFFFFFFFFFFFFFFull;
-      if (b < 0x7FF0000000000000ull && detail::bits_to_double(b) >= threshold) n += v.count;
+      if (b >= 0x7FF0000000000000ull) continue;
+      const double a = detail::bits_to_double(b);
+      if (a > threshold || (inclusive && a == threshold)) n += v.count;
     }
     return n;
   }

@@ -91,6 +91,7 @@ class Ref:
         self.amax = None
         self.first = None
         self.nan_scales = self.blocks = self.zero_blocks = 0
+        self.mags = []
 
 
 def reference(fmt, codes, rows, L, scales, B, scale_kind, ts=1.0):
@@ -127,6 +128,7 @@ def reference(fmt, codes, rows, L, scales, B, scale_kind, ts=1.0):
                 else:
                     r.pos += 1
                 r.amax = abs(x) if r.amax is None else max(r.amax, abs(x))
+                r.mags.append(abs(x))
             if allzero and not math.isnan(sv):
                 r.zero_blocks += 1
     return r
@@ -139,6 +141,10 @@ def check_obj(o, ref, label):
            "%s: neg/zero/pos %r %r %r, expected %d %d %d" % (label, o["negative"], o["zero"], o["positive"], ref.neg, ref.zero, ref.pos))
     expect(o["abs_max"] == ref.amax, "%s: abs_max %r, expected %r" % (label, o["abs_max"], ref.amax))
     expect(o["first_nonfinite"] == ref.first, "%s: first_nonfinite %r, expected %r" % (label, o["first_nonfinite"], ref.first))
+    # overflow counts as nanscope::margins defines them: f16 |x| >= 65520, e4m3fn |x| > 464, e5m2 |x| >= 61440
+    for fmt, bound, strict in (("f16", 65520.0, False), ("e4m3fn", 464.0, True), ("e5m2", 61440.0, False)):
+        want = sum(1 for a in ref.mags if a > bound or (not strict and a == bound))
+        expect(o["formats"][fmt]["overflow"] == want, "%s: %s overflow %r, expected %d" % (label, fmt, o["formats"][fmt]["overflow"], want))
     p = o.get("packed")
     if expect(p is not None, "%s: no packed object" % label) and "blocks" in p:
         expect(p["blocks"] == ref.blocks and p["nan_scales"] == ref.nan_scales and p["zero_blocks"] == ref.zero_blocks,

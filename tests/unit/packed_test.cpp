@@ -393,6 +393,8 @@ TEST_CASE("packed: no scales, E8M0 tensors on their own, empty tensors") {
   CHECK(r.health.positive == 2);
   CHECK(r.health.negative == 2);
   CHECK(r.count_at_or_above(6.0) == 3);
+  CHECK(r.count_above(6.0) == 0);
+  CHECK(r.count_above(0.5) == 3);
   const unsigned char e[4] = {127, 0xFF, 130, 0xFF};
   const nanscope::health_result h = nanscope::check_e8m0(e, 4);
   CHECK(h.nan == 2);

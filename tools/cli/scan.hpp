@@ -705,7 +705,9 @@ inline void scan_packed(const unsigned char* data, const nanscope::safetensors_l
   r.blocks = res.blocks;
   r.nan_scales = res.nan_scales;
   for (std::size_t k = 0; k < target_count; ++k) {
-    r.overflow[k] = res.count_at_or_above(nanscope::info(nanscope::margin_targets[k]).overflow_threshold);
+    const double th = nanscope::info(nanscope::margin_targets[k]).overflow_threshold;
+    // as nanscope::margins counts: |x| >= threshold, except e4m3fn, whose tie at 464 rounds down to 448
+    r.overflow[k] = nanscope::margin_targets[k] == nanscope::dtype::f8_e4m3fn ? res.count_above(th) : res.count_at_or_above(th);
     r.headroom[k] = nanscope::headroom_bits(res.health.abs_max, nanscope::margin_targets[k]);
   }
 }
@@ -801,7 +803,9 @@ inline void scan_buffer(const unsigned char* data, std::size_t size, const std::
         const double th = nanscope::info(nanscope::margin_targets[k]).overflow_threshold;
         for (std::uint64_t e = 0; e < t.numel; ++e) {
           const std::uint8_t b = data[t.file_offset + e];
-          if (b != 0xFF && nanscope::decode_e8m0(b) >= th) ++c;
+          if (b != 0xFF && (nanscope::decode_e8m0(b) > th ||
+                            (nanscope::margin_targets[k] != nanscope::dtype::f8_e4m3fn && nanscope::decode_e8m0(b) == th)))
+            ++c;
         }
         r.overflow[k] = c;
       }
