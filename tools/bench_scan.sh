@@ -9,6 +9,9 @@
 #   BENCH_FILE      the test file (default ${TMPDIR:-/tmp}/nanscope_bench_2g[_xSCALE].safetensors), created when
 #                   missing: two bf16 tensors [16384, 16384] and two f32 tensors (65536 x 2048, 32768 x 4096) of
 #                   N(0, 1) values times BENCH_SCALE, 2 GiB of data in all (python3 with numpy writes it)
+#   BENCH_FORMAT    bf16 (the default: the file above) or mxfp4: a packed MXFP4 file instead, an F4 weight
+#                   [65536, 65536] (2 GiB, random codes) and its F8_E8M0 scales [65536, 2048] (128 MiB, exponents
+#                   -9..0), default name ${TMPDIR:-/tmp}/nanscope_bench_2g_mxfp4.safetensors (issue 33's target)
 #   BENCH_SCALE     multiplies the values (default 1). With 1000 every chunk holds values past fp8's 464, so the
 #                   exact overflow counts (nanscope::margins) are computed everywhere: the worst case
 #   BENCH_REPS      repetitions (default 7; at least 5)
@@ -22,7 +25,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NANSCOPE="${NANSCOPE:-$ROOT/build/release/tools/cli/nanscope}"
 SCALE="${BENCH_SCALE:-1}"
+FORMAT="${BENCH_FORMAT:-bf16}"
 if [[ "$SCALE" == 1 ]]; then suffix=""; else suffix="_x$SCALE"; fi
+if [[ "$FORMAT" == mxfp4 ]]; then suffix="_mxfp4"; fi
 FILE="${BENCH_FILE:-${TMPDIR:-/tmp}/nanscope_bench_2g$suffix.safetensors}"
 REPS="${BENCH_REPS:-7}"
 VARIANTS="${BENCH_VARIANTS-"--threads 1;--stats"}"
@@ -48,6 +53,30 @@ if [[ ! -f "$FILE" ]]; then
     exit 1
   fi
   echo "creating $FILE (2 GiB)..."
+  if [[ "$FORMAT" == mxfp4 ]]; then
+  "$PY" - "$FILE" <<'EOF'
+import json, os, struct, sys
+import numpy as np
+path = sys.argv[1]
+rows, cols = 65536, 65536
+wbytes, sbytes = rows * cols // 2, rows * (cols // 32)
+header = {"__metadata__": {"format": "pt"},
+          "model.layers.0.mlp.experts.0.down_proj.weight": {"dtype": "F4", "shape": [rows, cols], "data_offsets": [0, wbytes]},
+          "model.layers.0.mlp.experts.0.down_proj.weight_scale": {"dtype": "F8_E8M0", "shape": [rows, cols // 32],
+                                                                  "data_offsets": [wbytes, wbytes + sbytes]}}
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+rng = np.random.default_rng(7)
+with open(path + ".tmp", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for left, lo, hi in ((wbytes, 0, 256), (sbytes, 118, 128)):
+        while left:
+            m = min(left, 1 << 26)
+            f.write(rng.integers(lo, hi, m, dtype=np.uint8).tobytes())
+            left -= m
+os.replace(path + ".tmp", path)
+EOF
+  else
   "$PY" - "$FILE" "$SCALE" <<'EOF'
 import json, struct, sys
 import numpy as np
@@ -76,6 +105,7 @@ with open(path + ".tmp", "wb") as f:
 import os
 os.replace(path + ".tmp", path)
 EOF
+  fi
 fi
 BYTES=$(stat -c %s "$FILE")
 
