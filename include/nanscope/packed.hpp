@@ -296,7 +296,7 @@ inline void pk_task(void* vctx, std::size_t t) {
   const element_format el = v.element;
   const bool fp8 = bits == 8;
   const std::uint64_t b0 = static_cast<std::uint64_t>(t) * job->part;
-  const std::uint64_t b1 = std::min(job->total_blocks, b0 + job->part);
+  const std::uint64_t b1 = (std::min)(job->total_blocks, b0 + job->part);
   if (b0 >= b1) return;
   const std::uint64_t B = static_cast<std::uint64_t>(v.block_size);
 #if NANSCOPE_PK_VECTOR
@@ -336,7 +336,7 @@ inline void pk_task(void* vctx, std::size_t t) {
   for (std::uint64_t k = b0; k < b1; ++k) {
     const std::uint64_t r = k / job->nb, j = k % job->nb;
     const std::uint64_t first = r * job->L + j * B;
-    const std::uint64_t len = std::min(B, job->L - j * B);
+    const std::uint64_t len = (std::min)(B, job->L - j * B);
     const std::uint8_t s = sc != nullptr ? sc[k] : 127;
     std::uint64_t* h = st.codes.data() + (static_cast<std::size_t>(s) << bits);
     unsigned any = 0, bad = 0;
@@ -490,7 +490,7 @@ inline packed_result check_packed(const packed_view& v, const packed_options& op
   job.total_blocks = rows * nb;
   unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
   if (n < opt.parallel_threshold) threads = 1;
-  const std::uint64_t parts = std::min<std::uint64_t>(threads, job.total_blocks);
+  const std::uint64_t parts = (std::min<std::uint64_t>)(threads, job.total_blocks);
   job.part = (job.total_blocks + parts - 1) / parts;
   std::vector<detail::pk_state> states(static_cast<std::size_t>(parts));
   job.states = &states;
@@ -591,7 +591,7 @@ inline packed_result check_packed(const packed_view& v, const packed_options& op
       const std::uint64_t c = bs.scale_histogram[static_cast<std::size_t>(i)];
       if (c == 0) continue;
       sum += static_cast<double>(c) * (i - 127);
-      lo = std::min(lo, i);
+      lo = (std::min)(lo, i);
       hi = i;
     }
     bs.scale_exp_mean = sum / static_cast<double>(n_exp);
@@ -612,7 +612,7 @@ inline packed_result check_packed(const packed_view& v, const packed_options& op
     const auto* sc = static_cast<const unsigned char*>(v.scales);
     const auto* d = static_cast<const unsigned char*>(v.data);
     for (std::uint64_t k = 0; k < rows * nb && h.first_nonfinite < 0; ++k) {
-      const std::uint64_t first = (k / nb) * L + (k % nb) * B, len = std::min(B, L - (k % nb) * B);
+      const std::uint64_t first = (k / nb) * L + (k % nb) * B, len = (std::min)(B, L - (k % nb) * B);
       if (r.scaled && detail::pk_scale_nan(v.scale_type, sc[k])) {
         h.first_nonfinite = static_cast<std::int64_t>(first);
         break;
