@@ -7,6 +7,7 @@
 #include "dtype.hpp"
 #include "health.hpp"
 #include "margins_result.hpp"
+#include "segment_record.hpp"
 #include "view.hpp"
 
 #include <cstdint>
@@ -73,6 +74,7 @@ struct tensor_record {
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
   reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
+  recorded_segments segmented;  ///< checked with a segmentation: its bad segments (segment_record.hpp)
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -123,6 +125,8 @@ struct detection {
   bool produced_here = false;    ///< the triggering frame's inputs were finite
   std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
   std::string report;            ///< the report text as printed (in the recorder's style)
+  recorded_segments segmented;   ///< that tensor's segments, when it was checked with a segmentation
+  std::vector<segment_origin> segment_origins;  ///< per bad segment of it: the frame that first held it bad
 };
 
 /// Thrown by the `throw_exception` policy, after the report was printed and the attached writers committed their

@@ -13,6 +13,7 @@
 #define NANSCOPE_MACROS_HPP
 
 #include "recorder.hpp"
+#include "segments_guard.hpp"
 
 #ifndef NANSCOPE_CONFIG_LEVEL
 #define NANSCOPE_CONFIG_LEVEL 1
@@ -50,6 +51,14 @@
   static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE()))
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) \
   static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE(), (allowed)))
+#define NANSCOPE_SEGMENTS_TO(rec, seg) \
+  ::nanscope::segments_guard NANSCOPE_IMPL_CAT(nanscope_segments_, __LINE__)((rec), (seg))
+#define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) \
+  ::nanscope::detail::macro_input_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) \
+  ::nanscope::detail::macro_output_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) \
+  static_cast<void>((rec).checkpoint((x), (context), (seg), NANSCOPE_IMPL_HERE()))
 
 #else
 
@@ -60,6 +69,10 @@
 #define NANSCOPE_PARAM_TO(rec, x, name) NANSCOPE_IMPL_UNUSED(rec, x, name)
 #define NANSCOPE_DETECT_OVERFLOW_TO(rec, x, context) NANSCOPE_IMPL_UNUSED(rec, x, context)
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) NANSCOPE_IMPL_UNUSED(rec, x, context, allowed)
+#define NANSCOPE_SEGMENTS_TO(rec, seg) NANSCOPE_IMPL_UNUSED(rec, seg)
+#define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
+#define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) NANSCOPE_IMPL_UNUSED(rec, x, context, seg)
 
 #endif
 
@@ -71,6 +84,13 @@
 #define NANSCOPE_DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW_TO(::nanscope::default_recorder(), x, context)
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW(x, context, allowed) \
   NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(::nanscope::default_recorder(), x, context, allowed)
+// Segmentations (segments_guard.hpp, docs/segments.md): a guard for the tensors recorded on this thread while
+// it lives, or one per call.
+#define NANSCOPE_SEGMENTS(seg) NANSCOPE_SEGMENTS_TO(::nanscope::default_recorder(), seg)
+#define NANSCOPE_INPUT_SEGMENTS(x, seg) NANSCOPE_INPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
+#define NANSCOPE_OUTPUT_SEGMENTS(x, seg) NANSCOPE_OUTPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS(x, context, seg) \
+  NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(::nanscope::default_recorder(), x, context, seg)
 
 #if !defined(NANSCOPE_CONFIG_NO_SHORT_MACROS)
 #define DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW(x, context)
@@ -101,6 +121,22 @@ void macro_param(recorder& r, const T& x, std::string_view name, source_location
     s->parameter(x, name, where);
   } else {
     r.checkpoint(x, name, where);
+  }
+}
+template <class T>
+void macro_input_segments(recorder& r, const T& x, const segments& seg, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->input(x, seg, where);
+  } else {
+    r.checkpoint(x, "input", seg, where);
+  }
+}
+template <class T>
+void macro_output_segments(recorder& r, const T& x, const segments& seg, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->output(x, seg, where);
+  } else {
+    r.checkpoint(x, "output", seg, where);
   }
 }
 }  // namespace detail

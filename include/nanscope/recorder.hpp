@@ -175,6 +175,11 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint checked with segmentation `s` (NANSCOPE_DETECT_OVERFLOW_SEGMENTS): a detection names the bad
+  /// segments. A segmentation that does not fit the tensor throws check()'s nanscope::error.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where = {},
+                           allow allowed = allow::none);
   /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
@@ -200,8 +205,11 @@ class recorder {
   /// storage moves as more tensors are recorded).
   /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
   /// is then not read at all (no margins, no integer ranges) and device pointers are dropped from the record.
+  /// `seg`: a segmentation given with this call (scope::output(x, seg)): it must fit the tensor (else check()'s
+  /// nanscope::error). Without one, the innermost NANSCOPE_SEGMENTS guard of this thread for this recorder applies
+  /// to inputs, outputs and checkpoints when it fits (segments_guard.hpp).
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed, const health_result* known = nullptr);
+                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -242,7 +250,7 @@ class recorder {
   /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
-                                const health_result* known);
+                                const health_result* known, const segments* seg = nullptr);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -307,6 +315,11 @@ inline recorder& default_recorder() {
 template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
+}
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where,
+                                   allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, &s);
 }
 
 NANSCOPE_NAMESPACE_END

@@ -189,6 +189,36 @@ Out format_hf_v1_report(Out out, const detection& d) {
   return out;
 }
 
+namespace detail {
+/// The bad segments of a detection's tensor checked with a segmentation, each with the frame that first held it
+/// bad (detection::segment_origins), at most 16 lines:
+///   2 of 64 requests hold inf/nan:
+///     request 23 (rows 5-11): 1 NaN, 1 +inf, first at row 7; produced by 'blocks.1.attn' (Attention) output
+template <class Out>
+Out format_bad_segments(Out out, const detection& d) {
+  const recorded_segments& rs = d.segmented;
+  if (rs.bad.empty()) return out;
+  constexpr std::size_t shown = 16;
+  out = fmt::format_to(out, "\n  {} of {} {}{} hold{} inf/nan:", rs.bad.size(), rs.count, rs.unit_name(),
+                       rs.count == 1 ? "" : "s", rs.bad.size() == 1 ? "s" : "");
+  for (std::size_t i = 0; i < rs.bad.size() && i < shown; ++i) {
+    const std::string line = segment_text(rs, rs.bad[i]);
+    out = fmt::format_to(out, "\n    {}", line);
+    for (const segment_origin& o : d.segment_origins) {
+      if (o.id != rs.bad[i].id || o.frame >= d.frames.size()) continue;
+      const frame& f = d.frames[o.frame];
+      out = fmt::format_to(out, "; {} '{}'{}{}{} {}", o.produced ? "produced by" : "already bad in",
+                           f.module_path.empty() ? "<root>" : f.module_path, f.class_name.empty() ? "" : " (",
+                           f.class_name, f.class_name.empty() ? "" : ")", o.context);
+      if (f.step != d.step) out = fmt::format_to(out, " at step {}", f.step);
+      break;
+    }
+  }
+  if (rs.bad.size() > shown) out = fmt::format_to(out, "\n    ... and {} more", rs.bad.size() - shown);
+  return out;
+}
+}  // namespace detail
+
 /// nanscope's extended report.
 template <class Out>
 Out format_extended_report(Out out, const detection& d) {
@@ -207,6 +237,7 @@ Out format_extended_report(Out out, const detection& d) {
     out = fmt::format_to(out, "\n  verdict: PRODUCED here: every input of this call was finite, its {} is not", d.context);
   else
     out = fmt::format_to(out, "\n  verdict: propagated here: an input of this call was already non-finite");
+  out = detail::format_bad_segments(out, d);
   out = fmt::format_to(out,
                        "\nlast {} frames, oldest first (abs min/max over non-NaN values; headroom = log2(format max / "
                        "abs_max) in bits, ! = crossed the warning threshold):",
@@ -242,6 +273,7 @@ Out format_extended_report(Out out, const detection& d) {
       out = fmt::format_to(out, " |");
       out = detail::format_headroom(out, t);
       if (t.where.line != 0) out = fmt::format_to(out, " | {}:{}", detail::short_file(t.where.file), t.where.line);
+      if (!t.segmented.bad.empty()) out = fmt::format_to(out, " | bad: {}", detail::segment_ids_text(t.segmented));
     });
   }
   return fmt::format_to(out, "\n\n");

@@ -102,6 +102,26 @@ class scope {
     return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
                        allow::none);
   }
+  /// The same, checked with segmentation `s` (the rows of each request, expert or KV block): a detection names
+  /// the bad segments. A segmentation that does not fit the tensor throws check()'s nanscope::error.
+  template <class T>
+  health_result input(const T& x, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", to_view(x), where,
+                       allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result input(const T& x, std::string_view name, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, std::string(name), to_view(x), where, allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result output(const T& x, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output", to_view(x), where, allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result output(const T& x, int i, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
+                       allow::none, nullptr, &s);
+  }
   /// Records a parameter (`weight`, `bias`).
   template <class T>
   health_result parameter(const T& x, std::string_view name, source_location where = {}) {
@@ -182,7 +202,7 @@ inline scope* current_scope(recorder& r) {
 }  // namespace detail
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
-                                               allow allowed, const health_result* known) {
+                                               allow allowed, const health_result* known, const segments* seg) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -207,7 +227,7 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg);
 }
 
 NANSCOPE_NAMESPACE_END

@@ -15,6 +15,7 @@
 #define NANSCOPE_SEGMENTS_HPP
 
 #include "check.hpp"
+#include "segments_api.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -24,172 +25,6 @@
 #include <vector>
 
 NANSCOPE_NAMESPACE_BEGIN
-
-/// What a segmentation's offsets count: rows (indices along the first dimension; a row is every element under
-/// one index of it) or elements (flat row-major indices).
-enum class segment_axis : std::uint8_t { rows, elements };
-
-/// How much a segmented check reports per segment. `flags`: the masks of segments holding NaN/Inf (and over the
-/// threshold, when one is set) and, for each bad segment, its NaN/Inf counts and first NaN/Inf. `counts`: also
-/// every segment's NaN/-Inf/+Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
-enum class segment_detail : std::uint8_t { flags, counts };
-
-inline const char* name(segment_axis a) {
-  switch (a) {
-    case segment_axis::rows: return "rows";
-    case segment_axis::elements: return "elements";
-  }
-  return "?";
-}
-inline const char* name(segment_detail d) {
-  switch (d) {
-    case segment_detail::flags: return "flags";
-    case segment_detail::counts: return "counts";
-  }
-  return "?";
-}
-
-/// A segmentation of a tensor: a non-owning view of the caller's offsets (and ids), like tensor_view. Segment i is
-/// [offsets[i], offsets[i + 1]) along the axis; the offsets ascend (equal neighbours make an empty segment), start
-/// at 0 and end at the extent (the first dimension's size for rows, the element count for elements), so every
-/// element belongs to exactly one segment. Or, without offsets, uniform segments of `uniform` rows or elements
-/// each (the last one may be shorter). The arrays must stay valid during the check. Checked at every check:
-/// a mismatch throws nanscope::error naming the tensor.
-struct segments {
-  segment_axis axis = segment_axis::rows;
-  const std::int64_t* offsets = nullptr;  ///< offset_count ascending offsets (segments + 1), or null: uniform
-  std::size_t offset_count = 0;
-  std::int64_t uniform = 0;               ///< with offsets null: rows or elements per segment (> 0)
-  const std::int64_t* ids = nullptr;      ///< optional: one id per segment (request ids, expert ids, block numbers)
-  std::size_t id_count = 0;
-
-  /// Segments along the first dimension: offsets[0] = 0 < ... <= offsets[n] = shape[0] (a vLLM-style cu_seqlens).
-  static segments rows(const std::int64_t* offsets, std::size_t offset_count) {
-    return make(segment_axis::rows, offsets, offset_count);
-  }
-  static segments rows(const std::vector<std::int64_t>& offsets) { return rows(offsets.data(), offsets.size()); }
-  static segments rows(std::vector<std::int64_t>&&) = delete;  // the segmentation would point into a temporary
-  /// Segments along the flat row-major index: offsets[0] = 0 <= ... <= offsets[n] = the element count.
-  static segments elements(const std::int64_t* offsets, std::size_t offset_count) {
-    return make(segment_axis::elements, offsets, offset_count);
-  }
-  static segments elements(const std::vector<std::int64_t>& offsets) { return elements(offsets.data(), offsets.size()); }
-  static segments elements(std::vector<std::int64_t>&&) = delete;
-  /// Uniform segments of `rows_per_segment` rows (a paged KV cache's blocks of 16 tokens: every_rows(16)).
-  static segments every_rows(std::int64_t rows_per_segment) {
-    segments s;
-    s.axis = segment_axis::rows;
-    s.uniform = rows_per_segment;
-    return s;
-  }
-  /// Uniform segments of `elements_per_segment` elements.
-  static segments every_elements(std::int64_t elements_per_segment) {
-    segments s;
-    s.axis = segment_axis::elements;
-    s.uniform = elements_per_segment;
-    return s;
-  }
-  /// One id per segment, reported in segment_health::id (the segment's index without ids).
-  segments& with_ids(const std::int64_t* segment_ids, std::size_t count) {
-    ids = segment_ids;
-    id_count = count;
-    return *this;
-  }
-  segments& with_ids(const std::vector<std::int64_t>& segment_ids) { return with_ids(segment_ids.data(), segment_ids.size()); }
-  segments& with_ids(std::vector<std::int64_t>&&) = delete;
-
- private:
-  static segments make(segment_axis a, const std::int64_t* o, std::size_t n) {
-    segments s;
-    s.axis = a;
-    s.offsets = o;
-    s.offset_count = n;
-    return s;
-  }
-};
-
-/// Options of a segmented check, beside check_options. Chainable.
-struct segment_options {
-  segment_detail level = segment_detail::flags;
-  /// A segment is "over" when it holds a non-NaN value with |x| > threshold (an Inf included), e.g. 65504, the
-  /// f16 maximum, for f32 activations about to be cast. Off unless with_threshold() was called.
-  bool has_threshold = false;
-  double threshold = 0.0;
-
-  segment_options& with_level(segment_detail d) {
-    level = d;
-    return *this;
-  }
-  segment_options& with_threshold(double t) {
-    has_threshold = true;
-    threshold = t;
-    return *this;
-  }
-};
-
-/// One segment's NaN/Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
-struct segment_counts {
-  std::uint64_t nan = 0;
-  std::uint64_t neg_inf = 0;
-  std::uint64_t pos_inf = 0;
-  std::int64_t first_nonfinite = -1;  ///< flat row-major index in the tensor of the segment's first NaN/Inf, -1 if none
-  /// |x| max over the segment's non-NaN values (an Inf gives inf); NaN when the segment has none or when the
-  /// check read no data.
-  double abs_max = detail::qnan;
-
-  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
-  bool has_nonfinite() const { return nonfinite() != 0; }
-};
-
-/// A segment as reported in segmented_result::bad: where it is and what it holds.
-struct segment_health {
-  std::size_t index = 0;  ///< position in the segmentation
-  std::int64_t id = 0;    ///< the caller's id (segments::with_ids), else the index
-  std::uint64_t begin = 0, end = 0;  ///< flat row-major element range [begin, end)
-  std::uint64_t nan = 0;
-  std::uint64_t neg_inf = 0;
-  std::uint64_t pos_inf = 0;
-  std::int64_t first_nonfinite = -1;  ///< flat index in the tensor of the first NaN/Inf, -1 if none
-  double abs_max = detail::qnan;      ///< as segment_counts::abs_max with segment_detail::counts; NaN with flags
-  bool over_threshold = false;
-
-  std::uint64_t count() const { return end - begin; }
-  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
-  bool has_nonfinite() const { return nonfinite() != 0; }
-};
-
-/// The result of a segmented check.
-struct segmented_result {
-  health_result total;  ///< bit-identical to check(view, options) without segments
-  segment_axis axis = segment_axis::rows;
-  std::uint64_t row_elems = 1;  ///< elements per unit of the axis (a row's elements; 1 for elements)
-  std::size_t count = 0;        ///< segments
-  segment_detail level = segment_detail::flags;
-  bool has_threshold = false;
-  double threshold = 0.0;
-  std::vector<std::uint64_t> nonfinite_mask;  ///< bit i % 64 of word i / 64: segment i holds a NaN or Inf
-  std::vector<std::uint64_t> over_mask;       ///< the same for "over the threshold"; empty without a threshold
-  std::vector<segment_health> bad;            ///< the segments holding NaN/Inf, by ascending index
-  std::vector<segment_counts> per_segment;    ///< every segment (segment_detail::counts); empty with flags
-
-  bool has_nonfinite(std::size_t i) const { return i < count && ((nonfinite_mask[i / 64] >> (i % 64)) & 1u) != 0; }
-  bool over_threshold(std::size_t i) const {
-    return i < count && !over_mask.empty() && ((over_mask[i / 64] >> (i % 64)) & 1u) != 0;
-  }
-  /// Segments holding NaN/Inf.
-  std::size_t bad_count() const { return bad.size(); }
-  /// Indices of the segments over the threshold, ascending (empty without a threshold).
-  std::vector<std::size_t> over_indices() const {
-    std::vector<std::size_t> out;
-    for (std::size_t w = 0; w < over_mask.size(); ++w)
-      for (std::uint64_t b = over_mask[w]; b != 0; b &= b - 1) out.push_back(w * 64 + static_cast<std::size_t>(__builtin_ctzll(b)));
-    return out;
-  }
-  /// The row (first-dimension index) of a flat index: what a first_nonfinite means in rows.
-  std::int64_t row_of(std::int64_t flat) const {
-    return row_elems == 0 || flat < 0 ? -1 : static_cast<std::int64_t>(static_cast<std::uint64_t>(flat) / row_elems);
-  }
-};
 
 namespace detail {
 
@@ -588,6 +423,66 @@ inline void seg_kernel_chunk(void* ctx, void* state, const chunk_out& o, const v
   fail(v.name, "segments: " + problem);
 }
 
+/// What is wrong with segmentation `s` for view `v` ("" when it fits): check() throws this text (naming the
+/// tensor); the recorder checks a tensor unsegmented when a NANSCOPE_SEGMENTS guard's segmentation does not fit
+/// it. Sets `nseg` (the segments) and `unit` (elements per unit of the axis: a row's elements, or 1).
+inline std::string segment_problem(const tensor_view& v, const segments& s, std::uint64_t& nseg, std::uint64_t& unit) {
+  if (s.axis != segment_axis::rows && s.axis != segment_axis::elements)
+    return "unknown axis " + std::to_string(static_cast<unsigned>(s.axis));
+  const std::uint64_t n = v.numel();
+  std::uint64_t extent = n;
+  unit = 1;
+  const char* what = "elements";
+  if (s.axis == segment_axis::rows) {
+    if (v.rank < 1) return "row segments need a view of rank >= 1, got a scalar";
+    extent = static_cast<std::uint64_t>(v.shape[0]);
+    std::int64_t inner = 1;
+    for (int d = 1; d < v.rank; ++d)
+      if (mul_overflow(inner, v.shape[d], inner)) inner = 0;  // only for an empty tensor (validate)
+    unit = static_cast<std::uint64_t>(inner);
+    what = "rows";
+  }
+  std::string shape_text = "(";
+  for (int d = 0; d < v.rank; ++d) shape_text += (d ? ", " : "") + std::to_string(v.shape[d]);
+  shape_text += v.rank == 1 ? ",)" : ")";
+  nseg = 0;
+  if (s.offsets == nullptr) {
+    if (s.offset_count != 0) return std::to_string(s.offset_count) + " offsets given with a null pointer";
+    if (s.uniform <= 0)
+      return "no offsets and no uniform segment size (got " + std::to_string(s.uniform) +
+             "): use segments::rows, elements, every_rows or every_elements";
+    const auto u = static_cast<std::uint64_t>(s.uniform);
+    nseg = extent / u + (extent % u != 0);
+  } else {
+    if (s.offset_count == 0)
+      return "no offsets: k segments need k + 1 offsets, the first 0 and the last the extent";
+    nseg = s.offset_count - 1;
+    if (s.offsets[0] != 0)
+      return "offsets must start at 0, offsets[0] = " + std::to_string(s.offsets[0]);
+    for (std::size_t i = 1; i < s.offset_count; ++i) {
+      if (s.offsets[i] < s.offsets[i - 1])
+        return "offsets are not ascending: offsets[" + std::to_string(i) + "] = " +
+             std::to_string(s.offsets[i]) + " < offsets[" + std::to_string(i - 1) +
+             "] = " + std::to_string(s.offsets[i - 1]);
+      if (static_cast<std::uint64_t>(s.offsets[i]) > extent)
+        return "offsets[" + std::to_string(i) + "] = " + std::to_string(s.offsets[i]) +
+             " is past the tensor: it has " + std::to_string(extent) + " " + what +
+             " (shape " + shape_text + (s.axis == segment_axis::rows ? ", rows are the first dimension)" : ")");
+    }
+    const auto last = static_cast<std::uint64_t>(s.offsets[s.offset_count - 1]);
+    if (last != extent)
+      return "offsets end at " + std::to_string(last) + " but the tensor has " + std::to_string(extent) +
+             " " + what + " (shape " + shape_text +
+             (s.axis == segment_axis::rows ? ", rows are the first dimension" : "") +
+             "): every element must belong to a segment";
+  }
+  if (s.ids == nullptr && s.id_count != 0)
+    return std::to_string(s.id_count) + " ids given with a null pointer";
+  if (s.ids != nullptr && s.id_count != nseg)
+    return std::to_string(s.id_count) + " ids for " + std::to_string(nseg) + " segments";
+  return std::string();
+}
+
 }  // namespace detail
 
 /// Checks a view and attributes its NaN/Inf (and values over the threshold) to the segments of `s`, in the same
@@ -603,62 +498,17 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
   out.has_threshold = so.has_threshold;
   out.threshold = so.threshold;
   // --- the segmentation against the view
-  if (s.axis != segment_axis::rows && s.axis != segment_axis::elements)
-    detail::seg_fail(v, "unknown axis " + std::to_string(static_cast<unsigned>(s.axis)));
   if (so.level != segment_detail::flags && so.level != segment_detail::counts)
     detail::seg_fail(v, "unknown level " + std::to_string(static_cast<unsigned>(so.level)));
   if (so.has_threshold && !(detail::double_to_bits(so.threshold) <= detail::f64_inf_bits))  // NaN or negative
     detail::seg_fail(v, "the threshold must be >= 0, got " + std::to_string(so.threshold));
   const std::uint64_t n = v.numel();
-  std::uint64_t extent = n, unit = 1;
-  const char* what = "elements";
-  if (s.axis == segment_axis::rows) {
-    if (v.rank < 1) detail::seg_fail(v, "row segments need a view of rank >= 1, got a scalar");
-    extent = static_cast<std::uint64_t>(v.shape[0]);
-    std::int64_t inner = 1;
-    for (int d = 1; d < v.rank; ++d)
-      if (detail::mul_overflow(inner, v.shape[d], inner)) inner = 0;  // only for an empty tensor (validate)
-    unit = static_cast<std::uint64_t>(inner);
-    what = "rows";
+  std::uint64_t nseg = 0, unit = 1;
+  {
+    const std::string problem = detail::segment_problem(v, s, nseg, unit);
+    if (!problem.empty()) detail::seg_fail(v, problem);
   }
-  std::string shape_text = "(";
-  for (int d = 0; d < v.rank; ++d) shape_text += (d ? ", " : "") + std::to_string(v.shape[d]);
-  shape_text += v.rank == 1 ? ",)" : ")";
-  std::uint64_t nseg = 0;
-  if (s.offsets == nullptr) {
-    if (s.offset_count != 0) detail::seg_fail(v, std::to_string(s.offset_count) + " offsets given with a null pointer");
-    if (s.uniform <= 0)
-      detail::seg_fail(v, "no offsets and no uniform segment size (got " + std::to_string(s.uniform) +
-                              "): use segments::rows, elements, every_rows or every_elements");
-    const auto u = static_cast<std::uint64_t>(s.uniform);
-    nseg = extent / u + (extent % u != 0);
-  } else {
-    if (s.offset_count == 0)
-      detail::seg_fail(v, "no offsets: k segments need k + 1 offsets, the first 0 and the last the extent");
-    nseg = s.offset_count - 1;
-    if (s.offsets[0] != 0)
-      detail::seg_fail(v, "offsets must start at 0, offsets[0] = " + std::to_string(s.offsets[0]));
-    for (std::size_t i = 1; i < s.offset_count; ++i) {
-      if (s.offsets[i] < s.offsets[i - 1])
-        detail::seg_fail(v, "offsets are not ascending: offsets[" + std::to_string(i) + "] = " +
-                                std::to_string(s.offsets[i]) + " < offsets[" + std::to_string(i - 1) +
-                                "] = " + std::to_string(s.offsets[i - 1]));
-      if (static_cast<std::uint64_t>(s.offsets[i]) > extent)
-        detail::seg_fail(v, "offsets[" + std::to_string(i) + "] = " + std::to_string(s.offsets[i]) +
-                                " is past the tensor: it has " + std::to_string(extent) + " " + what +
-                                " (shape " + shape_text + (s.axis == segment_axis::rows ? ", rows are the first dimension)" : ")"));
-    }
-    const auto last = static_cast<std::uint64_t>(s.offsets[s.offset_count - 1]);
-    if (last != extent)
-      detail::seg_fail(v, "offsets end at " + std::to_string(last) + " but the tensor has " + std::to_string(extent) +
-                              " " + what + " (shape " + shape_text +
-                              (s.axis == segment_axis::rows ? ", rows are the first dimension" : "") +
-                              "): every element must belong to a segment");
-  }
-  if (s.ids == nullptr && s.id_count != 0)
-    detail::seg_fail(v, std::to_string(s.id_count) + " ids given with a null pointer");
-  if (s.ids != nullptr && s.id_count != nseg)
-    detail::seg_fail(v, std::to_string(s.id_count) + " ids for " + std::to_string(nseg) + " segments");
+  const std::uint64_t extent = s.axis == segment_axis::rows ? static_cast<std::uint64_t>(v.shape[0]) : n;
   out.row_elems = unit;
   out.count = static_cast<std::size_t>(nseg);
 

@@ -22,7 +22,7 @@ LAYER = re.compile(r"(.*)\.(\d+)$")
 NODE_KEYS = ["module_path", "nanscope_checkpoint", "inputs", "outputs", "children", "parameters", "source",
              "nanscope_detection", "nanscope", "nanscope_pair"]
 TENSOR_KEYS = ["shape", "dtype", "value", "mean", "std", "min", "max", "health", "abs_max", "abs_min_nonzero",
-               "headroom_bits", "first_nonfinite"]
+               "headroom_bits", "first_nonfinite", "nanscope_segments"]
 errors = []
 
 

@@ -45,6 +45,10 @@ struct counted {
     ++calls;
     return *rec;
   }
+  nanscope::segments segs(int) {
+    ++calls;
+    return nanscope::segments::every_rows(1);
+  }
 };
 
 }  // namespace
@@ -80,6 +84,16 @@ TEST_CASE("macros (level 0): no macro evaluates its arguments, no recorder sees 
     NANSCOPE_DETECT_OVERFLOW_TO(c.recorder(counter++), c.tensor(counter++), c.text(counter++));
     NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(c.recorder(counter++), c.tensor(counter++), c.text(counter++),
                                       c.allowed(counter++));
+
+    NANSCOPE_SEGMENTS(c.segs(counter++));
+    NANSCOPE_INPUT_SEGMENTS(c.tensor(counter++), c.segs(counter++));
+    NANSCOPE_OUTPUT_SEGMENTS(c.tensor(counter++), c.segs(counter++));
+    NANSCOPE_DETECT_OVERFLOW_SEGMENTS(c.tensor(counter++), c.text(counter++), c.segs(counter++));
+    NANSCOPE_SEGMENTS_TO(c.recorder(counter++), c.segs(counter++));
+    NANSCOPE_INPUT_SEGMENTS_TO(c.recorder(counter++), c.tensor(counter++), c.segs(counter++));
+    NANSCOPE_OUTPUT_SEGMENTS_TO(c.recorder(counter++), c.tensor(counter++), c.segs(counter++));
+    NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(c.recorder(counter++), c.tensor(counter++), c.text(counter++),
+                                         c.segs(counter++));
   }());
   CHECK(counter == 0);
   CHECK(c.calls == 0);

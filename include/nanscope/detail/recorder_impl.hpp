@@ -11,6 +11,8 @@
 #include "../rank.hpp"
 #include "../recorder.hpp"
 #include "../report.hpp"
+#include "../segments.hpp"
+#include "../segments_guard.hpp"
 #include "../snapshot.hpp"
 
 #include <chrono>
@@ -85,7 +87,8 @@ NANSCOPE_IMPL_ENTRY void recorder::record_non_tensor(frame& f, tensor_role role,
 }
 
 NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed, const health_result* known) {
+                                      source_location where, allow allowed, const health_result* known,
+                                      const segments* seg) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -183,7 +186,31 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
-    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+    // The segmentation: the one given with this call (it must fit: check() throws nanscope::error naming the
+    // tensor), else this thread's innermost guard for this recorder, for inputs, outputs and checkpoints, when it
+    // fits the tensor (else the tensor is checked unsegmented).
+    const segments* segs = seg;
+    if (segs == nullptr && role != tensor_role::parameter) {
+      if (const segments* guarded = detail::active_segments(id_)) {
+        std::uint64_t nseg = 0, unit = 0;
+        if (detail::segment_problem(v, *guarded, nseg, unit).empty()) segs = guarded;
+      }
+    }
+    if (segs != nullptr) {
+      segmented_result sr = (check)(v, *segs, copt);
+      rec.health = sr.total;
+      recorded_segments& rs = rec.segmented;
+      rs.applied = true;
+      if (segs->unit != nullptr) rs.unit = segs->unit;
+      rs.axis = sr.axis;
+      rs.row_elems = sr.row_elems;
+      rs.count = sr.count;
+      rs.bad = std::move(sr.bad);
+      if (want_margins) {  // a pass of its own: the segmented pass does not carry the margins' counts
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
+    } else if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
       // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
       auto hm = check_margins(v, copt);
       rec.health = hm.first;
@@ -247,6 +274,52 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
 }
 
 namespace detail {
+/// The bad segments of a detection's tensor whose origin is looked for (the report prints fewer).
+inline constexpr std::size_t max_segment_origins = 64;
+
+/// Per bad segment of `segs` (the first max_segment_origins): the first frame, oldest first, whose output or
+/// checkpoint holds it bad while no input of that frame segmented with the same unit does (produced there); if no
+/// frame qualifies, the first frame in which any tensor holds it bad (it arrived already bad). Segments are matched
+/// across tensors by unit and id.
+inline std::vector<segment_origin> find_segment_origins(const std::vector<frame>& frames, const recorded_segments& segs) {
+  std::vector<segment_origin> out;
+  auto holds = [&](const tensor_record& t, std::int64_t id) {
+    return t.segmented.applied && t.segmented.unit == segs.unit && t.segmented.find(id) != nullptr;
+  };
+  for (std::size_t k = 0; k < segs.bad.size() && k < max_segment_origins; ++k) {
+    const std::int64_t id = segs.bad[k].id;
+    segment_origin first_seen;
+    bool seen = false, produced = false;
+    for (std::size_t fi = 0; fi < frames.size() && !produced; ++fi) {
+      const frame& f = frames[fi];
+      bool input_bad = false;
+      for (const tensor_record& t : f.tensors)
+        if (t.role == tensor_role::input && holds(t, id)) input_bad = true;
+      for (const tensor_record& t : f.tensors) {
+        if (!holds(t, id)) continue;
+        if (!seen) {
+          seen = true;
+          first_seen.id = id;
+          first_seen.frame = fi;
+          first_seen.context = t.context;
+        }
+        if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && !input_bad) {
+          segment_origin o;
+          o.id = id;
+          o.frame = fi;
+          o.context = t.context;
+          o.produced = true;
+          out.push_back(std::move(o));
+          produced = true;
+          break;
+        }
+      }
+    }
+    if (!produced && seen) out.push_back(std::move(first_seen));
+  }
+  return out;
+}
+
 /// detection_error::what() of the native styles: one line that names the place and points to the report (printed
 /// already: an uncaught exception must not print it a second time).
 inline std::string short_detection_text(const detection& d) {
@@ -260,8 +333,10 @@ inline std::string short_detection_text(const detection& d) {
   add(d.health.pos_inf, "+inf");
   add(d.health.neg_inf, "-inf");
   if (kinds.empty()) kinds = "inf/nan";
+  std::string where = d.context;
+  if (!d.segmented.bad.empty()) where += " (" + segment_ids_text(d.segmented) + ")";
   return "nanscope: " + kinds + " in '" + (d.module_path.empty() ? std::string("<root>") : d.module_path) + "' " +
-         d.context + " at step " + std::to_string(d.step) +
+         where + " at step " + std::to_string(d.step) +
          (d.produced_here ? " (produced there)" : " (it arrived already non-finite)") +
          "; the report with the frames that led to it was printed before this exception";
 }
@@ -295,6 +370,10 @@ NANSCOPE_IMPL_ENTRY void recorder::detect(frame& current, const tensor_record& r
     d->frames.push_back(current);
     for (auto& f : d->frames)
       for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (rec.segmented.applied) {
+      d->segmented = rec.segmented;
+      d->segment_origins = detail::find_segment_origins(d->frames, d->segmented);
+    }
     if (auto fn = detail::report_formatter().load()) {
       d->report = fn(opts_.style, *d);
     } else {

@@ -79,6 +79,30 @@ inline std::string tree_numeric_value(const tensor_view& v, const torch_print_op
   return r.run(0, 0);
 }
 
+/// The bad segments of a tensor recorded with a segmentation (extras only), by ascending index:
+///   [{"unit": "request", "index": 1, "id": 23, "rows": [5, 11], "nan": 2, "pos_inf": 1, "neg_inf": 0,
+///     "first": 6, "first_flat": 49}]
+/// "rows" (or "elements" for element segments) holds the first and the last row of the segment; "first" the row
+/// (element) of its first NaN/Inf, "first_flat" its flat index in the tensor.
+inline std::string tree_segments_json(const recorded_segments& rs) {
+  std::vector<std::string> items;
+  const bool rows = rs.axis == segment_axis::rows;
+  for (const segment_health& s : rs.bad) {
+    const std::string range = py_array({std::to_string(rs.unit_of(static_cast<std::int64_t>(s.begin))),
+                                        std::to_string(rs.unit_of(static_cast<std::int64_t>(s.end)) - 1)});
+    items.push_back(py_object({{"unit", py_json_quote(rs.unit_name())},
+                               {"index", std::to_string(s.index)},
+                               {"id", std::to_string(s.id)},
+                               {rows ? "rows" : "elements", range},
+                               {"nan", std::to_string(s.nan)},
+                               {"pos_inf", std::to_string(s.pos_inf)},
+                               {"neg_inf", std::to_string(s.neg_inf)},
+                               {"first", std::to_string(rs.unit_of(s.first_nonfinite))},
+                               {"first_flat", std::to_string(s.first_nonfinite)}}));
+  }
+  return py_array(items);
+}
+
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
   io.is_tensor = true;
   const tensor_view& v = rec.view;
@@ -159,6 +183,7 @@ inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tr
       io.fields.emplace_back("headroom_bits", py_object(hr));
     }
     if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+    if (!rec.segmented.bad.empty()) io.fields.emplace_back("nanscope_segments", tree_segments_json(rec.segmented));
   } else if (is_finite_bits(h->abs_max)) {
     io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
   }
