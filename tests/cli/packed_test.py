@@ -260,6 +260,13 @@ def group_rules(work):
     if "blk.3.qweight" in by:
         check_obj(by["blk.3.qweight"], reference("e2m1", codes, 2, 32, sc, 32, "e8m0"), "rules")
         expect(by["blk.3.qweight"]["packed"]["scales"] == "blk.3.qs", "rules: scales name")
+    # E4M3 block scales belong to NVFP4 (E2M1) only: an F6 weight does not take them
+    p6 = os.path.join(work, "f6_e4m3.safetensors")
+    write_st(p6, [("q6", "F6_E2M3", [32], pack(rand_codes(rng, 32, 6), 6)), ("q6_scale", "F8_E4M3", [2], bytes([0x38, 0x38]))])
+    rc, out, err = run("scan", "--json", p6)
+    by = {o["name"]: o for o in (json.loads(l) for l in out.splitlines()) if o["kind"] == "tensor"}
+    expect(rc == 0 and by.get("q6", {}).get("dtype") == "e2m3" and by.get("q6_scale", {}).get("dtype") == "e4m3fn"
+           and "tensor 'q6': F6_E2M3 without a scale tensor" in err, "rules: F6 with E4M3 scales: rc %d %r %s" % (rc, by, err))
     for bad in ("nothing", "=x", "a=", "a=,b"):
         rc, out, err = run("scan", "--scales", bad, path)
         expect(rc == 2 and "--scales wants W=S" in err, "rules: --scales %r: rc %d %r" % (bad, rc, err))

@@ -618,7 +618,7 @@ inline std::vector<packed_pair> plan_packed(const nanscope::safetensors_layout& 
       if (s.dtype_name == "F8_E8M0" || (s.dtype_name == "U8" && !f8)) {
         p.scale_type = nanscope::packed_scale::e8m0;
         p.block_size = 32;
-      } else if (s.dtype_name == "F8_E4M3" && !f8) {
+      } else if (s.dtype_name == "F8_E4M3" && !f8 && p.element == nanscope::element_format::e2m1) {
         p.scale_type = nanscope::packed_scale::e4m3;
         p.block_size = 16;
       } else {
