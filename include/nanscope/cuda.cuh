@@ -25,6 +25,7 @@
 #include "check.hpp"
 #include "deferred.hpp"
 #include "detail/cuda_pass.cuh"
+#include "detail/cuda_segments.cuh"
 #include "recorder.hpp"
 #include "view.hpp"
 
@@ -612,6 +613,8 @@ class pending_batch {
   pending first_;
 };
 
+class pending_segmented;  // detail/cuda_segments_launch.cuh
+
 /// Checks device tensors asynchronously. Owns, per stream, the temporary storage of check_async, and a pool
 /// of pinned result records and events; after warm-up a check allocates nothing on the device or in pinned
 /// memory. Thread-safe. Checks inside CUDA graph capture work once reserve() has prepared the storage: the
@@ -710,6 +713,17 @@ class checker {
     return pending_batch(std::move(first));
   }
 
+  /// Queues a segmented check of one device tensor (docs/segments.md#cuda): the offsets are read by the kernel
+  /// from device memory. `total` is check()'s; the segments' flags, counts and first indices are the host
+  /// segmented check's. Not for graph capture (use check_segmented_async there).
+  pending_segmented check(const buffer_view& v, const device_segments& s, const check_options& opt = {},
+                          const segment_options& so = {});
+  /// Segmented checks of `count` device tensors, segs[i] for views[i] (all on views[0].stream): the totals of
+  /// full_health and stats in one health launch per 1000 tensors, one segment launch per tensor.
+  std::vector<pending_segmented> check_batch(const buffer_view* views, const device_segments* segs,
+                                             std::size_t count, const check_options& opt = {},
+                                             const segment_options& so = {});
+
   /// The step boundary: waits for every check queued so far on every stream this checker has used.
   void synchronize() {
     std::vector<cudaStream_t> streams;
@@ -787,5 +801,7 @@ class deferred_recorder {
 
 }  // namespace cuda
 NANSCOPE_NAMESPACE_END
+
+#include "detail/cuda_segments_launch.cuh"  // segmented checks: the kernel, check_segmented_async, pending_segmented
 
 #endif  // NANSCOPE_CUDA_CUH

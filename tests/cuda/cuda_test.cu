@@ -527,6 +527,237 @@ TEST_CASE("deferred recorder: device checks resolved at the step boundary give t
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Segmented checks (issue 32 item 2): the segment kernel against the host segmented check
+// ---------------------------------------------------------------------------------------------------------
+
+/// Every segment field of the device's result and the host's, bit for bit (abs_max by bit pattern).
+void compare_segments(const ns::segmented_result& g, const ns::segmented_result& c, const std::string& what) {
+  INFO(what);
+  REQUIRE(g.count == c.count);
+  CHECK(g.nonfinite_mask == c.nonfinite_mask);
+  CHECK(g.over_mask == c.over_mask);
+  REQUIRE(g.bad.size() == c.bad.size());
+  for (std::size_t i = 0; i < g.bad.size(); ++i) {
+    INFO("bad segment " << c.bad[i].index);
+    CHECK(g.bad[i].index == c.bad[i].index);
+    CHECK(g.bad[i].id == c.bad[i].id);
+    CHECK(g.bad[i].begin == c.bad[i].begin);
+    CHECK(g.bad[i].end == c.bad[i].end);
+    CHECK(g.bad[i].nan == c.bad[i].nan);
+    CHECK(g.bad[i].neg_inf == c.bad[i].neg_inf);
+    CHECK(g.bad[i].pos_inf == c.bad[i].pos_inf);
+    CHECK(g.bad[i].first_nonfinite == c.bad[i].first_nonfinite);
+    CHECK(bits_of(g.bad[i].abs_max) == bits_of(c.bad[i].abs_max));
+    CHECK(g.bad[i].over_threshold == c.bad[i].over_threshold);
+  }
+  REQUIRE(g.per_segment.size() == c.per_segment.size());
+  for (std::size_t i = 0; i < g.per_segment.size(); ++i) {
+    INFO("segment " << i);
+    CHECK(g.per_segment[i].nan == c.per_segment[i].nan);
+    CHECK(g.per_segment[i].neg_inf == c.per_segment[i].neg_inf);
+    CHECK(g.per_segment[i].pos_inf == c.per_segment[i].pos_inf);
+    CHECK(g.per_segment[i].first_nonfinite == c.per_segment[i].first_nonfinite);
+    CHECK(bits_of(g.per_segment[i].abs_max) == bits_of(c.per_segment[i].abs_max));
+  }
+}
+
+ns::segments host_segments_of(const ns::cuda::device_segments& d, const std::vector<std::int64_t>& host_offsets) {
+  ns::segments h;
+  h.axis = d.axis;
+  h.offsets = d.offsets != nullptr ? host_offsets.data() : nullptr;
+  h.offset_count = d.offset_count;
+  h.uniform = d.uniform;
+  h.ids = d.ids;
+  h.id_count = d.id_count;
+  return h;
+}
+
+/// Random offsets over `extent` units: empty and one-unit segments, boundaries at and next to the kernel's tile
+/// edges (4096 elements).
+std::vector<std::int64_t> seg_offsets(std::mt19937_64& rng, std::int64_t extent, std::int64_t unit, int k) {
+  std::vector<std::int64_t> o = {0, extent};
+  for (int i = 0; i < k; ++i) {
+    std::int64_t x = 0;
+    switch (rng() % 4) {
+      case 0: x = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(extent * unit / 4096 + 1)) * 4096 / unit + static_cast<std::int64_t>(rng() % 3) - 1; break;
+      case 1: x = o[rng() % o.size()]; break;
+      case 2: x = o[rng() % o.size()] + 1; break;
+      default: x = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(extent + 1)); break;
+    }
+    if (x >= 0 && x <= extent) o.push_back(x);
+  }
+  std::sort(o.begin(), o.end());
+  return o;
+}
+
+TEST_CASE("segmented checks: the segment kernel gives the host segmented check's result, every dtype and mode") {
+  ns::cuda::checker ck;
+  std::mt19937_64 rng(3201);
+  for (ns::dtype t : {ns::dtype::f64, ns::dtype::f32, ns::dtype::f16, ns::dtype::bf16, ns::dtype::f8_e4m3fn,
+                      ns::dtype::f8_e5m2}) {
+    const std::size_t es = ns::size_of(t);
+    const std::int64_t rows = 3001, cols = 67, n = rows * cols;
+    std::vector<unsigned char> host(static_cast<std::size_t>(n) * es);
+    for (auto& b : host) b = static_cast<unsigned char>(rng());
+    device_bytes d(host.data(), host.size());
+    const std::vector<std::int64_t> off = seg_offsets(rng, rows, cols, 200);
+    std::vector<std::int64_t> ids(off.size() - 1);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = 17 + static_cast<std::int64_t>(i);
+    device_bytes doff(off.data(), off.size() * sizeof(std::int64_t));
+    const auto bv = ns::cuda::device_buffer(d.ptr(), t, {rows, cols}, nullptr, "logits");
+    const ns::tensor_view hv = ns::tensor_view::contiguous(host.data(), t, {rows, cols}, "logits");
+    const std::vector<ns::cuda::device_segments> segs = {
+        ns::cuda::device_segments::rows(static_cast<const std::int64_t*>(doff.ptr()), off.size()).with_ids(ids.data(), ids.size()),
+        ns::cuda::device_segments::every_rows(16), ns::cuda::device_segments::every_elements(1000)};
+    for (const ns::cuda::device_segments& s : segs)
+      for (ns::check_mode mode : {ns::check_mode::concise_health, ns::check_mode::full_health, ns::check_mode::stats})
+        for (int variant = 0; variant < 2; ++variant) {
+          ns::segment_options so;
+          if (variant == 1) so.with_level(ns::segment_detail::counts).with_threshold(1.0);
+          const std::string what = std::string(ns::name(t)) + " " + ns::name(mode) + " uniform " +
+                                   std::to_string(s.uniform) + " variant " + std::to_string(variant);
+          const ns::segmented_result g = ck.check(bv, s, ns::check_options{}.with_mode(mode), so).get();
+          const ns::segmented_result c =
+              ns::check(hv, host_segments_of(s, off), ns::check_options{}.with_mode(mode).with_isa(ns::isa::scalar), so);
+          compare_segments(g, c, what);
+          compare(g.total, c.total, what);
+        }
+  }
+}
+
+TEST_CASE("segmented checks: check_batch with segments, strided views") {
+  ns::cuda::checker ck;
+  std::mt19937_64 rng(3202);
+  std::vector<float> a(50000), b(4096 * 3);
+  for (auto& x : a) x = static_cast<float>(rng() % 1000) * 0.01f;
+  for (auto& x : b) x = static_cast<float>(rng() % 1000) * -0.01f;
+  a[4095] = nstest::qnan_f();
+  a[4096] = nstest::pos_inf_f();
+  a[49999] = nstest::neg_inf_f();
+  b[8191] = nstest::qnan_f();
+  device_bytes da(a.data(), a.size() * 4), db(b.data(), b.size() * 4);
+  const std::vector<std::int64_t> oa = {0, 4095, 4096, 4097, 4097, 50000}, ob = {0, 8191, 8192, 12288};
+  device_bytes doa(oa.data(), oa.size() * 8), dob(ob.data(), ob.size() * 8);
+  // b as a transposed (3, 4096) view of a (4096, 3) buffer: rows of the view are columns in memory
+  ns::tensor_view tv = ns::tensor_view::contiguous(db.ptr(), ns::dtype::f32, {4096, 3}, "kv");
+  tv.shape[0] = 3;
+  tv.shape[1] = 4096;
+  tv.strides[0] = 1;
+  tv.strides[1] = 3;
+  ns::tensor_view htv = tv;
+  htv.data = b.data();
+  const std::vector<std::int64_t> orows = {0, 1, 1, 3};
+  device_bytes dor(orows.data(), orows.size() * 8);
+  const ns::cuda::buffer_view views[3] = {ns::cuda::device_buffer(da.ptr(), ns::dtype::f32, {50000}, nullptr, "a"),
+                                          ns::cuda::device_buffer(db.ptr(), ns::dtype::f32, {12288}, nullptr, "b"),
+                                          ns::cuda::device_buffer(tv)};
+  const ns::cuda::device_segments segs[3] = {
+      ns::cuda::device_segments::elements(static_cast<const std::int64_t*>(doa.ptr()), oa.size()),
+      ns::cuda::device_segments::elements(static_cast<const std::int64_t*>(dob.ptr()), ob.size()),
+      ns::cuda::device_segments::rows(static_cast<const std::int64_t*>(dor.ptr()), orows.size())};
+  const ns::tensor_view hviews[3] = {ns::tensor_view::flat(a.data(), ns::dtype::f32, 50000),
+                                     ns::tensor_view::flat(b.data(), ns::dtype::f32, 12288), htv};
+  const std::vector<std::int64_t>* hoff[3] = {&oa, &ob, &orows};
+  for (ns::check_mode mode : {ns::check_mode::curt_health, ns::check_mode::full_health}) {
+    const ns::segment_options so = ns::segment_options{}.with_level(ns::segment_detail::counts);
+    const std::vector<ns::cuda::pending_segmented> r = ck.check_batch(views, segs, 3, ns::check_options{}.with_mode(mode), so);
+    REQUIRE(r.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      const ns::segmented_result c = ns::check(hviews[i], host_segments_of(segs[i], *hoff[i]),
+                                               ns::check_options{}.with_mode(mode).with_isa(ns::isa::scalar), so);
+      const ns::segmented_result g = r[static_cast<std::size_t>(i)].get();
+      compare_segments(g, c, "batch view " + std::to_string(i) + " " + ns::name(mode));
+      compare(g.total, c.total, "batch view " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("segmented checks in a CUDA graph: replays read new boundaries from the device array") {
+  std::mt19937_64 rng(3203);
+  const std::int64_t rows = 2048, cols = 33, n = rows * cols;
+  std::vector<float> host(static_cast<std::size_t>(n));
+  for (auto& x : host) x = static_cast<float>(rng() % 2000) * 0.001f;
+  for (int k = 0; k < 12; ++k) host[rng() % host.size()] = k % 2 ? nstest::qnan_f() : nstest::neg_inf_f();
+  device_bytes d(host.data(), host.size() * 4);
+  const std::size_t nseg = 64;  // fixed at capture: fewer requests are padded with empty segments
+  std::int64_t* doff = nullptr;
+  CUDA_OK(cudaMalloc(&doff, (nseg + 1) * sizeof(std::int64_t)));
+  const auto bv = ns::cuda::device_buffer(d.ptr(), ns::dtype::f32, {rows, cols}, nullptr, "logits");
+  const ns::cuda::device_segments ds = ns::cuda::device_segments::rows(doff, nseg + 1);
+  const ns::segment_options so = ns::segment_options{}.with_level(ns::segment_detail::counts).with_threshold(1.5);
+  const std::size_t nrec = ns::cuda::segment_records_needed(bv.view, ds, so);
+  ns::cuda::segment_record* drec = nullptr;
+  ns::cuda::segment_record* hrec = nullptr;
+  CUDA_OK(cudaMalloc(&drec, nrec * sizeof(ns::cuda::segment_record)));
+  CUDA_OK(cudaHostAlloc(&hrec, nrec * sizeof(ns::cuda::segment_record), cudaHostAllocDefault));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ns::cuda::buffer_view sbv = bv;
+  sbv.stream = s;
+  std::size_t temp_bytes = 0;
+  ns::cuda::check_segmented_async(nullptr, temp_bytes, sbv, ds, nullptr, drec, ns::check_mode::concise_health, so);
+  CHECK(temp_bytes == 0);  // concise_health: the totals come from the segment records
+  std::vector<std::int64_t> off = {0, rows};
+  CUDA_OK(cudaMemcpy(doff, off.data(), 2 * sizeof(std::int64_t), cudaMemcpyHostToDevice));  // a valid array at capture
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  std::size_t one = 1;
+  ns::cuda::check_segmented_async(&one, one, sbv, ds, nullptr, drec, ns::check_mode::concise_health, so);
+  CUDA_OK(cudaMemcpyAsync(hrec, drec, nrec * sizeof(ns::cuda::segment_record), cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const ns::tensor_view hv = ns::tensor_view::contiguous(host.data(), ns::dtype::f32, {rows, cols}, "logits");
+  for (int replay = 0; replay < 5; ++replay) {
+    // new boundaries: `live` requests, the rest padded as empty segments at the end
+    const int live = 1 + static_cast<int>(rng() % nseg);
+    std::vector<std::int64_t> o = seg_offsets(rng, rows, cols, live - 1);
+    o.resize(std::min(o.size(), static_cast<std::size_t>(live + 1)));
+    o.back() = rows;
+    while (o.size() < nseg + 1) o.push_back(rows);
+    CUDA_OK(cudaMemcpyAsync(doff, o.data(), o.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    const ns::segmented_result g = ns::cuda::finalize_segments(nullptr, hrec, hv, ds, ns::check_mode::concise_health, so);
+    ns::segments hs = ns::segments::rows(o.data(), o.size());
+    const ns::segmented_result c = ns::check(hv, hs, ns::check_options{}, so);
+    compare_segments(g, c, "replay " + std::to_string(replay));
+    CHECK(g.total.nan == c.total.nan);
+    CHECK(g.total.first_nonfinite == c.total.first_nonfinite);
+  }
+  // an invalid array on a replay: the result is an error naming the tensor, never an attribution
+  const std::vector<std::int64_t> bad(nseg + 1, 5);
+  CUDA_OK(cudaMemcpyAsync(doff, bad.data(), bad.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, s));
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CHECK_THROWS_WITH_AS(ns::cuda::finalize_segments(nullptr, hrec, hv, ds, ns::check_mode::concise_health, so),
+                       doctest::Contains("logits"), ns::error);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaStreamDestroy(s));
+  cudaFree(doff);
+  cudaFree(drec);
+  cudaFreeHost(hrec);
+}
+
+TEST_CASE("segmented checks: bad segmentations are errors naming the tensor") {
+  ns::cuda::checker ck;
+  std::vector<float> host(100, 1.0f);
+  device_bytes d(host.data(), host.size() * 4);
+  const auto bv = ns::cuda::device_buffer(d.ptr(), ns::dtype::f32, {10, 10}, nullptr, "logits");
+  const std::vector<std::int64_t> desc = {0, 6, 4, 10};
+  device_bytes dd(desc.data(), desc.size() * 8);
+  CHECK_THROWS_WITH_AS(ck.check(bv, ns::cuda::device_segments::rows(static_cast<const std::int64_t*>(dd.ptr()), 4)).get(),
+                       doctest::Contains("not ascending"), ns::error);
+  // host offsets given as device offsets
+  CHECK_THROWS_WITH_AS(ck.check(bv, ns::cuda::device_segments::rows(desc.data(), 4)), doctest::Contains("host memory"),
+                       ns::error);
+  std::vector<std::int64_t> ids = {1, 2};
+  CHECK_THROWS_WITH_AS(ck.check(bv, ns::cuda::device_segments::every_rows(4).with_ids(ids.data(), 2)),
+                       doctest::Contains("2 ids for 3 segments"), ns::error);
+}
+
 int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);

@@ -34,6 +34,8 @@ BUDGETS = {
     (1, "batch"): 64,
     (2, "batch"): 64,
     (3, "batch"): 80,
+    # segment_kernel<seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 5)
+    (0, "segment"): 48,  # 62.5%
 }
 
 # sm_90 (H100/H200) limits, from the CUDA occupancy calculator's table for compute capability 9.0.
@@ -56,6 +58,7 @@ SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+)
 USED_RE = re.compile(r"Used (\d+) registers")
 SMEM_RE = re.compile(r"(\d+) bytes smem")
 KERNEL_RE = re.compile(r"health_kernelILi(\d)ENS\d+_13launch_paramsILi(\d+)ELi(\d+)E")
+SEGMENT_RE = re.compile(r"segment_kernelINS\d+_10seg_paramsE")
 
 
 def find_nvcc(arg):
@@ -115,12 +118,18 @@ def occupancy(regs, smem, threads, arch):
 
 
 def kernel_key(name):
+    if SEGMENT_RE.search(name):
+        return 0, "segment"
     m = KERNEL_RE.search(name)
     if not m:
         return None
     shape = "single" if (m.group(2), m.group(3)) == ("1", "1") else "batch" if (m.group(2), m.group(3)) == (
         "1000", "8") else f"params<{m.group(2)},{m.group(3)}>"
     return int(m.group(1)), shape
+
+
+def label(key):
+    return "segment_kernel<seg_params>" if key == (0, "segment") else f"health_kernel<{key[0]}, {key[1]}>"
 
 
 def main():
@@ -185,14 +194,14 @@ def main():
         elif k["regs"] > budget:
             status.append(f"OVER BUDGET ({k['regs']} > {budget})")
         if status:
-            failures.append(f"health_kernel<{key[0]}, {key[1]}>: " + "; ".join(status))
+            failures.append(f"{label(key)}: " + "; ".join(status))
         b_occ = occupancy(budget, k["smem"], threads, args.arch)[1] if budget else None
-        rows.append([f"health_kernel<{key[0]}, {key[1]}>", str(k["regs"]), str(budget) if budget else "-",
+        rows.append([label(key), str(k["regs"]), str(budget) if budget else "-",
                      f"{k['spill_st']}/{k['spill_ld']}", str(k["stack"]), str(k["smem"]),
                      f"{blocks} x {threads}", f"{occ:.1%} ({limit})",
                      f"{b_occ:.1%}" if b_occ is not None else "-", "; ".join(status) or "ok"])
     for key in sorted(set(BUDGETS) - seen):
-        failures.append(f"health_kernel<{key[0]}, {key[1]}>: budgeted but not in the cubin")
+        failures.append(f"{label(key)}: budgeted but not in the cubin")
 
     headers = ["kernel", "registers", "budget", "spill st/ld (B)", "stack (B)", "smem (B)", "blocks/SM",
                f"occupancy on {args.arch}", "at budget", "status"]
