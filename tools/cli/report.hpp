@@ -333,7 +333,10 @@ inline std::string page_data(model& m, const std::vector<std::string>& inputs, c
     const tree_view& t = m.trees[static_cast<std::size_t>(best)];
     s += "{\"tree\":" + std::to_string(best) + ",\"node\":" + std::to_string(t.first_node) +
          ",\"tensor\":" + std::to_string(t.first_tensor) + ",\"text\":" + json_string(first_text(t)) +
-         ",\"producer\":" + std::to_string(t.producer_node) + ",\"producer_text\":" + json_string(t.producer_text) + "}";
+         ",\"producer\":" + std::to_string(t.producer_node) + ",\"producer_text\":" + json_string(t.producer_text) +
+         ",\"segments\":[";
+    for (std::size_t k = 0; k < t.segment_lines.size(); ++k) s += (k ? "," : "") + json_string(t.segment_lines[k]);
+    s += "]}";
   } else {
     s += "null";
   }

@@ -5,6 +5,7 @@
 
 #include "../diff/diff.hpp"
 #include "../diff/producer.hpp"
+#include "../diff/segments.hpp"
 #include "../diff/tree_model.hpp"
 
 #include <nanscope/check.hpp>
@@ -73,6 +74,9 @@ struct tree_view {
   long detection_node = -1;   ///< the row of the recorder's detection (nanscope_detection, a snapshot's module)
   std::string detection_text; ///< "Inf at X outputs, step 3: produced in ..."
   std::vector<std::string> producer_alternatives;
+  /// the first NaN/Inf's tensor recorded with a segmentation: its bad segments, each with where it was produced
+  /// ("request 23 (rows 5-11): 2 NaN, first at row 6; produced in Server.attn outputs")
+  std::vector<std::string> segment_lines;
 };
 
 /// One history record (docs/report.md).
@@ -214,6 +218,8 @@ inline void find_first(tree_view& v, const nsdiff::tree_file& f, const std::map<
     }
     v.producer_text = o.sentence();
     v.producer_node = row(o.producer);
+    if (const nsdiff::slot* s = nsdiff::slot_labelled(*o.at, o.label); s != nullptr && s->kind == nsdiff::slot_kind::tensor)
+      v.segment_lines = nsdiff::segment_lines(s->tensor, &f.root);
   }
   if (o.detection) {
     v.detection_node = row(o.det_at);

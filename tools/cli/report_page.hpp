@@ -385,6 +385,12 @@ function drawSummary() {
     v.id = "no-nan";
   }
   b.appendChild(v);
+  if (D.first && D.first.segments && D.first.segments.length) {  // recorded with a segmentation: its bad segments
+    const ul = el("ul", "segments");
+    ul.id = "first-segments";
+    for (const line of D.first.segments) ul.appendChild(el("li", null, line));
+    b.appendChild(ul);
+  }
   if (D.first && D.first.producer >= 0) {
     const p = el("div", "producer-line");
     p.appendChild(el("b", null, "producer: "));

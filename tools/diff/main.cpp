@@ -9,6 +9,7 @@
 #include "diff.hpp"
 #include "names.hpp"
 #include "pair.hpp"
+#include "segments.hpp"
 #include "tree_model.hpp"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <csignal>
@@ -392,6 +394,15 @@ std::vector<std::string> all_notes(const nsdiff::tree_file& a, const nsdiff::tre
   return notes;
 }
 
+/// The bad segments of a file's first NaN/Inf (its tensor recorded with a segmentation), each with the module that
+/// produced it in the file; empty when it has none.
+std::vector<std::string> bad_segment_lines(const nsdiff::origin& o, const nsdiff::tree_file& f) {
+  if (!o.found() || o.at == nullptr) return {};
+  const nsdiff::slot* s = nsdiff::slot_labelled(*o.at, o.label);
+  if (s == nullptr || s->kind != nsdiff::slot_kind::tensor || s->tensor.segments.empty()) return {};
+  return nsdiff::segment_lines(s->tensor, &f.root);
+}
+
 void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, const nsdiff::tree_file& b,
                 const nsdiff::report& r) {
   const auto& o = c.diff;
@@ -416,6 +427,14 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
   if (r.detection_a || r.detection_b) out << (r.first >= 0 ? "" : "\n");
   if (r.detection_a) out << "recorded detection in A: " << safe(nsdiff::detection_text(r.origin_a)) << "\n";
   if (r.detection_b) out << "recorded detection in B: " << safe(nsdiff::detection_text(r.origin_b)) << "\n";
+  // a first NaN/Inf recorded with a segmentation: its bad requests (experts, blocks) and who produced each
+  for (const auto& [side, org, f] : {std::make_tuple('A', &r.origin_a, &a), std::make_tuple('B', &r.origin_b, &b)}) {
+    const std::vector<std::string> lines = bad_segment_lines(*org, *f);
+    if (lines.empty()) continue;
+    out << "bad segments of " << side << "'s first NaN/Inf (" << safe(nsdiff::node_name(*org->at) + " " + org->label)
+        << "):\n";
+    for (const std::string& l : lines) out << "  " << safe(l) << "\n";
+  }
   print_table(out, r, c.top);
 
   if (!r.structural.empty()) {
@@ -537,6 +556,10 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     return d;
   };
   j["detections"] = {{"a", detection_json(r.origin_a, r.detection_a)}, {"b", detection_json(r.origin_b, r.detection_b)}};
+  {  // only when a first NaN/Inf was recorded with a segmentation
+    const std::vector<std::string> sa = bad_segment_lines(r.origin_a, a), sb = bad_segment_lines(r.origin_b, b);
+    if (!sa.empty() || !sb.empty()) j["bad_segments"] = {{"a", sa}, {"b", sb}};
+  }
   auto pruning_json = [](const nsdiff::tree_file& f, const nsdiff::pruning_info& p) {
     json gaps = json::array();
     for (const auto& g : p.gaps) gaps.push_back(g.text());

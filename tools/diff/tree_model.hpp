@@ -59,6 +59,17 @@ struct health_counts {
   std::uint64_t total() const { return negative + zero + positive + neg_inf + pos_inf + nan; }
 };
 
+/// One bad segment of a tensor recorded with a segmentation (nanscope's "nanscope_segments", docs/segments.md):
+/// "request 17 (rows 4096-4351): 3 NaN, first at row 4102".
+struct segment_info {
+  std::string unit;                 ///< "request", "expert", "segment"
+  std::int64_t index = 0, id = 0;
+  bool rows = true;                 ///< "rows" (else "elements")
+  std::int64_t first_unit = 0, last_unit = 0;  ///< the segment's first and last row (element)
+  std::uint64_t nan = 0, pos_inf = 0, neg_inf = 0;
+  std::int64_t first = -1;          ///< the row (element) of its first NaN/Inf
+};
+
 struct tensor_info {
   std::string jpath;  ///< where it is in its file
   tensor_style style = tensor_style::torch_repr;
@@ -72,6 +83,7 @@ struct tensor_info {
   health_counts health;
   stat_value abs_max;  ///< nanscope extra
   std::string hash;    ///< nanscope extra: the content hash (32 or 64 hex digits), "" when absent
+  std::vector<segment_info> segments;  ///< nanscope extra: the bad segments ("nanscope_segments")
 };
 
 enum class slot_kind : std::uint8_t { tensor, text };
@@ -701,6 +713,43 @@ class tree_loader {
                       h->get_ref<const std::string&>().find_first_not_of("0123456789abcdef") == std::string::npos;
       if (!ok) fail_at(join_path(jp, "hash"), "expected 32 or 64 lowercase hex digits (a content hash), got " + shown(*h));
       t.hash = h->get<std::string>();
+    }
+    if (auto s = j.find("nanscope_segments"); s != j.end() && !s->is_null()) segments(*s, join_path(jp, "nanscope_segments"), t);
+  }
+
+  static void segments(const json& a, const std::string& sp, tensor_info& t) {
+    if (!a.is_array()) fail_at(sp, "expected an array of bad segments, got " + shown(a));
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const json& s = a[i];
+      const std::string ip = index_path(sp, i);
+      if (!s.is_object()) fail_at(ip, "expected an object (a bad segment), got " + shown(s));
+      segment_info si;
+      auto integer = [&](const json& o, const std::string& p, bool non_negative) -> std::int64_t {
+        if (!o.is_number_integer() || (non_negative && o.get<std::int64_t>() < 0))
+          fail_at(p, std::string("expected ") + (non_negative ? "a non-negative " : "an ") + "integer, got " + shown(o));
+        return o.get<std::int64_t>();
+      };
+      auto field = [&](const char* key) -> const json& {
+        const auto it = s.find(key);
+        if (it == s.end()) fail_at(ip, std::string("missing \"") + key + "\"");
+        return *it;
+      };
+      const json& unit = field("unit");
+      if (!unit.is_string()) fail_at(join_path(ip, "unit"), "expected a string, got " + shown(unit));
+      si.unit = unit.get<std::string>();
+      si.index = integer(field("index"), join_path(ip, "index"), true);
+      si.id = integer(field("id"), join_path(ip, "id"), false);
+      si.rows = s.contains("rows");
+      const char* axis = si.rows ? "rows" : "elements";
+      const json& range = field(axis);
+      if (!range.is_array() || range.size() != 2) fail_at(join_path(ip, axis), "expected [first, last], got " + shown(range));
+      si.first_unit = integer(range[0], index_path(join_path(ip, axis), 0), true);
+      si.last_unit = integer(range[1], index_path(join_path(ip, axis), 1), true);
+      si.nan = static_cast<std::uint64_t>(integer(field("nan"), join_path(ip, "nan"), true));
+      si.pos_inf = static_cast<std::uint64_t>(integer(field("pos_inf"), join_path(ip, "pos_inf"), true));
+      si.neg_inf = static_cast<std::uint64_t>(integer(field("neg_inf"), join_path(ip, "neg_inf"), true));
+      si.first = integer(field("first"), join_path(ip, "first"), false);
+      t.segments.push_back(std::move(si));
     }
   }
 
