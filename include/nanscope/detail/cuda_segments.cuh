@@ -129,6 +129,7 @@ struct seg_params {
   unsigned long long sign_bit;
   int es;                          // element bytes
   int aligned;                     // data % es == 0
+  int need_amax;                   // the |x| max is reported (counts detail or a threshold): else not folded
   strided_layout layout;           // rank 0: contiguous
 };
 
@@ -247,6 +248,7 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
     const unsigned long long i = b + static_cast<unsigned long long>(k) * block_threads + t;
     if (i < e) seg_visit(a, p, seg_load(p, i), i);
   }
+  if (p.need_amax == 0) a.amax = 0;  // nothing to fold for a clean tile: no merge, no atomics
   return a;
 }
 
@@ -264,6 +266,7 @@ NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned lon
   seg_acc a;
   for (unsigned long long i = r0; i < r1; ++i) {
     if (i >= end) {
+      if (p.need_amax == 0) a.amax = 0;
       if (seg_nonempty(a)) flush(s, a);
       a = seg_acc{};
       do {
@@ -273,6 +276,7 @@ NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned lon
     }
     seg_visit(a, p, seg_load(p, i), i);
   }
+  if (p.need_amax == 0) a.amax = 0;
   if (seg_nonempty(a)) flush(s, a);
 }
 
@@ -352,8 +356,10 @@ inline bool seg_reads(const tensor_view& v, check_mode mode) { return level_of(m
 
 /// The kernel's parameters for a validated view and segmentation (nseg from seg_host_validate).
 inline seg_params seg_make_params(const tensor_view& v, const device_segments& s, std::uint64_t nseg,
-                                  std::uint64_t extent, std::uint64_t unit, segment_record* records) {
+                                  std::uint64_t extent, std::uint64_t unit, segment_record* records,
+                                  const segment_options& so) {
   seg_params p{};
+  p.need_amax = so.level == segment_detail::counts || so.has_threshold ? 1 : 0;
   p.data = v.data;
   p.n = v.numel();
   p.offsets = reinterpret_cast<const long long*>(s.offsets);
@@ -392,7 +398,7 @@ inline segmented_result finalize_segments(const device_result* total, const segm
   std::uint64_t extent = 0, unit = 1;
   const std::uint64_t nseg = detail::seg_host_validate(v, s, so, extent, unit);
   const bool reads = detail::seg_reads(v, mode);
-  const detail::seg_params geo = detail::seg_make_params(v, s, nseg, extent, unit, nullptr);
+  const detail::seg_params geo = detail::seg_make_params(v, s, nseg, extent, unit, nullptr, so);
   if (reads && s.offsets != nullptr) {
     const unsigned long long err = records[nseg].nan;
     if (err != 0) {

@@ -142,7 +142,7 @@ inline void check_segmented_async(void* temp_storage, std::size_t& temp_storage_
   if (s.offsets != nullptr) detail::seg_check_offsets_pointer(v, s.offsets);
   detail::cuda_check(cudaMemsetAsync(records, 0, static_cast<std::size_t>(nseg + 1) * sizeof(segment_record), b.stream),
                      v.name, "cudaMemsetAsync (segment records)");
-  const detail::seg_params p = detail::seg_make_params(v, s, nseg, extent, unit, records);
+  const detail::seg_params p = detail::seg_make_params(v, s, nseg, extent, unit, records, so);
   const detail::device_props props = detail::current_props(v.name);
   detail::seg_launch(p, detail::seg_blocks(p, props), b.stream);
   const cudaError_t e = cudaGetLastError();
