@@ -220,9 +220,16 @@ inline const pk_u8x16* pk_nibble_table() {
 /// The code counts of one block of BB bytes (BB known: the loop unrolls), or of bb bytes.
 template <int BB>
 inline pk_u8x16 pk_block_counts(const pk_u8x16* tab, const unsigned char* p, std::uint64_t) {
-  pk_u8x16 a = tab[p[0]];
-  for (int j = 1; j < BB; ++j) a += tab[p[j]];
-  return a;
+  // four partial sums: the additions of one block do not wait on each other in one chain
+  static_assert(BB % 4 == 0, "a multiple of 4 bytes");
+  pk_u8x16 a0 = tab[p[0]], a1 = tab[p[1]], a2 = tab[p[2]], a3 = tab[p[3]];
+  for (int j = 4; j < BB; j += 4) {
+    a0 += tab[p[j]];
+    a1 += tab[p[j + 1]];
+    a2 += tab[p[j + 2]];
+    a3 += tab[p[j + 3]];
+  }
+  return (a0 + a1) + (a2 + a3);
 }
 template <>
 inline pk_u8x16 pk_block_counts<0>(const pk_u8x16* tab, const unsigned char* p, std::uint64_t bb) {
