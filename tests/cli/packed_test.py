@@ -223,6 +223,13 @@ def group_basic(work):
     summary = objs[-1]
     expect(summary["kind"] == "summary" and summary["exit_code"] == 1 and summary["errors"] == 0, "basic: summary %r" % summary)
 
+    # `nanscope report` (when this build has it) reads the output, expert objects included
+    if run("report", "--help")[0] == 0:
+        jl = os.path.join(work, "packed.jsonl")
+        with open(jl, "w") as f:
+            f.write(out)
+        rcr, outr, errr = run("report", jl, "-o", os.path.join(work, "packed.html"))
+        expect(rcr == 0, "basic: nanscope report on the packed scan: rc %d %s" % (rcr, errr))
     rc2, out2, err2 = run("scan", path)
     expect(rc2 == 1, "basic text: exit %d" % rc2)
     line = [l for l in out2.splitlines() if "experts.1.down_proj.weight'" in l]
