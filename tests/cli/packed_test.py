@@ -187,6 +187,13 @@ def group_basic(work):
         sc = [127, 130]
         tensors += [("mx8_%s.weight" % fmt, dt, [64], bytes(codes)), ("mx8_%s.weight_scale" % fmt, "F8_E8M0", [2], bytes(sc))]
         refs["mx8_%s.weight" % fmt] = reference(fmt, codes, 1, 64, sc, 32, "e8m0")
+    # gpt-oss style: U8 "_blocks" [2, 3, 16] (a block of 32 E2M1 codes in 16 bytes) + U8 "_scales" [2, 3]
+    codes = rand_codes(rng, 2 * 3 * 32, 4)
+    sc = [rng.randrange(120, 130) for _ in range(6)]
+    sc[4] = 255
+    tensors += [("model.layers.1.mlp.experts.gate_up_proj_blocks", "U8", [2, 3, 16], pack(codes, 4)),
+                ("model.layers.1.mlp.experts.gate_up_proj_scales", "U8", [2, 3], bytes(sc))]
+    refs["model.layers.1.mlp.experts.gate_up_proj_blocks"] = reference("e2m1", codes, 6, 32, sc, 32, "e8m0")
     # an E8M0 tensor alone, an F4 tensor without scales, an ordinary F32 one
     tensors += [("lonely", "F8_E8M0", [3], bytes([127, 255, 131])), ("raw", "F4", [8], pack([1, 2, 3, 4, 5, 6, 7, 15], 4)),
                 ("plain", "F32", [2], struct.pack("<2f", 1.0, -2.0))]
@@ -208,6 +215,9 @@ def group_basic(work):
            and by["nv.weight"]["packed"]["tensor_scale_name"] == "nv.weight_scale_2", "basic: NVFP4 %r" % by["nv.weight"])
     expect(by["six_e2m3"]["dtype"] == "mxfp6_e2m3" and by["mx8_e5m2.weight"]["dtype"] == "mxfp8_e5m2", "basic: MXFP6/8 dtypes")
     expect(by["mx8_e5m2.weight"]["status"] == "nonfinite" and by["mx8_e4m3.weight"]["status"] == "nonfinite", "basic: fp8 NaN/Inf codes")
+    g = by.get("model.layers.1.mlp.experts.gate_up_proj_blocks", {})
+    expect(g.get("dtype") == "mxfp4" and g.get("shape") == [2, 3, 32] and g.get("count") == 192 and g.get("file_dtype") == "U8",
+           "basic: U8 blocks %r" % g)
     lon = by.get("lonely", {})
     expect(lon.get("dtype") == "e8m0" and lon.get("nan") == 1 and lon.get("first_nonfinite") == 1 and lon.get("abs_max") == 16.0,
            "basic: E8M0 tensor alone %r" % lon)
@@ -316,6 +326,10 @@ def group_hostile(work):
         f.write(raw[:-5])
     rc, out, err = run("scan", p)
     expect(rc == 2 and "run past the end of the data section" in err, "hostile truncated: rc %d %r" % (rc, err))
+    p = st("blocks_shape.safetensors", [("x_blocks", "U8", [2, 16], bytes(32)), ("x_scales", "U8", [3], bytes(3))])
+    rc, out, err = run("scan", p)
+    expect(rc == 2 and "tensor 'x_blocks': its scale tensor 'x_scales' (U8 [3]) does not match it: MXFP4 blocks U8 [2, 16] need U8 [2]" in err,
+           "hostile U8 blocks: rc %d %r" % (rc, err))
     # one scale tensor claimed by two weights (a --scales rule and the convention)
     p = st("shared.safetensors", [("a.weight", "F4", [32], f4[:16]), ("a.weight_scale", "F8_E8M0", [1], bytes([127])),
                                    ("b.weight", "F4", [32], f4[:16])])

@@ -551,6 +551,7 @@ struct packed_pair {
   nanscope::element_format element = nanscope::element_format::e2m1;
   nanscope::packed_scale scale_type = nanscope::packed_scale::e8m0;
   int block_size = 32;
+  bool u8_blocks = false;  // U8 "X_blocks" [..., G, 16]: read as E2M1 [..., G, 32]
   std::vector<std::string> tried;  // the scale names looked for (for the warning of an unpaired weight)
 };
 
@@ -608,7 +609,13 @@ inline std::vector<packed_pair> plan_packed(const nanscope::safetensors_layout& 
     p.weight = i;
     const bool f8 = w.supported && (w.type == nanscope::dtype::f8_e4m3fn || w.type == nanscope::dtype::f8_e5m2);
     if (f8) p.element = w.type == nanscope::dtype::f8_e4m3fn ? nanscope::element_format::e4m3 : nanscope::element_format::e5m2;
-    else if (!packed_element(w.dtype_name, p.element)) continue;
+    else if (!packed_element(w.dtype_name, p.element)) {
+      // gpt-oss style MXFP4: U8 "X_blocks" [..., G, 16] (16 bytes: one block of 32 E2M1 codes) + U8 "X_scales" [..., G]
+      if (w.dtype_name != "U8" || w.rank < 2 || w.shape[w.rank - 1] != 16 || !(ends_with(w.name, "_blocks") || ends_with(w.name, ".blocks")))
+        continue;
+      p.u8_blocks = true;
+      p.element = nanscope::element_format::e2m1;
+    }
     for (const auto& cand : scale_candidates(w.name, st)) {
       std::size_t at = 0;
       p.tried.push_back(cand.first);
@@ -623,6 +630,25 @@ inline std::vector<packed_pair> plan_packed(const nanscope::safetensors_layout& 
         p.block_size = 16;
       } else {
         continue;
+      }
+      if (p.u8_blocks) {
+        // U8 blocks take E8M0 bytes (U8 or F8_E8M0) shaped as the blocks without their last extent
+        if (p.scale_type != nanscope::packed_scale::e8m0) continue;
+        bool ok = s.rank == w.rank - 1;
+        for (int d = 0; ok && d < s.rank; ++d) ok = s.shape[d] == w.shape[d];
+        if (!ok) {
+          std::string want = "[";
+          for (int d = 0; d + 1 < w.rank; ++d) want += (d ? ", " : "") + std::to_string(w.shape[d]);
+          nanscope::detail::st_fail(path, "tensor " + st_quote(w.name) + ": its scale tensor " + st_quote(s.name) + " (" +
+                                              s.dtype_name + " " + shape_of(s) + ") does not match it: MXFP4 blocks U8 " +
+                                              shape_of(w) + " need " + s.dtype_name + " " + want + "]");
+        }
+        if (role[at] == 2)
+          nanscope::detail::st_fail(path, "tensor " + st_quote(s.name) + " is the scale tensor of two weights (the second: " +
+                                              st_quote(w.name) + ")");
+        p.has_scale = true;
+        p.scale = at;
+        break;
       }
       // the scale tensor's shape: the weight's, with the last extent ceil(last / block)
       const int wr = w.rank == 0 ? 1 : w.rank;
@@ -655,7 +681,7 @@ inline std::vector<packed_pair> plan_packed(const nanscope::safetensors_layout& 
       }
       break;
     }
-    if (f8 && !p.has_scale) continue;  // an ordinary fp8 tensor
+    if ((f8 || p.u8_blocks) && !p.has_scale) continue;  // an ordinary fp8 or u8 tensor
     role[i] = 1;
     if (p.has_scale) role[p.scale] = 2;
     out.push_back(std::move(p));
@@ -677,6 +703,12 @@ inline void scan_packed(const unsigned char* data, const nanscope::safetensors_l
   v.rank = w.rank == 0 ? 1 : w.rank;
   if (w.rank == 0) v.shape[0] = 1;
   for (int d = 0; d < w.rank; ++d) v.shape[d] = w.shape[d];
+  if (p.u8_blocks) {
+    // 16 bytes a block: the logical shape has 32 elements there (reported so: first_nonfinite indexes it)
+    v.shape[w.rank - 1] = 32;
+    r.shape[w.rank - 1] = 32;
+    r.count = w.numel * 2;
+  }
   if (p.has_scale) {
     const nanscope::safetensors_tensor& s = lay.tensors[p.scale];
     v.scales = data + s.file_offset;
