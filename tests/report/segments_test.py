@@ -9,7 +9,8 @@ producer is found here by walking the tree in call order (a node's parameters an
 its outputs when left): the first node whose outputs hold the segment while its inputs and parameters do not, else
 the first tensor that holds it.
 
-Usage: segments_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--segments-writer PATH]
+Usage: segments_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--segments-writer PATH] [--chromium PATH]
+--chromium: also load the page in headless chromium and check the summary's list as the page's script draws it.
 --segments-writer: nanscope_segments_tree (tests/diff/segments_tree.cpp), trees written by the real recorder and
 tree writer under a NANSCOPE_SEGMENTS guard. Exit status 0 when every check passed, 1 otherwise.
 """
@@ -199,6 +200,7 @@ def main():
     ap.add_argument("--nanscope", required=True)
     ap.add_argument("--nanscope-diff")
     ap.add_argument("--segments-writer")
+    ap.add_argument("--chromium")
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -221,6 +223,23 @@ def main():
            "the reference's second line")
     expect(expected_lines(trees["inputs"])[0] == "request 23 (rows 5-11): 1 NaN, first at row 6; first bad at Net inputs.args[0]",
            "the reference's line for a model input")
+    # every tensor's row carries its own bad segments (9th item), without producers; clean tensors have 8 items
+    d = page_data(os.path.join(a.work, "seg_experts.html"))
+    rows = {(n[1], x[0]): x for n in d["trees"][0]["nodes"] for x in n[2]}
+    moe = trees["experts"]["children"][1]["outputs"]["nanscope_segments"]
+    expect(rows[("Net.moe", "outputs")][8:] == [[seg_line(s) for s in moe]],
+           f"the Net.moe outputs row: {rows[('Net.moe', 'outputs')]}")
+    expect(all(len(x) == 8 for k, x in rows.items() if k != ("Net.moe", "outputs") and k != ("Net", "outputs")),
+           "clean tensors carry no segment item")
+    if a.chromium:  # the summary's list as the page's script draws it
+        html_path = os.path.abspath(os.path.join(a.work, "seg_experts.html"))
+        p = subprocess.run([a.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--user-data-dir=" + os.path.abspath(os.path.join(a.work, "chromium-profile")),
+                            "--dump-dom", "file://" + html_path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           universal_newlines=True, timeout=120)
+        m = re.search(r'<ul class="segments" id="first-segments">(.*?)</ul>', p.stdout, re.S)
+        items = re.findall(r"<li>(.*?)</li>", m.group(1)) if m else None
+        expect(items == expected_lines(trees["experts"]), f"the page's list: {items}")
     # a clean tree: no segments on the page
     got = report_lines(a.nanscope, paths["clean"], os.path.join(a.work, "seg_clean.html"))
     expect(got == [], f"report clean: {got}")

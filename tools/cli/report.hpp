@@ -221,7 +221,13 @@ inline std::string tree_json(const tree_view& v) {
       // role: 0 an output, 1 an input, 2 a parameter
       s += (k ? ",[" : "[") + json_string(t.label) + "," + json_string(t.dtype) + "," + json_string(t.shape) + "," +
            (t.param ? "2" : t.input ? "1" : "0") + "," + count_json(t.nan) + "," + count_json(t.pos_inf) + "," +
-           count_json(t.neg_inf) + "," + json_number(t.abs_max) + "]";
+           count_json(t.neg_inf) + "," + json_number(t.abs_max);
+      if (!t.segments.empty()) {  // its bad segments (a tensor recorded with a segmentation)
+        s += ",[";
+        for (std::size_t q = 0; q < t.segments.size(); ++q) s += (q ? "," : "") + json_string(t.segments[q]);
+        s += "]";
+      }
+      s += "]";
     }
     s += "]";
     if (n.is_checkpoint) s += ",{\"checkpoint\":" + json_string(n.checkpoint) + "}";

@@ -47,6 +47,7 @@ struct tensor_row {
   bool param = false;  ///< a parameter ("parameters.weight"); neither input nor output
   std::int64_t nan = -2, pos_inf = -2, neg_inf = -2;
   double abs_max = nan_value;  ///< NaN: unknown
+  std::vector<std::string> segments;  ///< its bad segments ("request 23 (rows 5-11): 2 NaN, first at row 6")
   bool nonfinite() const { return nan > 0 || nan == -1 || pos_inf > 0 || pos_inf == -1 || neg_inf > 0 || neg_inf == -1; }
 };
 
@@ -160,6 +161,7 @@ inline tensor_row tensor_of(const nsdiff::slot& s, bool input, bool param = fals
   t.nan = count(f.nan, f.counts.nan);
   t.pos_inf = count(f.pos_inf, f.counts.pos_inf);
   t.neg_inf = count(f.neg_inf, f.counts.neg_inf);
+  t.segments = nsdiff::segment_lines(ti, nullptr);
   if (ti.abs_max.present) {
     t.abs_max = ti.abs_max.v;
   } else if (ti.min.present && ti.max.present && !std::isnan(ti.min.v) && !std::isnan(ti.max.v)) {

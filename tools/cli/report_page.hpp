@@ -306,6 +306,14 @@ function select(i) {
     tr.appendChild(el("td", "n", fmtNum(m)));
     for (const f of FORMATS) tr.appendChild(el("td", "n", Number.isNaN(m) || m === 0 ? "" : Number.isFinite(m) ? Math.log2(f[1] / m).toFixed(2) + " b" : "overflow"));
     tab.appendChild(tr);
+    if (x[8] && x[8].length) {  // its bad segments (recorded with a segmentation)
+      const sr = el("tr", "segments");
+      const td = el("td", null, x[8].join("\n"));
+      td.colSpan = 7 + FORMATS.length;
+      td.style.whiteSpace = "pre-line";
+      sr.appendChild(td);
+      tab.appendChild(sr);
+    }
   }
   body.appendChild(tab);
 }
