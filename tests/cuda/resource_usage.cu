@@ -13,4 +13,4 @@ template void nanscope::cuda::detail::launch<nanscope::cuda::detail::single_para
 template void nanscope::cuda::detail::launch<nanscope::cuda::detail::batch_params>(
     int, const nanscope::cuda::detail::batch_params&, cudaStream_t);
 template void nanscope::cuda::detail::seg_launch<nanscope::cuda::detail::seg_params>(
-    const nanscope::cuda::detail::seg_params&, unsigned, cudaStream_t);
+    int, const nanscope::cuda::detail::seg_params&, unsigned, cudaStream_t);

@@ -34,8 +34,10 @@ BUDGETS = {
     (1, "batch"): 64,
     (2, "batch"): 64,
     (3, "batch"): 80,
-    # segment_kernel<seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 5)
-    (0, "segment"): 48,  # 62.5%
+    # segment_kernel<L, seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 5)
+    # at level 1, (256, 4) at level 2
+    (1, "segment"): 48,  # 62.5%
+    (2, "segment"): 64,  # 50%
 }
 
 # sm_90 (H100/H200) limits, from the CUDA occupancy calculator's table for compute capability 9.0.
@@ -58,7 +60,7 @@ SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+)
 USED_RE = re.compile(r"Used (\d+) registers")
 SMEM_RE = re.compile(r"(\d+) bytes smem")
 KERNEL_RE = re.compile(r"health_kernelILi(\d)ENS\d+_13launch_paramsILi(\d+)ELi(\d+)E")
-SEGMENT_RE = re.compile(r"segment_kernelINS\d+_10seg_paramsE")
+SEGMENT_RE = re.compile(r"segment_kernelILi(\d)ENS\d+_10seg_paramsE")
 
 
 def find_nvcc(arg):
@@ -118,8 +120,9 @@ def occupancy(regs, smem, threads, arch):
 
 
 def kernel_key(name):
-    if SEGMENT_RE.search(name):
-        return 0, "segment"
+    m = SEGMENT_RE.search(name)
+    if m:
+        return int(m.group(1)), "segment"
     m = KERNEL_RE.search(name)
     if not m:
         return None
@@ -129,7 +132,7 @@ def kernel_key(name):
 
 
 def label(key):
-    return "segment_kernel<seg_params>" if key == (0, "segment") else f"health_kernel<{key[0]}, {key[1]}>"
+    return f"segment_kernel<{key[0]}, seg_params>" if key[1] == "segment" else f"health_kernel<{key[0]}, {key[1]}>"
 
 
 def main():

@@ -10,6 +10,8 @@
 #include <nanscope/detail/cuda_segments.cuh>
 #include <nanscope/segments.hpp>
 
+#include "support/compare.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,13 +28,22 @@ namespace ns = nanscope;
 namespace nc = nanscope::cuda;
 namespace nd = nanscope::cuda::detail;
 
-/// The segment kernel over `grid` blocks, as segment_kernel runs it. Returns the nseg + 1 records.
+/// The kernel's warp merge of level-2 health records (warp_merge_group<2, 0>): a shuffle tree, lane 0 holds it.
+void emulate_warp_merge_health(nc::device_result* lanes) {
+  for (unsigned o = 16; o > 0; o >>= 1) {
+    std::vector<nc::device_result> before(lanes, lanes + 32);
+    for (unsigned i = 0; i < 32; ++i) nd::merge_group<2, 0>(lanes[i], before[i + o < 32 ? i + o : i]);
+  }
+}
+
+/// The segment kernel of level L over `grid` blocks, as segment_kernel<L> runs it. Returns the nseg + 2 records.
+template <int L>
 std::vector<nc::segment_record> emulate_segment_kernel(const ns::tensor_view& v, const nc::device_segments& s,
                                                        const ns::segment_options& so, unsigned grid) {
   ns::validate(v);
   std::uint64_t extent = 0, unit = 1;
   const std::uint64_t nseg = nd::seg_host_validate(v, s, so, extent, unit);
-  std::vector<nc::segment_record> rec(static_cast<std::size_t>(nseg + 1), nc::segment_record{});
+  std::vector<nc::segment_record> rec(static_cast<std::size_t>(nseg + 2), nc::segment_record{});
   const nd::seg_params p = nd::seg_make_params(v, s, nseg, extent, unit, rec.data(), so);
   // the offsets check: thread i of the grid takes offsets i, i + grid threads, ...
   unsigned long long err = 0;
@@ -41,14 +52,17 @@ std::vector<nc::segment_record> emulate_segment_kernel(const ns::tensor_view& v,
     rec[static_cast<std::size_t>(i)].begin = nd::seg_begin(p, i);
   }
   rec[static_cast<std::size_t>(nseg)].nan |= err;
+  const unsigned normal = nd::normal32_of(v.type);
   for (unsigned b = 0; b < grid; ++b) {
+    std::vector<nd::thread_acc> tot(nd::block_threads);  // each thread's health state over its tiles (level 2)
+    std::vector<nd::thread_acc32> tot32(nd::block_threads);
     for (unsigned long long tile = b; tile < p.tiles; tile += grid) {
       const nd::seg_tile_span span = nd::seg_tile_of(p, tile);
       const unsigned long long t0 = span.b, t1 = span.e, s0 = span.s0, s1 = span.s1;
       if (s0 == s1) {
         std::vector<nd::seg_acc> lanes(nd::block_threads);
         for (unsigned t = 0; t < static_cast<unsigned>(nd::block_threads); ++t)
-          lanes[t] = nd::seg_whole_thread(p, t0, t1, t);
+          lanes[t] = nd::seg_whole_thread<L>(p, t0, t1, t, tot[t], tot32[t], normal);
         for (int w = 0; w < nd::block_threads / 32; ++w) {
           nd::seg_acc* l = lanes.data() + 32 * w;
           bool any = false;
@@ -62,9 +76,20 @@ std::vector<nc::segment_record> emulate_segment_kernel(const ns::tensor_view& v,
         }
       } else {
         for (unsigned t = 0; t < static_cast<unsigned>(nd::block_threads); ++t)
-          nd::seg_straddle_thread(p, t0, t1, t, s0, s1, [&](unsigned long long seg, const nd::seg_acc& a) {
-            nd::seg_fold_plain(rec[static_cast<std::size_t>(seg)], a);
-          });
+          nd::seg_straddle_thread<L>(p, t0, t1, t, s0, s1, tot[t], tot32[t], normal,
+                                     [&](unsigned long long seg, const nd::seg_acc& a) {
+                                       nd::seg_fold_plain(rec[static_cast<std::size_t>(seg)], a);
+                                     });
+      }
+    }
+    if (L >= 2 && b < p.tiles) {  // every block of a launch has a tile (seg_blocks)
+      std::vector<nc::device_result> lanes(nd::block_threads);
+      for (unsigned t = 0; t < static_cast<unsigned>(nd::block_threads); ++t)
+        lanes[t] = nd::to_record(tot[t], tot32[t], v.type == ns::dtype::f64);
+      for (int w = 0; w < nd::block_threads / 32; ++w) {
+        emulate_warp_merge_health(lanes.data() + 32 * w);
+        nd::seg_totals_fold_plain(reinterpret_cast<nd::seg_totals&>(rec[static_cast<std::size_t>(nseg + 1)]),
+                                  lanes[static_cast<std::size_t>(32 * w)]);
       }
     }
   }
@@ -74,7 +99,9 @@ std::vector<nc::segment_record> emulate_segment_kernel(const ns::tensor_view& v,
 /// The emulated device result of a segmented check (level-1 modes: the totals from the segment records).
 ns::segmented_result device_check(const ns::tensor_view& v, const nc::device_segments& s, ns::check_mode mode,
                                   const ns::segment_options& so, unsigned grid = 7) {
-  const std::vector<nc::segment_record> rec = emulate_segment_kernel(v, s, so, grid);
+  const std::vector<nc::segment_record> rec = nd::seg_kernel_level(mode) >= 2
+                                                   ? emulate_segment_kernel<2>(v, s, so, grid)
+                                                   : emulate_segment_kernel<1>(v, s, so, grid);
   return nc::finalize_segments(nullptr, rec.data(), v, s, mode, so);
 }
 
@@ -273,6 +300,12 @@ TEST_CASE("cuda segment kernel (emulated): random row and element segmentations,
         ns::segment_options so;
         if (variant == 1 || variant == 2) so.with_level(ns::segment_detail::counts);
         if (variant == 0 || variant == 2) so.with_threshold(variant == 0 ? 1.0 : 0.0);
+        // full_health: the segment kernel's level-2 totals (one read) are check()'s, bit for bit
+        const ns::check_mode fm = ns::check_mode::full_health;
+        const ns::segmented_result full = device_check(c.view, ds, fm, so, 1 + static_cast<unsigned>(rng() % 9));
+        const ns::segmented_result host_full = ns::check(c.view, host_segments(ds), ns::check_options{}.with_mode(fm), so);
+        require_same_segments(full, host_full);
+        nstest::expect_same_health(full.total, host_full.total, 0.0);
         const ns::segmented_result dev = device_check(c.view, ds, ns::check_mode::concise_health, so,
                                                       1 + static_cast<unsigned>(rng() % 9));
         const ns::segmented_result host =
@@ -387,10 +420,13 @@ TEST_CASE("cuda segment kernel (emulated): modes that read nothing, integer dtyp
     const ns::segmented_result dev = nc::finalize_segments(nullptr, nullptr, c.view, ds, m, so);
     require_same_segments(dev, ns::check(c.view, host_segments(ds), ns::check_options{}.with_mode(m), so));
   }
-  // full_health and stats: the segments as the host's (the totals come from the health kernel on the device)
+  // full_health: segments and totals from the segment kernel; stats: the segments (its totals come from the
+  // health kernel on the device)
   for (ns::check_mode m : {ns::check_mode::full_health, ns::check_mode::stats}) {
     const ns::segmented_result dev = device_check(c.view, ds, m, so);
-    require_same_segments(dev, ns::check(c.view, host_segments(ds), ns::check_options{}.with_mode(m), so));
+    const ns::segmented_result host = ns::check(c.view, host_segments(ds), ns::check_options{}.with_mode(m), so);
+    require_same_segments(dev, host);
+    if (m == ns::check_mode::full_health) nstest::expect_same_health(dev.total, host.total, 0.0);
   }
   std::vector<std::int32_t> ints(40, 7);
   const ns::tensor_view iv = ns::tensor_view::contiguous(ints.data(), ns::dtype::i32, {10, 4}, "ids");
@@ -403,7 +439,7 @@ TEST_CASE("cuda segment kernel (emulated): invalid device offsets are reported n
   const case_data c = make_case(rng, ns::dtype::bf16, 10, 4, {0, 40});
   const auto expect_error = [&](std::vector<std::int64_t> off, const char* what) {
     const nc::device_segments ds = nc::device_segments::rows(off.data(), off.size());
-    const std::vector<nc::segment_record> rec = emulate_segment_kernel(c.view, ds, {}, 3);
+    const std::vector<nc::segment_record> rec = emulate_segment_kernel<1>(c.view, ds, {}, 3);
     INFO(what);
     try {
       (void)nc::finalize_segments(nullptr, rec.data(), c.view, ds, ns::check_mode::concise_health, {});

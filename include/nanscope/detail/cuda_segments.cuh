@@ -15,6 +15,11 @@
 // by a binary search limited to [s0, s1], walks forward (one compare per element, in straddling tiles only) and
 // flushes its accumulator whenever the segment changes.
 //
+// The totals: the non-finite counts and first index are the segment records summed; at level 2 (full_health,
+// segment_kernel<2, ...>) each thread also feeds every element to the health kernel's visit functions, and the
+// warps fold the resulting records into an encoded totals record (seg_totals) at the end: one read for
+// curt/concise/full_health. stats takes its totals from the health kernel (a second read).
+//
 // Per element the kernel classifies the raw bits of the source dtype: |x| bits at or above the dtype's first
 // NaN/Inf pattern (detail::seg_bad_abs_bits, the host segmented check's) are NaN or Inf, every other |x| bit
 // pattern feeds the |x| max (sign-magnitude formats: the bit-pattern order is the value order). The host turns
@@ -93,7 +98,8 @@ struct device_segments {
   }
 };
 
-/// What the segment kernel writes per segment (records[0, count)) plus one status record (records[count]).
+/// What the segment kernel writes per segment (records[0, count)) plus one status record (records[count]) and,
+/// for full_health, the totals' other fields (records[count + 1], detail::seg_totals).
 /// All-zero is the identity: the records are cleared with cudaMemsetAsync before each launch (a graph node).
 /// first_enc is ~(first NaN/Inf flat index), 0 when none (a max of it is a min of the index); amax is the max |x|
 /// bit pattern (source dtype) over non-NaN values; begin is the segment's first flat element index as the
@@ -130,6 +136,7 @@ struct seg_params {
   int es;                          // element bytes
   int aligned;                     // data % es == 0
   int need_amax;                   // the |x| max is reported (counts detail or a threshold): else not folded
+  int type;                        // dtype (the level-2 totals decode elements)
   strided_layout layout;           // rank 0: contiguous
 };
 
@@ -240,13 +247,68 @@ NANSCOPE_IMPL_SEG_HD void seg_visit(seg_acc& a, const seg_params& p, unsigned lo
   a.first = li < a.first ? li : a.first;
 }
 
+/// The level-2 totals beyond what the segment records sum to (negative, zero, subnormal counts, extrema, least
+/// non-zero |x|), in records[nseg + 1], encoded so that all-zero is the identity and every fold is an add or a
+/// max: kmin_enc = (key64_max ^ S) - (kmin ^ S), kmax_enc = (kmax ^ S) - (key64_min ^ S) (S the sign bit: keys
+/// of non-NaN values lie in [key64_min, key64_max]), amin_enc = ~amin_nz.
+struct seg_totals {
+  unsigned long long neg, zero, sub, kmin_enc, kmax_enc, amin_enc;
+};
+static_assert(sizeof(seg_totals) == sizeof(segment_record), "the totals live in a segment record");
+inline constexpr unsigned long long seg_key_sign = 0x8000000000000000ull;
+NANSCOPE_IMPL_SEG_HD unsigned long long seg_enc_kmin(long long k) {
+  return (static_cast<unsigned long long>(::nanscope::detail::key64_max) ^ seg_key_sign) -
+         (static_cast<unsigned long long>(k) ^ seg_key_sign);
+}
+NANSCOPE_IMPL_SEG_HD unsigned long long seg_enc_kmax(long long k) {
+  return (static_cast<unsigned long long>(k) ^ seg_key_sign) -
+         (static_cast<unsigned long long>(::nanscope::detail::key64_min) ^ seg_key_sign);
+}
+inline long long seg_dec_kmin(unsigned long long e) {
+  return static_cast<long long>(((static_cast<unsigned long long>(::nanscope::detail::key64_max) ^ seg_key_sign) - e) ^
+                                seg_key_sign);
+}
+inline long long seg_dec_kmax(unsigned long long e) {
+  return static_cast<long long>((e + (static_cast<unsigned long long>(::nanscope::detail::key64_min) ^ seg_key_sign)) ^
+                                seg_key_sign);
+}
+
+/// Level 2: element i (raw bits) also into the health pass's per-thread state (the health kernel's visit
+/// functions: the same classification, extrema and counts). Level 1: nothing.
+template <int L>
+NANSCOPE_IMPL_SEG_DEV void seg_visit_total(thread_acc& t, thread_acc32& t32, const seg_params& p,
+                                           unsigned long long bits, unsigned long long i, unsigned normal) {
+  if constexpr (L >= 2) {
+    const auto ty = static_cast<dtype>(p.type);
+    if (ty == dtype::f64) {
+      visit64<L>(t, bits, static_cast<long long>(i));
+      return;
+    }
+    const auto raw = static_cast<unsigned>(bits);
+    const unsigned fb = ty == dtype::f32         ? raw
+                        : ty == dtype::f16       ? f16_to_f32_bits(raw)
+                        : ty == dtype::bf16      ? raw << 16
+                        : ty == dtype::f8_e4m3fn ? e4m3_to_f32_bits(raw)
+                                                 : e5m2_to_f32_bits(raw);
+    visit32<L>(t, t32, fb, normal, static_cast<long long>(i));
+  } else {
+    (void)t, (void)t32, (void)p, (void)bits, (void)i, (void)normal;
+  }
+}
+
 /// Thread t's share of a tile [b, e) inside one segment: elements b + t, b + t + 256, ... (coalesced).
+/// Level 2: each element also into (tot, tot32), the thread's health state over all its tiles.
+template <int L>
 NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned long long b, unsigned long long e,
-                                               unsigned t) {
+                                               unsigned t, thread_acc& tot, thread_acc32& tot32, unsigned normal) {
   seg_acc a;
   for (int k = 0; k < seg_per_thread; ++k) {
     const unsigned long long i = b + static_cast<unsigned long long>(k) * block_threads + t;
-    if (i < e) seg_visit(a, p, seg_load(p, i), i);
+    if (i < e) {
+      const unsigned long long bits = seg_load(p, i);
+      seg_visit(a, p, bits, i);
+      seg_visit_total<L>(tot, tot32, p, bits, i, normal);
+    }
   }
   if (p.need_amax == 0) a.amax = 0;  // nothing to fold for a clean tile: no merge, no atomics
   return a;
@@ -254,10 +316,10 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
 
 /// Thread t's share of a tile [b, e) that straddles segments s0 < s1: the run [b + 16 t, b + 16 t + 16), walked
 /// segment by segment; flush(s, acc) takes each non-empty piece.
-template <class Flush>
+template <int L, class Flush>
 NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned long long b, unsigned long long e,
                                                unsigned t, unsigned long long s0, unsigned long long s1,
-                                               Flush&& flush) {
+                                               thread_acc& tot, thread_acc32& tot32, unsigned normal, Flush&& flush) {
   const unsigned long long r0 = b + static_cast<unsigned long long>(t) * seg_per_thread;
   if (r0 >= e) return;
   const unsigned long long r1 = r0 + seg_per_thread < e ? r0 + seg_per_thread : e;
@@ -274,7 +336,9 @@ NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned lon
         end = seg_begin(p, s + 1);
       } while (i >= end && s < s1);
     }
-    seg_visit(a, p, seg_load(p, i), i);
+    const unsigned long long bits = seg_load(p, i);
+    seg_visit(a, p, bits, i);
+    seg_visit_total<L>(tot, tot32, p, bits, i, normal);
   }
   if (p.need_amax == 0) a.amax = 0;
   if (seg_nonempty(a)) flush(s, a);
@@ -303,6 +367,23 @@ inline void seg_fold_plain(segment_record& r, const seg_acc& a) {
     r.first_enc = enc > r.first_enc ? enc : r.first_enc;
   }
   r.amax = a.amax > r.amax ? a.amax : r.amax;
+}
+
+/// Non-atomic fold of a (warp's) level-2 health record into the totals (the emulation's stand-in).
+inline void seg_totals_fold_plain(seg_totals& r, const device_result& a) {
+  r.neg += a.neg;
+  r.zero += a.zero;
+  r.sub += a.sub;
+  const unsigned long long kmin = seg_enc_kmin(a.kmin), kmax = seg_enc_kmax(a.kmax), amin = ~a.amin_nz;
+  r.kmin_enc = kmin > r.kmin_enc ? kmin : r.kmin_enc;
+  r.kmax_enc = kmax > r.kmax_enc ? kmax : r.kmax_enc;
+  r.amin_enc = amin > r.amin_enc ? amin : r.amin_enc;
+}
+
+/// The level the segment kernel runs at for a mode: 2 (full_health: the totals too, one read), else 1 (the
+/// non-finite level; stats takes its totals from the health kernel).
+inline int seg_kernel_level(check_mode mode) {
+  return ::nanscope::detail::level_for(mode) == ::nanscope::detail::level::counts ? 2 : 1;
 }
 
 /// |x| Inf pattern of a dtype (~0 when it has none).
@@ -360,6 +441,7 @@ inline seg_params seg_make_params(const tensor_view& v, const device_segments& s
                                   const segment_options& so) {
   seg_params p{};
   p.need_amax = so.level == segment_detail::counts || so.has_threshold ? 1 : 0;
+  p.type = static_cast<int>(v.type);
   p.data = v.data;
   p.n = v.numel();
   p.offsets = reinterpret_cast<const long long*>(s.offsets);
@@ -388,9 +470,9 @@ inline seg_params seg_make_params(const tensor_view& v, const device_segments& s
 
 }  // namespace detail
 
-/// The segmented result of a device check: `total` from the health record (level 2 and 3 modes: full_health,
-/// stats; null for the others, whose totals come from the segment records), `records` the segment kernel's
-/// nseg + 1 records copied to host memory. Same fields and semantics as nanscope::check(view, segments, opt,
+/// The segmented result of a device check: `total` from the health record (stats; null for the other modes,
+/// whose totals come from the segment kernel's records), `records` the segment kernel's nseg + 2 records
+/// (segment_records_needed) copied to host memory. Same fields and semantics as nanscope::check(view, segments, opt,
 /// so) on the host. Throws nanscope::error naming the tensor when the kernel found the offsets invalid.
 inline segmented_result finalize_segments(const device_result* total, const segment_record* records,
                                           const tensor_view& v, const device_segments& s, check_mode mode,
@@ -425,6 +507,15 @@ inline segmented_result finalize_segments(const device_result* total, const segm
   if (total != nullptr) {
     rec = *total;
   } else if (reads) {
+    if (detail::seg_kernel_level(mode) >= 2) {  // the segment kernel's level-2 totals
+      const auto& tt = reinterpret_cast<const detail::seg_totals&>(records[nseg + 1]);
+      rec.neg = tt.neg;
+      rec.zero = tt.zero;
+      rec.sub = tt.sub;
+      rec.kmin = detail::seg_dec_kmin(tt.kmin_enc);
+      rec.kmax = detail::seg_dec_kmax(tt.kmax_enc);
+      rec.amin_nz = tt.amin_enc != 0 ? ~tt.amin_enc : detail::f64_inf_bits;
+    }
     for (std::uint64_t i = 0; i < nseg; ++i) {
       const segment_record& r = records[i];
       rec.nan += r.nan;

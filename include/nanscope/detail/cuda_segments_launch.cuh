@@ -47,15 +47,26 @@ __device__ inline void seg_warp_merge(seg_acc& a) {
   }
 }
 
-/// Blocks of 256 per SM the segment kernel is compiled for (a cap of 51 registers a thread: tests/cuda/
-/// resource_usage.py checks its budget, docs/cuda.md#register-budgets).
-inline constexpr int seg_min_blocks_per_sm = 5;
+/// Level 2: lane 0 folds the warp's merged health record into the totals with atomics (once per warp).
+__device__ inline void seg_totals_fold_atomic(seg_totals* r, const device_result& a) {
+  atomicAdd(&r->neg, a.neg);
+  atomicAdd(&r->zero, a.zero);
+  atomicAdd(&r->sub, a.sub);
+  atomicMax(&r->kmin_enc, seg_enc_kmin(a.kmin));
+  atomicMax(&r->kmax_enc, seg_enc_kmax(a.kmax));
+  atomicMax(&r->amin_enc, ~a.amin_nz);
+}
+
+/// Blocks of 256 per SM the segment kernel of level L is compiled for (__launch_bounds__: a cap of 51 registers
+/// a thread at level 1, 64 at level 2; tests/cuda/resource_usage.py checks the budgets, docs/cuda.md).
+template <int L>
+inline constexpr int seg_min_blocks_per_sm = L >= 2 ? 4 : 5;
 
 /// The segmented pass (detail/cuda_segments.cuh). Every thread of the grid also checks the offsets i, i + grid
 /// threads, ... and writes their segments' begins. A template (of seg_params only) so that the header can be
 /// included by several translation units.
-template <class Params>
-__global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm) segment_kernel(const __grid_constant__ Params p) {
+template <int L, class Params>
+__global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm<L>) segment_kernel(const __grid_constant__ Params p) {
   const unsigned long long gthreads = static_cast<unsigned long long>(gridDim.x) * block_threads;
   unsigned long long err = 0;
   for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * block_threads + threadIdx.x; i <= p.nseg;
@@ -65,24 +76,33 @@ __global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm) segment_
   }
   if (err != 0) atomicOr(&p.records[p.nseg].nan, err);
   const unsigned t = threadIdx.x;
+  thread_acc tot;      // level 2: the thread's health state over all its tiles
+  thread_acc32 tot32;
+  const unsigned normal = normal32_of(static_cast<dtype>(p.type));
   for (unsigned long long tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const seg_tile_span span = seg_tile_of(p, tile);
     if (span.s0 == span.s1) {  // uniform per block
-      seg_acc a = seg_whole_thread(p, span.b, span.e, t);
+      seg_acc a = seg_whole_thread<L>(p, span.b, span.e, t, tot, tot32, normal);
       if (!__any_sync(0xFFFFFFFFu, seg_nonempty(a))) continue;
       seg_warp_merge(a);
       if (t % 32 == 0) seg_fold_atomic(p.records, span.s0, a);
     } else {
-      seg_straddle_thread(p, span.b, span.e, t, span.s0, span.s1,
-                          [&](unsigned long long s, const seg_acc& a) { seg_fold_atomic(p.records, s, a); });
+      seg_straddle_thread<L>(p, span.b, span.e, t, span.s0, span.s1, tot, tot32, normal,
+                             [&](unsigned long long s, const seg_acc& a) { seg_fold_atomic(p.records, s, a); });
     }
+  }
+  if constexpr (L >= 2) {
+    device_result r = to_record(tot, tot32, static_cast<dtype>(p.type) == dtype::f64);
+    warp_merge_group<2, 0>(r);
+    if (t % 32 == 0) seg_totals_fold_atomic(reinterpret_cast<seg_totals*>(p.records + p.nseg + 1), r);
   }
 }
 
 /// The segment kernel's launch (a template, instantiated by tests/cuda/resource_usage.cu for the budgets).
 template <class Params>
-inline void seg_launch(const Params& p, unsigned blocks, cudaStream_t stream) {
-  segment_kernel<Params><<<blocks, block_threads, 0, stream>>>(p);
+inline void seg_launch(int level, const Params& p, unsigned blocks, cudaStream_t stream) {
+  if (level >= 2) segment_kernel<2, Params><<<blocks, block_threads, 0, stream>>>(p);
+  else segment_kernel<1, Params><<<blocks, block_threads, 0, stream>>>(p);
 }
 
 /// Blocks of one segment launch: every tile once, no more than the device keeps busy.
@@ -107,19 +127,21 @@ inline void seg_check_offsets_pointer(const tensor_view& v, const void* p) {
 
 }  // namespace detail
 
-/// Segment records needed by check_segmented_async for v and s: the segment count + 1 (the status record).
+/// Segment records needed by check_segmented_async for v and s: the segment count + 2 (the status record and
+/// the full_health totals).
 inline std::size_t segment_records_needed(const tensor_view& v, const device_segments& s,
                                           const segment_options& so = {}) {
   validate(v);
   std::uint64_t extent = 0, unit = 1;
-  return static_cast<std::size_t>(detail::seg_host_validate(v, s, so, extent, unit)) + 1;
+  return static_cast<std::size_t>(detail::seg_host_validate(v, s, so, extent, unit)) + 2;
 }
 
 /// Queues a segmented check of one device tensor on `stream` (CUB's convention, as check_async): with
 /// temp_storage null only temp_storage_bytes is set. `records`: segment_records_needed() segment_records in
-/// device memory, cleared here by cudaMemsetAsync; `total`: one device_result (device-writable) for the
-/// full_health and stats modes, whose totals come from the health kernel (a second read of the tensor); other
-/// modes take their totals from the segment records and may pass null. Nothing is allocated, nothing
+/// device memory, cleared here by cudaMemsetAsync; `total`: one device_result (device-writable) for the stats
+/// mode, whose totals (moments) come from the health kernel (a second read of the tensor); the other modes
+/// take their totals from the segment kernel's records (one read: full_health's counts and extrema too) and may
+/// pass null. Nothing is allocated, nothing
 /// synchronizes: the memset and the launches can be captured into a CUDA graph, whose replays read the offsets'
 /// current values. Copy the records (and the total) to the host, then finalize_segments().
 inline void check_segmented_async(void* temp_storage, std::size_t& temp_storage_bytes, const buffer_view& b,
@@ -129,7 +151,7 @@ inline void check_segmented_async(void* temp_storage, std::size_t& temp_storage_
   validate(v);
   std::uint64_t extent = 0, unit = 1;
   const std::uint64_t nseg = detail::seg_host_validate(v, s, so, extent, unit);
-  const bool health = detail::seg_reads(v, mode) && detail::level_of(mode, v.type, v.numel()) >= 2;
+  const bool health = detail::seg_reads(v, mode) && detail::level_of(mode, v.type, v.numel()) >= 3;
   if (health) {
     check_async(temp_storage, temp_storage_bytes, &b, 1, total, mode, b.stream);
     if (temp_storage == nullptr) return;
@@ -140,11 +162,11 @@ inline void check_segmented_async(void* temp_storage, std::size_t& temp_storage_
   if (!detail::seg_reads(v, mode)) return;
   if (records == nullptr) ::nanscope::detail::fail(v.name, "check_segmented_async: null segment records");
   if (s.offsets != nullptr) detail::seg_check_offsets_pointer(v, s.offsets);
-  detail::cuda_check(cudaMemsetAsync(records, 0, static_cast<std::size_t>(nseg + 1) * sizeof(segment_record), b.stream),
+  detail::cuda_check(cudaMemsetAsync(records, 0, static_cast<std::size_t>(nseg + 2) * sizeof(segment_record), b.stream),
                      v.name, "cudaMemsetAsync (segment records)");
   const detail::seg_params p = detail::seg_make_params(v, s, nseg, extent, unit, records, so);
   const detail::device_props props = detail::current_props(v.name);
-  detail::seg_launch(p, detail::seg_blocks(p, props), b.stream);
+  detail::seg_launch(detail::seg_kernel_level(mode), p, detail::seg_blocks(p, props), b.stream);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) detail::cuda_fail(v.name, e, "the segment kernel launch");
 }
@@ -276,9 +298,9 @@ inline std::shared_ptr<seg_state> seg_enqueue_checked(const buffer_view& b, cons
   if (!seg_reads(v, mode)) return st;
   st->buf = seg_pool::get().acquire(need, b.stream, v.name);
   std::size_t none = 0;
-  // levels 2 and 3 take their totals from the checker's own health check: only the segment launch here
+  // stats takes its totals from the checker's own health check: only the segment launch here (non-finite level)
   check_segmented_async(&none, none, b, s, nullptr, st->buf->dev,
-                        level_of(mode, v.type, v.numel()) >= 2 ? check_mode::concise_health : mode, so);
+                        level_of(mode, v.type, v.numel()) >= 3 ? check_mode::concise_health : mode, so);
   cuda_check(cudaMemcpyAsync(st->buf->host, st->buf->dev, need * sizeof(segment_record), cudaMemcpyDeviceToHost,
                              b.stream),
              v.name, "cudaMemcpyAsync (segment records)");
@@ -310,8 +332,9 @@ inline std::vector<pending_segmented> checker::check_batch(const buffer_view* vi
     validate(views[i].view);
     (void)segment_records_needed(views[i].view, segs[i], so);
   }
-  // totals of the level-2 and level-3 modes: one health launch for the batch (as check_batch)
-  const bool health = static_cast<int>(::nanscope::detail::level_for(opt.mode)) >= 2;
+  // totals of stats (moments): one health launch for the batch (as check_batch); full_health's come from the
+  // segment kernel itself
+  const bool health = static_cast<int>(::nanscope::detail::level_for(opt.mode)) >= 3;
   pending_batch totals;
   if (health) totals = check_batch(views, count, opt);
   for (std::size_t i = 0; i < count; ++i) {
