@@ -12,6 +12,14 @@
 //                                enqueue of the check (validation, pointer attributes, launch) shows in the row.
 //   full_health/<dtype>/67108864 the same check in check_mode::full_health (counts and extrema, no moments: the
 //                                level-2 kernel), f32 and bf16 only (issue 31's full-health target)
+//   health_seg/<dtype>/67108864/<segments>
+//                                checker::check with device_segments (issue 32 item 2): the same buffer in
+//                                check_mode::full_health cut into 1000 or 100000 uneven element segments
+//                                (offsets in device memory), f32 and bf16; compare with full_health/<dtype>
+//                                (the segment kernel computes the totals too: one read). The row includes the
+//                                copy of every segment's record to pinned memory (48 bytes a segment).
+//   health_seg_kv/bf16/67108864/4096
+//                                [65536, 1024] in every_rows(16): 4096 KV blocks of 16 tokens, full_health
 //   read_anchor/<dtype>/<elements>
 //                                the same bytes reduced by cub::DeviceReduce::Sum (f32 as float, the other
 //                                dtypes as unsigned integers of the same width): a bare read-and-reduce of
@@ -59,6 +67,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -303,6 +312,54 @@ void bm_health(benchmark::State& state, dtype t, std::uint64_t n,
   for (auto _ : state) {
     timer.start(view.stream);
     nanscope::cuda::pending p = env.chk->check(view, opt);
+    timer.stop(view.stream);
+    state.SetIterationTime(timer.seconds());
+  }
+  set_throughput(state, n, es);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// health_seg/<dtype>/67108864/<segments>, health_seg_kv/bf16/67108864/4096
+// ---------------------------------------------------------------------------------------------------------
+void bm_health_seg(benchmark::State& state, dtype t, std::uint64_t n, std::uint64_t segments, bool kv) {
+  bench_env& env = *g_env;
+  const std::size_t es = nanscope::size_of(t);
+  device_mem buf(n * es);
+  fill_device(buf.get(), t, n, 0x5EED0001u, env.stream);
+  // uneven cuts: a fixed pseudo-random set of segments - 1 distinct points, sorted
+  std::vector<std::int64_t> off;
+  off.push_back(0);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (std::uint64_t i = 1; i < segments; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    off.push_back(static_cast<std::int64_t>(x % n));
+  }
+  off.push_back(static_cast<std::int64_t>(n));
+  std::sort(off.begin(), off.end());
+  device_mem doff(off.size() * sizeof(std::int64_t));
+  NSB_CUDA(cudaMemcpy(doff.get(), off.data(), off.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
+  NSB_CUDA(cudaStreamSynchronize(env.stream));
+  const std::int64_t cols = 1024;
+  const nanscope::cuda::buffer_view view =
+      kv ? nanscope::cuda::device_buffer(buf.get(), t, {static_cast<std::int64_t>(n) / cols, cols}, env.stream, "bench.kv")
+         : nanscope::cuda::device_buffer(buf.get(), t, {static_cast<std::int64_t>(n)}, env.stream, "bench.x");
+  const nanscope::cuda::device_segments segs =
+      kv ? nanscope::cuda::device_segments::every_rows(16)
+         : nanscope::cuda::device_segments::elements(static_cast<const std::int64_t*>(doff.get()), off.size());
+  const nanscope::check_options opt = nanscope::check_options{}.with_mode(nanscope::check_mode::full_health);
+  for (int w = 0; w < warmup_calls; ++w) {
+    const nanscope::segmented_result r = env.chk->check(view, segs, opt).get();
+    if (!result_is_clean(r.total, n) || !r.bad.empty()) {
+      state.SkipWithError("the benchmark buffer is not what the row claims (non-finite values or wrong count)");
+      return;
+    }
+  }
+  event_timer timer;
+  for (auto _ : state) {
+    timer.start(view.stream);
+    nanscope::cuda::pending_segmented p = env.chk->check(view, segs, opt);
     timer.stop(view.stream);
     state.SetIterationTime(timer.seconds());
   }
@@ -700,7 +757,12 @@ void register_rows() {
     const dtype t = d.type;
     add_row(std::string("full_health/") + d.name + "/67108864",
             [t](benchmark::State& s) { bm_health(s, t, 67108864ull, nanscope::check_mode::full_health); });
+    for (const std::uint64_t k : {1000ull, 100000ull})
+      add_row(std::string("health_seg/") + d.name + "/67108864/" + std::to_string(k),
+              [t, k](benchmark::State& s) { bm_health_seg(s, t, 67108864ull, k, false); });
   }
+  add_row("health_seg_kv/bf16/67108864/4096",
+          [](benchmark::State& s) { bm_health_seg(s, dtype::bf16, 67108864ull, 4096, true); });
   add_row("batched/1000x65536", [](benchmark::State& s) { bm_batched(s); });
   add_row("per_tensor/1000x65536", [](benchmark::State& s) { bm_per_tensor(s); });
   add_row("forward_plain", [](benchmark::State& s) { bm_forward(s, block::checking::none); });
