@@ -137,7 +137,8 @@ inline std::size_t segment_records_needed(const tensor_view& v, const device_seg
 }
 
 /// Queues a segmented check of one device tensor on `stream` (CUB's convention, as check_async): with
-/// temp_storage null only temp_storage_bytes is set. `records`: segment_records_needed() segment_records in
+/// temp_storage null only temp_storage_bytes is set (0 except for stats: then pass any non-null pointer, nothing
+/// is written to it). `records`: segment_records_needed() segment_records in
 /// device memory, cleared here by cudaMemsetAsync; `total`: one device_result (device-writable) for the stats
 /// mode, whose totals (moments) come from the health kernel (a second read of the tensor); the other modes
 /// take their totals from the segment kernel's records (one read: full_health's counts and extrema too) and may
