@@ -9202,6 +9202,310 @@ NANSCOPE_NAMESPACE_END
 // #include "dtype.hpp": inlined above
 // #include "health.hpp": inlined above
 // #include "margins_result.hpp": inlined above
+// ---- begin nanscope/segment_record.hpp ----
+// nanscope — segment_record.hpp: what the recorder keeps of a tensor checked with a segmentation (its bad
+// segments, after the data and the caller's offsets are gone), where each bad segment was first produced, and
+// the text that names one: "request 17 (rows 4096-4351): 3 NaN, first at row 4102".
+#ifndef NANSCOPE_SEGMENT_RECORD_HPP
+#define NANSCOPE_SEGMENT_RECORD_HPP
+
+// #include "config.hpp": inlined above
+// ---- begin nanscope/segments_api.hpp ----
+// nanscope — segments_api.hpp: the segmentation types (segments, segment_options, segment_health,
+// segmented_result) without the segmented pass, for the light headers: the recorder and its macros take a
+// segmentation (NANSCOPE_SEGMENTS, scope::output(x, seg)); segments.hpp has the check itself.
+#ifndef NANSCOPE_SEGMENTS_API_HPP
+#define NANSCOPE_SEGMENTS_API_HPP
+
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// What a segmentation's offsets count: rows (indices along the first dimension; a row is every element under
+/// one index of it) or elements (flat row-major indices).
+enum class segment_axis : std::uint8_t { rows, elements };
+
+/// How much a segmented check reports per segment. `flags`: the masks of segments holding NaN/Inf (and over the
+/// threshold, when one is set) and, for each bad segment, its NaN/Inf counts and first NaN/Inf. `counts`: also
+/// every segment's NaN/-Inf/+Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
+enum class segment_detail : std::uint8_t { flags, counts };
+
+inline const char* name(segment_axis a) {
+  switch (a) {
+    case segment_axis::rows: return "rows";
+    case segment_axis::elements: return "elements";
+  }
+  return "?";
+}
+inline const char* name(segment_detail d) {
+  switch (d) {
+    case segment_detail::flags: return "flags";
+    case segment_detail::counts: return "counts";
+  }
+  return "?";
+}
+
+/// A segmentation of a tensor: a non-owning view of the caller's offsets (and ids), like tensor_view. Segment i is
+/// [offsets[i], offsets[i + 1]) along the axis; the offsets ascend (equal neighbours make an empty segment), start
+/// at 0 and end at the extent (the first dimension's size for rows, the element count for elements), so every
+/// element belongs to exactly one segment. Or, without offsets, uniform segments of `uniform` rows or elements
+/// each (the last one may be shorter). The arrays must stay valid during the check. Checked at every check:
+/// a mismatch throws nanscope::error naming the tensor.
+struct segments {
+  segment_axis axis = segment_axis::rows;
+  const std::int64_t* offsets = nullptr;  ///< offset_count ascending offsets (segments + 1), or null: uniform
+  std::size_t offset_count = 0;
+  std::int64_t uniform = 0;               ///< with offsets null: rows or elements per segment (> 0)
+  const std::int64_t* ids = nullptr;      ///< optional: one id per segment (request ids, expert ids, block numbers)
+  std::size_t id_count = 0;
+  /// optional: what a segment is, for the recorder's texts, the layer tree and the reports ("request", "expert",
+  /// "block"); null: "segment". check() ignores it.
+  const char* unit = nullptr;
+
+  /// Segments along the first dimension: offsets[0] = 0 < ... <= offsets[n] = shape[0] (a vLLM-style cu_seqlens).
+  static segments rows(const std::int64_t* offsets, std::size_t offset_count) {
+    return make(segment_axis::rows, offsets, offset_count);
+  }
+  static segments rows(const std::vector<std::int64_t>& offsets) { return rows(offsets.data(), offsets.size()); }
+  static segments rows(std::vector<std::int64_t>&&) = delete;  // the segmentation would point into a temporary
+  /// Segments along the flat row-major index: offsets[0] = 0 <= ... <= offsets[n] = the element count.
+  static segments elements(const std::int64_t* offsets, std::size_t offset_count) {
+    return make(segment_axis::elements, offsets, offset_count);
+  }
+  static segments elements(const std::vector<std::int64_t>& offsets) { return elements(offsets.data(), offsets.size()); }
+  static segments elements(std::vector<std::int64_t>&&) = delete;
+  /// Uniform segments of `rows_per_segment` rows (a paged KV cache's blocks of 16 tokens: every_rows(16)).
+  static segments every_rows(std::int64_t rows_per_segment) {
+    segments s;
+    s.axis = segment_axis::rows;
+    s.uniform = rows_per_segment;
+    return s;
+  }
+  /// Uniform segments of `elements_per_segment` elements.
+  static segments every_elements(std::int64_t elements_per_segment) {
+    segments s;
+    s.axis = segment_axis::elements;
+    s.uniform = elements_per_segment;
+    return s;
+  }
+  /// One id per segment, reported in segment_health::id (the segment's index without ids).
+  segments& with_ids(const std::int64_t* segment_ids, std::size_t count) {
+    ids = segment_ids;
+    id_count = count;
+    return *this;
+  }
+  segments& with_ids(const std::vector<std::int64_t>& segment_ids) { return with_ids(segment_ids.data(), segment_ids.size()); }
+  segments& with_ids(std::vector<std::int64_t>&&) = delete;
+  /// Names what a segment is ("request", "expert", "block"): the recorder says "request 17 (rows 4096-4351)".
+  /// The text must outlive the segmentation's use (a string literal does).
+  segments& with_unit(const char* what) {
+    unit = what;
+    return *this;
+  }
+
+ private:
+  static segments make(segment_axis a, const std::int64_t* o, std::size_t n) {
+    segments s;
+    s.axis = a;
+    s.offsets = o;
+    s.offset_count = n;
+    return s;
+  }
+};
+
+/// Options of a segmented check, beside check_options. Chainable.
+struct segment_options {
+  segment_detail level = segment_detail::flags;
+  /// A segment is "over" when it holds a non-NaN value with |x| > threshold (an Inf included), e.g. 65504, the
+  /// f16 maximum, for f32 activations about to be cast. Off unless with_threshold() was called.
+  bool has_threshold = false;
+  double threshold = 0.0;
+
+  segment_options& with_level(segment_detail d) {
+    level = d;
+    return *this;
+  }
+  segment_options& with_threshold(double t) {
+    has_threshold = true;
+    threshold = t;
+    return *this;
+  }
+};
+
+/// One segment's NaN/Inf counts, first NaN/Inf and abs_max (segmented_result::per_segment).
+struct segment_counts {
+  std::uint64_t nan = 0;
+  std::uint64_t neg_inf = 0;
+  std::uint64_t pos_inf = 0;
+  std::int64_t first_nonfinite = -1;  ///< flat row-major index in the tensor of the segment's first NaN/Inf, -1 if none
+  /// |x| max over the segment's non-NaN values (an Inf gives inf); NaN when the segment has none or when the
+  /// check read no data.
+  double abs_max = detail::qnan;
+
+  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
+  bool has_nonfinite() const { return nonfinite() != 0; }
+};
+
+/// A segment as reported in segmented_result::bad: where it is and what it holds.
+struct segment_health {
+  std::size_t index = 0;  ///< position in the segmentation
+  std::int64_t id = 0;    ///< the caller's id (segments::with_ids), else the index
+  std::uint64_t begin = 0, end = 0;  ///< flat row-major element range [begin, end)
+  std::uint64_t nan = 0;
+  std::uint64_t neg_inf = 0;
+  std::uint64_t pos_inf = 0;
+  std::int64_t first_nonfinite = -1;  ///< flat index in the tensor of the first NaN/Inf, -1 if none
+  double abs_max = detail::qnan;      ///< as segment_counts::abs_max with segment_detail::counts; NaN with flags
+  bool over_threshold = false;
+
+  std::uint64_t count() const { return end - begin; }
+  std::uint64_t nonfinite() const { return nan + neg_inf + pos_inf; }
+  bool has_nonfinite() const { return nonfinite() != 0; }
+};
+
+/// The result of a segmented check.
+struct segmented_result {
+  health_result total;  ///< bit-identical to check(view, options) without segments
+  segment_axis axis = segment_axis::rows;
+  std::uint64_t row_elems = 1;  ///< elements per unit of the axis (a row's elements; 1 for elements)
+  std::size_t count = 0;        ///< segments
+  segment_detail level = segment_detail::flags;
+  bool has_threshold = false;
+  double threshold = 0.0;
+  std::vector<std::uint64_t> nonfinite_mask;  ///< bit i % 64 of word i / 64: segment i holds a NaN or Inf
+  std::vector<std::uint64_t> over_mask;       ///< the same for "over the threshold"; empty without a threshold
+  std::vector<segment_health> bad;            ///< the segments holding NaN/Inf, by ascending index
+  std::vector<segment_counts> per_segment;    ///< every segment (segment_detail::counts); empty with flags
+
+  bool has_nonfinite(std::size_t i) const { return i < count && ((nonfinite_mask[i / 64] >> (i % 64)) & 1u) != 0; }
+  bool over_threshold(std::size_t i) const {
+    return i < count && !over_mask.empty() && ((over_mask[i / 64] >> (i % 64)) & 1u) != 0;
+  }
+  /// Segments holding NaN/Inf.
+  std::size_t bad_count() const { return bad.size(); }
+  /// Indices of the segments over the threshold, ascending (empty without a threshold).
+  std::vector<std::size_t> over_indices() const {
+    std::vector<std::size_t> out;
+    for (std::size_t w = 0; w < over_mask.size(); ++w)
+      for (std::uint64_t b = over_mask[w]; b != 0; b &= b - 1) out.push_back(w * 64 + static_cast<std::size_t>(__builtin_ctzll(b)));
+    return out;
+  }
+  /// The row (first-dimension index) of a flat index: what a first_nonfinite means in rows.
+  std::int64_t row_of(std::int64_t flat) const {
+    return row_elems == 0 || flat < 0 ? -1 : static_cast<std::int64_t>(static_cast<std::uint64_t>(flat) / row_elems);
+  }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SEGMENTS_API_HPP
+// ---- end nanscope/segments_api.hpp ----
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The segments of a recorded tensor checked with a segmentation (a NANSCOPE_SEGMENTS guard, scope::output(x, seg),
+/// NANSCOPE_DETECT_OVERFLOW_SEGMENTS): tensor_record::segmented.
+struct recorded_segments {
+  bool applied = false;           ///< the tensor was checked with a segmentation
+  std::string unit;               ///< what a segment is (segments::with_unit): "request", "expert"; empty: "segment"
+  segment_axis axis = segment_axis::rows;
+  std::uint64_t row_elems = 1;    ///< elements per row (1 for element segments)
+  std::size_t count = 0;          ///< segments in the segmentation
+  std::vector<segment_health> bad;  ///< the segments holding NaN/Inf, by ascending index
+
+  const char* unit_name() const { return unit.empty() ? "segment" : unit.c_str(); }
+  /// A flat index in units of the axis: its row for row segments, itself for element segments.
+  std::int64_t unit_of(std::int64_t flat) const {
+    if (flat < 0 || row_elems == 0) return -1;
+    return axis == segment_axis::rows ? static_cast<std::int64_t>(static_cast<std::uint64_t>(flat) / row_elems) : flat;
+  }
+  /// The bad segment with this id, or null.
+  const segment_health* find(std::int64_t id) const {
+    for (const segment_health& s : bad)
+      if (s.id == id) return &s;
+    return nullptr;
+  }
+};
+
+/// Where a bad segment of the detecting tensor was first seen bad among a detection's frames
+/// (detection::segment_origins): the first frame (oldest first) whose output or checkpoint holds it bad while no
+/// input of that frame segmented with the same unit holds it bad ("produced"); when no frame qualifies, the first
+/// frame in which any tensor holds it bad (it arrived already bad, from before the saved frames or from code that
+/// is not checked).
+struct segment_origin {
+  std::int64_t id = 0;        ///< the segment's id (its index without ids)
+  std::size_t frame = 0;      ///< index into detection::frames
+  std::string context;        ///< the tensor that held it bad there: "output", "input[0]", a checkpoint's text
+  bool produced = false;      ///< that frame's segmented inputs had it clean
+};
+
+namespace detail {
+
+/// "3 NaN, 1 +inf, 2 -inf" (the kinds present).
+inline std::string segment_counts_text(const segment_health& s) {
+  std::string out;
+  auto add = [&](std::uint64_t n, const char* what) {
+    if (n == 0) return;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(n);
+    out += ' ';
+    out += what;
+  };
+  add(s.nan, "NaN");
+  add(s.pos_inf, "+inf");
+  add(s.neg_inf, "-inf");
+  return out;
+}
+
+/// "request 17 (rows 4096-4351): 3 NaN, first at row 4102" (element segments: "elements 0-99", "first at element
+/// 42"; a one-row segment: "row 5").
+inline std::string segment_text(const recorded_segments& r, const segment_health& s) {
+  const bool rows = r.axis == segment_axis::rows;
+  const std::int64_t b = r.unit_of(static_cast<std::int64_t>(s.begin));
+  const std::int64_t e = r.unit_of(static_cast<std::int64_t>(s.end)) - 1;
+  std::string out = r.unit_name();
+  out += ' ';
+  out += std::to_string(s.id);
+  out += " (";
+  if (b == e) out += (rows ? "row " : "element ") + std::to_string(b);
+  else out += (rows ? "rows " : "elements ") + std::to_string(b) + "-" + std::to_string(e);
+  out += "): ";
+  out += segment_counts_text(s);
+  if (s.first_nonfinite >= 0) {
+    out += rows ? ", first at row " : ", first at element ";
+    out += std::to_string(r.unit_of(s.first_nonfinite));
+  }
+  return out;
+}
+
+/// "request 17", "requests 17, 23, 42" (at most `limit` ids, then "and N more").
+inline std::string segment_ids_text(const recorded_segments& r, std::size_t limit = 8) {
+  std::string out = r.unit_name();
+  if (r.bad.size() != 1) out += 's';
+  for (std::size_t i = 0; i < r.bad.size() && i < limit; ++i) {
+    out += i == 0 ? " " : ", ";
+    out += std::to_string(r.bad[i].id);
+  }
+  if (r.bad.size() > limit) out += " and " + std::to_string(r.bad.size() - limit) + " more";
+  return out;
+}
+
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SEGMENT_RECORD_HPP
+// ---- end nanscope/segment_record.hpp ----
 // #include "view.hpp": inlined above
 
 #include <cstdint>
@@ -9268,6 +9572,7 @@ struct tensor_record {
   source_location where;
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
   reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
+  recorded_segments segmented;  ///< checked with a segmentation: its bad segments (segment_record.hpp)
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -9318,6 +9623,8 @@ struct detection {
   bool produced_here = false;    ///< the triggering frame's inputs were finite
   std::vector<frame> frames;     ///< the saved frames, oldest first; the last one triggered
   std::string report;            ///< the report text as printed (in the recorder's style)
+  recorded_segments segmented;   ///< that tensor's segments, when it was checked with a segmentation
+  std::vector<segment_origin> segment_origins;  ///< per bad segment of it: the frame that first held it bad
 };
 
 /// Thrown by the `throw_exception` policy, after the report was printed and the attached writers committed their
@@ -10124,6 +10431,11 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint checked with segmentation `s` (NANSCOPE_DETECT_OVERFLOW_SEGMENTS): a detection names the bad
+  /// segments. A segmentation that does not fit the tensor throws check()'s nanscope::error.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where = {},
+                           allow allowed = allow::none);
   /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
@@ -10149,8 +10461,11 @@ class recorder {
   /// storage moves as more tensors are recorded).
   /// `known`: the tensor's health computed elsewhere (a device check resolved later, see deferred.hpp); the data
   /// is then not read at all (no margins, no integer ranges) and device pointers are dropped from the record.
+  /// `seg`: a segmentation given with this call (scope::output(x, seg)): it must fit the tensor (else check()'s
+  /// nanscope::error). Without one, the innermost NANSCOPE_SEGMENTS guard of this thread for this recorder applies
+  /// to inputs, outputs and checkpoints when it fits (segments_guard.hpp).
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed, const health_result* known = nullptr);
+                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -10191,7 +10506,7 @@ class recorder {
   /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
-                                const health_result* known);
+                                const health_result* known, const segments* seg = nullptr);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -10257,10 +10572,16 @@ template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, source_location where, allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr);
 }
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where,
+                                   allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, &s);
+}
 
 NANSCOPE_NAMESPACE_END
 
-// class scope, and recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope)
+// class scope, recorder::checkpoint_impl (a checkpoint is a frame under the innermost scope) and, at the end of
+// scope.hpp once both classes are complete, the recorder's entry points (detail/recorder_impl.hpp)
 // ---- begin nanscope/scope.hpp ----
 // nanscope — scope.hpp: module scopes: a scope names one module call on its thread, nests into the enclosing
 // scope's path, records the call's tensors into its frame and hands the frame to the recorder when it ends.
@@ -10366,6 +10687,26 @@ class scope {
     return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
                        allow::none);
   }
+  /// The same, checked with segmentation `s` (the rows of each request, expert or KV block): a detection names
+  /// the bad segments. A segmentation that does not fit the tensor throws check()'s nanscope::error.
+  template <class T>
+  health_result input(const T& x, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, "input[" + std::to_string(inputs_++) + "]", to_view(x), where,
+                       allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result input(const T& x, std::string_view name, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::input, std::string(name), to_view(x), where, allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result output(const T& x, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output", to_view(x), where, allow::none, nullptr, &s);
+  }
+  template <class T>
+  health_result output(const T& x, int i, const segments& s, source_location where = {}) {
+    return rec_.record(frame_, tensor_role::output, "output[" + std::to_string(i) + "]", to_view(x), where,
+                       allow::none, nullptr, &s);
+  }
   /// Records a parameter (`weight`, `bias`).
   template <class T>
   health_result parameter(const T& x, std::string_view name, source_location where = {}) {
@@ -10446,7 +10787,7 @@ inline scope* current_scope(recorder& r) {
 }  // namespace detail
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
-                                               allow allowed, const health_result* known) {
+                                               allow allowed, const health_result* known, const segments* seg) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -10471,16 +10812,14 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg);
 }
-
 
 NANSCOPE_NAMESPACE_END
 
-#endif  // NANSCOPE_SCOPE_HPP
-// ---- end nanscope/scope.hpp ----
-// The recorder's entry points (recording, detection, reports, snapshots): here in the header-only mode; in the
-// separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
+// The recorder's entry points (recording, detection, reports, snapshots), which need both the recorder and the
+// scope complete: here in the header-only mode (whichever of recorder.hpp and scope.hpp was included first); in
+// the separate mode only in the file that defines NANSCOPE_IMPLEMENTATION (config.hpp).
 #if !NANSCOPE_IMPL_SEPARATE || defined(NANSCOPE_IMPLEMENTATION)
 // ---- begin nanscope/detail/recorder_impl.hpp ----
 // nanscope — detail/recorder_impl.hpp: the recorder's recording, detection, report and step logic (the heavy
@@ -10687,6 +11026,36 @@ Out format_hf_v1_report(Out out, const detection& d) {
   return out;
 }
 
+namespace detail {
+/// The bad segments of a detection's tensor checked with a segmentation, each with the frame that first held it
+/// bad (detection::segment_origins), at most 16 lines:
+///   2 of 64 requests hold inf/nan:
+///     request 23 (rows 5-11): 1 NaN, 1 +inf, first at row 7; produced by 'blocks.1.attn' (Attention) output
+template <class Out>
+Out format_bad_segments(Out out, const detection& d) {
+  const recorded_segments& rs = d.segmented;
+  if (rs.bad.empty()) return out;
+  constexpr std::size_t shown = 16;
+  out = fmt::format_to(out, "\n  {} of {} {}{} hold{} inf/nan:", rs.bad.size(), rs.count, rs.unit_name(),
+                       rs.count == 1 ? "" : "s", rs.bad.size() == 1 ? "s" : "");
+  for (std::size_t i = 0; i < rs.bad.size() && i < shown; ++i) {
+    const std::string line = segment_text(rs, rs.bad[i]);
+    out = fmt::format_to(out, "\n    {}", line);
+    for (const segment_origin& o : d.segment_origins) {
+      if (o.id != rs.bad[i].id || o.frame >= d.frames.size()) continue;
+      const frame& f = d.frames[o.frame];
+      out = fmt::format_to(out, "; {} '{}'{}{}{} {}", o.produced ? "produced by" : "already bad in",
+                           f.module_path.empty() ? "<root>" : f.module_path, f.class_name.empty() ? "" : " (",
+                           f.class_name, f.class_name.empty() ? "" : ")", o.context);
+      if (f.step != d.step) out = fmt::format_to(out, " at step {}", f.step);
+      break;
+    }
+  }
+  if (rs.bad.size() > shown) out = fmt::format_to(out, "\n    ... and {} more", rs.bad.size() - shown);
+  return out;
+}
+}  // namespace detail
+
 /// nanscope's extended report.
 template <class Out>
 Out format_extended_report(Out out, const detection& d) {
@@ -10705,6 +11074,7 @@ Out format_extended_report(Out out, const detection& d) {
     out = fmt::format_to(out, "\n  verdict: PRODUCED here: every input of this call was finite, its {} is not", d.context);
   else
     out = fmt::format_to(out, "\n  verdict: propagated here: an input of this call was already non-finite");
+  out = detail::format_bad_segments(out, d);
   out = fmt::format_to(out,
                        "\nlast {} frames, oldest first (abs min/max over non-NaN values; headroom = log2(format max / "
                        "abs_max) in bits, ! = crossed the warning threshold):",
@@ -10740,6 +11110,7 @@ Out format_extended_report(Out out, const detection& d) {
       out = fmt::format_to(out, " |");
       out = detail::format_headroom(out, t);
       if (t.where.line != 0) out = fmt::format_to(out, " | {}:{}", detail::short_file(t.where.file), t.where.line);
+      if (!t.segmented.bad.empty()) out = fmt::format_to(out, " | bad: {}", detail::segment_ids_text(t.segmented));
     });
   }
   return fmt::format_to(out, "\n\n");
@@ -10809,6 +11180,736 @@ NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_REPORT_HPP
 // ---- end nanscope/report.hpp ----
+// ---- begin nanscope/segments.hpp ----
+// nanscope — segments.hpp: segmented checks: which request, expert or KV block holds NaN/Inf, in the same read.
+//
+//   std::vector<std::int64_t> rows = {0, 7, 7, 19, 32};            // 4 requests' token rows (one is empty)
+//   std::vector<std::int64_t> ids = {101, 102, 103, 104};
+//   auto r = nanscope::check(logits, nanscope::segments::rows(rows).with_ids(ids));
+//   for (const nanscope::segment_health& s : r.bad) abort_request(s.id);    // r.total == nanscope::check(logits)
+//
+// A segmentation cuts the tensor's logical (row-major) order into consecutive ranges: along the first dimension
+// (rows) or along the flat index (elements), given as ascending offsets or as a uniform size (KV blocks). The
+// pass is check()'s own: same chunks, same kernel, same order, so `total` is bit-identical to check(view, opt);
+// the kernel's per-chunk output is folded into the segment that owns the chunk, and only a chunk that straddles
+// a segment boundary (or holds a NaN/Inf) is looked at again, while it is still in L1/L2, piece by piece: segment
+// lookup costs nothing per element. Results are identical for any thread count.
+#ifndef NANSCOPE_SEGMENTS_HPP
+#define NANSCOPE_SEGMENTS_HPP
+
+// #include "check.hpp": inlined above
+// #include "segments_api.hpp": inlined above
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+
+/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf).
+inline std::uint64_t seg_bad_abs_bits(dtype t) {
+  switch (t) {
+    case dtype::f64: return 0x7FF0000000000000ull;
+    case dtype::f32: return 0x7F800000u;
+    case dtype::f16: return 0x7C00u;
+    case dtype::bf16: return 0x7F80u;
+    case dtype::f8_e5m2: return 0x7Cu;
+    case dtype::f8_e4m3fn: return 0x7Fu;  // no inf: S.1111.111 is NaN
+    default: return ~std::uint64_t{0};
+  }
+}
+
+/// Max of the |x| bit patterns of n elements of a float dtype (any alignment): portable version.
+template <class U>
+inline std::uint64_t seg_max_abs_portable(const unsigned char* p, std::size_t n, U mask) {
+  U m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));
+    x = static_cast<U>(x & mask);
+    m = x > m ? x : m;
+  }
+  return m;
+}
+
+#if NANSCOPE_HAS_X86_SIMD()
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i seg_max256(__m256i a, __m256i b) {
+  if constexpr (ES == 4) return _mm256_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm256_max_epu16(a, b);
+  else return _mm256_max_epu8(a, b);
+}
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i seg_max512(__m512i a, __m512i b) {
+  if constexpr (ES == 8) return _mm512_max_epu64(a, b);
+  else if constexpr (ES == 4) return _mm512_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm512_max_epu16(a, b);
+  else return _mm512_max_epu8(a, b);
+}
+/// The largest unsigned lane of a 128-bit vector of ES-byte lanes.
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_hmax128(__m128i m) {
+  if constexpr (ES == 8) {
+    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(m)), b = static_cast<std::uint64_t>(_mm_extract_epi64(m, 1));
+    return a > b ? a : b;
+  } else if constexpr (ES == 4) {
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+  } else if constexpr (ES == 2) {  // max = ~min(~x), and phminposuw finds the min
+    const __m128i inv = _mm_xor_si128(m, _mm_set1_epi32(-1));
+    return 0xFFFFu & ~static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(inv)));
+  } else {
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 8));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 4));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 2));
+    m = _mm_max_epu8(m, _mm_srli_si128(m, 1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m)) & 0xFFu;
+  }
+}
+template <std::size_t ES>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m128i seg_max128(__m128i a, __m128i b) {
+  if constexpr (ES == 4) return _mm_max_epu32(a, b);
+  else if constexpr (ES == 2) return _mm_max_epu16(a, b);
+  else return _mm_max_epu8(a, b);
+}
+
+template <class U>
+inline constexpr U seg_abs_mask() {
+  return static_cast<U>(~U{0} >> 1);
+}
+
+/// The same with AVX2, for 1-, 2- and 4-byte elements: 4 vectors of 32 bytes per step.
+template <class U>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_max_abs_avx2(const unsigned char* p, std::size_t n) {
+  constexpr std::size_t es = sizeof(U);
+  const std::size_t bytes = n * es;
+  __m256i mask;
+  if constexpr (es == 4) mask = _mm256_set1_epi32(0x7FFFFFFF);
+  else if constexpr (es == 2) mask = _mm256_set1_epi16(0x7FFF);
+  else mask = _mm256_set1_epi8(0x7F);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask));
+    a1 = seg_max256<es>(a1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)), mask));
+    a2 = seg_max256<es>(a2, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)), mask));
+    a3 = seg_max256<es>(a3, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)), mask));
+  }
+  a0 = seg_max256<es>(seg_max256<es>(a0, a1), seg_max256<es>(a2, a3));
+  for (; i + 32 <= bytes; i += 32)
+    a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask));
+  if constexpr (es == 4) {  // the last 1-7 elements: a masked load (the masked-off lanes read as 0)
+    if (i < bytes) {
+      const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>((bytes - i) / 4)), lane);
+      a0 = seg_max256<es>(a0, _mm256_and_si256(_mm256_maskload_epi32(reinterpret_cast<const int*>(p + i), live), mask));
+      i = bytes;
+    }
+  }
+  const std::uint64_t v =
+      seg_hmax128<es>(seg_max128<es>(_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1)));
+  const std::uint64_t rest = seg_max_abs_portable<U>(p + i, (bytes - i) / es, seg_abs_mask<U>());
+  return rest > v ? rest : v;
+}
+/// 8-byte elements with AVX2 (no unsigned 64-bit max): |x| patterns are below 2^63, a signed compare orders them.
+template <>
+NANSCOPE_IMPL_TARGET_AVX2 inline std::uint64_t seg_max_abs_avx2<std::uint64_t>(const unsigned char* p, std::size_t n) {
+  const std::size_t bytes = n * 8;
+  const __m256i mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m256i x0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), mask);
+    const __m256i x1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)), mask);
+    a0 = _mm256_blendv_epi8(a0, x0, _mm256_cmpgt_epi64(x0, a0));
+    a1 = _mm256_blendv_epi8(a1, x1, _mm256_cmpgt_epi64(x1, a1));
+  }
+  a0 = _mm256_blendv_epi8(a0, a1, _mm256_cmpgt_epi64(a1, a0));
+  alignas(32) unsigned char lanes[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a0);
+  const std::uint64_t v = seg_max_abs_portable<std::uint64_t>(lanes, 4, ~std::uint64_t{0});
+  const std::uint64_t rest = seg_max_abs_portable<std::uint64_t>(p + i, (bytes - i) / 8, seg_abs_mask<std::uint64_t>());
+  return rest > v ? rest : v;
+}
+
+/// The same with AVX-512 (F, BW): 4 vectors of 64 bytes per step.
+template <class U>
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t seg_max_abs_avx512(const unsigned char* p, std::size_t n) {
+  constexpr std::size_t es = sizeof(U);
+  const std::size_t bytes = n * es;
+  __m512i mask;
+  if constexpr (es == 8) mask = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFll);
+  else if constexpr (es == 4) mask = _mm512_set1_epi32(0x7FFFFFFF);
+  else if constexpr (es == 2) mask = _mm512_set1_epi16(0x7FFF);
+  else mask = _mm512_set1_epi8(0x7F);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
+    a1 = seg_max512<es>(a1, _mm512_and_si512(_mm512_loadu_si512(p + i + 64), mask));
+    a2 = seg_max512<es>(a2, _mm512_and_si512(_mm512_loadu_si512(p + i + 128), mask));
+    a3 = seg_max512<es>(a3, _mm512_and_si512(_mm512_loadu_si512(p + i + 192), mask));
+  }
+  a0 = seg_max512<es>(seg_max512<es>(a0, a1), seg_max512<es>(a2, a3));
+  for (; i + 64 <= bytes; i += 64) a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
+  if (i < bytes) {  // the last bytes: a masked load (masked-off bytes read as 0 and are not touched in memory)
+    const __mmask64 live = _cvtu64_mask64((~std::uint64_t{0}) >> (64 - (bytes - i)));
+    a0 = seg_max512<es>(a0, _mm512_and_si512(_mm512_maskz_loadu_epi8(live, p + i), mask));
+  }
+  if constexpr (es == 8) return _mm512_reduce_max_epu64(a0);
+  if constexpr (es == 4) return _mm512_reduce_max_epu32(a0);
+  const __m256i h = seg_max256<es>(_mm512_castsi512_si256(a0), _mm512_extracti64x4_epi64(a0, 1));
+  return seg_hmax128<es>(seg_max128<es>(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+/// Max |x| bit pattern (in the source format) of n elements of dtype t at p, with the pass's instruction set.
+inline std::uint64_t seg_max_abs(const unsigned char* p, std::size_t n, dtype t, std::uint8_t isa_code) {
+  const std::size_t es = size_of(t);
+#if NANSCOPE_HAS_X86_SIMD()
+  if (isa_code == static_cast<std::uint8_t>(isa::avx512)) {
+    switch (es) {
+      case 8: return seg_max_abs_avx512<std::uint64_t>(p, n);
+      case 4: return seg_max_abs_avx512<std::uint32_t>(p, n);
+      case 2: return seg_max_abs_avx512<std::uint16_t>(p, n);
+      default: return seg_max_abs_avx512<std::uint8_t>(p, n);
+    }
+  }
+  if (isa_code == static_cast<std::uint8_t>(isa::avx2)) {
+    switch (es) {
+      case 8: return seg_max_abs_avx2<std::uint64_t>(p, n);
+      case 4: return seg_max_abs_avx2<std::uint32_t>(p, n);
+      case 2: return seg_max_abs_avx2<std::uint16_t>(p, n);
+      default: return seg_max_abs_avx2<std::uint8_t>(p, n);
+    }
+  }
+#else
+  (void)isa_code;
+#endif
+  switch (es) {
+    case 8: return seg_max_abs_portable<std::uint64_t>(p, n, 0x7FFFFFFFFFFFFFFFull);
+    case 4: return seg_max_abs_portable<std::uint32_t>(p, n, 0x7FFFFFFFu);
+    case 2: return seg_max_abs_portable<std::uint16_t>(p, n, 0x7FFFu);
+    default: return seg_max_abs_portable<std::uint8_t>(p, n, 0x7Fu);
+  }
+}
+
+/// |x| of a source |x| bit pattern (not NaN), as the bits of a double.
+inline std::uint64_t seg_abs_double_bits(std::uint64_t abs_bits, dtype t) {
+  unsigned char b[8] = {};
+  switch (size_of(t)) {
+    case 8: std::memcpy(b, &abs_bits, 8); break;
+    case 4: {
+      const auto v = static_cast<std::uint32_t>(abs_bits);
+      std::memcpy(b, &v, 4);
+      break;
+    }
+    case 2: {
+      const auto v = static_cast<std::uint16_t>(abs_bits);
+      std::memcpy(b, &v, 2);
+      break;
+    }
+    default: b[0] = static_cast<unsigned char>(abs_bits); break;
+  }
+  return double_to_bits(load_as_double(b, t, 0)) & f64_abs_mask;
+}
+
+inline void seg_take_first(std::int64_t& a, std::int64_t b) {
+  if (b >= 0 && (a < 0 || b < a)) a = b;
+}
+inline void seg_take_amax(double& a, std::uint64_t abs_bits) {
+  if (abs_bits > double_to_bits(a)) a = bits_to_double(abs_bits);
+}
+/// Folds one partial record into another (counts add, first is the earliest, abs_max the largest): exact and
+/// order-free, so any thread count gives the same records.
+inline void seg_fold(segment_counts& a, const segment_counts& b) {
+  a.nan += b.nan;
+  a.neg_inf += b.neg_inf;
+  a.pos_inf += b.pos_inf;
+  seg_take_first(a.first_nonfinite, b.first_nonfinite);
+  seg_take_amax(a.abs_max, double_to_bits(b.abs_max));
+}
+
+/// Per parallel segment (check.hpp's segment_elems): the user segments it touches first and last may be shared
+/// with its neighbours, so its contributions to them go to two records of its own, folded in after the pass.
+/// Sparse (segment_detail::flags): only the segments something is recorded for, as (segment, record) events in
+/// ascending segment order; nothing per segment is allocated.
+struct seg_par_state {
+  std::uint64_t first_seg = 0, last_seg = 0, cur = 0;
+  segment_counts edge[2];
+  std::vector<std::pair<std::uint64_t, segment_counts>> events;
+};
+
+struct seg_pass {
+  dtype type = dtype::f32;
+  level lv = level::nonfinite;
+  bool need_amax = false;          // pieces' |x| max: for abs_max (counts detail) or the threshold
+  bool exact_amax = false;         // every segment's abs_max (counts detail); else only "over the threshold"
+  std::uint64_t thr_bits = 0;      // the threshold's bits (flags detail: chunks whose max is not over are skipped)
+  const std::int64_t* offsets = nullptr;
+  std::uint64_t uniform = 0;       // units per segment when offsets is null
+  std::uint64_t extent = 0;        // units along the axis
+  std::uint64_t unit = 1;          // elements per unit
+  std::uint64_t nseg = 0;
+  std::uint64_t bad_lo = 0;        // seg_bad_abs_bits(type)
+  segment_counts* acc = nullptr;   // nseg records (abs_max holds +0 until the end: a max by bit pattern)
+  seg_par_state* par = nullptr;
+
+  std::uint64_t seg_begin(std::uint64_t s) const {
+    if (offsets != nullptr) return static_cast<std::uint64_t>(offsets[s]) * unit;
+    const std::uint64_t u = s * uniform;
+    return (u < extent ? u : extent) * unit;
+  }
+  std::uint64_t seg_end(std::uint64_t s) const { return seg_begin(s + 1); }
+  /// The segment holding flat element e (< the element count): the last s with seg_begin(s) <= e; empty segments
+  /// are skipped (their begin equals the next one's).
+  std::uint64_t find(std::uint64_t e) const {
+    if (offsets == nullptr) return e / unit / uniform;
+    std::uint64_t lo = 0, hi = nseg;  // seg_begin(lo) <= e < seg_begin(hi)
+    while (hi - lo > 1) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (seg_begin(mid) <= e) lo = mid;
+      else hi = mid;
+    }
+    return lo;
+  }
+  segment_counts& route(seg_par_state& st, std::uint64_t s) const {
+    if (acc == nullptr) {  // sparse
+      if (st.events.empty() || st.events.back().first != s) {
+        st.events.emplace_back(s, segment_counts{});
+        st.events.back().second.abs_max = 0.0;
+      }
+      return st.events.back().second;
+    }
+    if (s == st.first_seg) return st.edge[0];
+    if (s == st.last_seg) return st.edge[1];
+    return acc[s];
+  }
+};
+
+inline void* seg_begin_hook(void* ctx, std::uint64_t begin, std::uint64_t n) {
+  auto* sp = static_cast<seg_pass*>(ctx);
+  seg_par_state& st = sp->par[begin / segment_elems];
+  st.first_seg = sp->find(begin);
+  st.last_seg = sp->find(begin + n - 1);
+  st.cur = st.first_seg;
+  st.edge[0] = segment_counts{};
+  st.edge[1] = segment_counts{};
+  st.edge[0].abs_max = st.edge[1].abs_max = 0.0;
+  return &st;
+}
+inline void seg_end_hook(void*, void*) {}
+
+/// Exact per-element classification of a piece [first, first + n) holding a NaN/Inf (the rare path).
+inline void seg_scan_slow(const seg_pass& sp, const unsigned char* p, std::size_t n, std::uint64_t first,
+                          segment_counts& r) {
+  std::uint64_t amax = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t bits = double_to_bits(load_as_double(p, sp.type, i));
+    const std::uint64_t a = bits & f64_abs_mask;
+    if (a < f64_inf_bits) {
+      amax = a > amax ? a : amax;
+      continue;
+    }
+    if (a == f64_inf_bits) {
+      amax = a;
+      if ((bits >> 63) != 0) ++r.neg_inf;
+      else ++r.pos_inf;
+    } else {
+      ++r.nan;
+    }
+    seg_take_first(r.first_nonfinite, static_cast<std::int64_t>(first + i));
+  }
+  seg_take_amax(r.abs_max, amax);
+}
+
+/// One piece of a chunk inside one segment, with nothing known from the kernel: the |x| max of its bit patterns,
+/// and the exact scan when that shows a NaN/Inf.
+inline void seg_scan_piece(const seg_pass& sp, const unsigned char* p, std::size_t n, std::uint64_t first,
+                           std::uint8_t isa_code, segment_counts& r) {
+  const std::uint64_t m = seg_max_abs(p, n, sp.type, isa_code);
+  if (m >= sp.bad_lo) seg_scan_slow(sp, p, n, first, r);
+  else if (sp.need_amax) seg_take_amax(r.abs_max, seg_abs_double_bits(m, sp.type));
+}
+
+inline void seg_kernel_chunk(void* ctx, void* state, const chunk_out& o, const void* raw, std::uint64_t first,
+                             std::size_t n, std::uint8_t isa_code) {
+  const auto& sp = *static_cast<const seg_pass*>(ctx);
+  auto& st = *static_cast<seg_par_state*>(state);
+  std::uint64_t s = st.cur;
+  while (sp.seg_end(s) <= first) ++s;  // the segment holding the chunk's first element
+  st.cur = s;
+  const std::uint64_t nf = o.nan + o.pinf + o.ninf, last = first + n;
+  if (nf == 0 && !sp.need_amax) return;  // nothing to attribute
+  std::uint64_t chunk_amax = 0;  // the kernel's |x| max of the chunk (counts and stats levels), as double bits
+  if (sp.lv == level::counts) {
+    chunk_amax = o.amax;
+  } else if (sp.lv == level::stats) {
+    const std::uint64_t a = unkey64(o.kmin) & f64_abs_mask, b = unkey64(o.kmax) & f64_abs_mask;
+    chunk_amax = a > b ? a : b;
+  }
+  // flags detail with a threshold: a chunk with nothing over it has nothing to tell
+  if (nf == 0 && !sp.exact_amax && sp.lv != level::nonfinite && chunk_amax <= sp.thr_bits) return;
+  const auto* p = static_cast<const unsigned char*>(raw);
+  if (sp.seg_end(s) >= last) {  // the whole chunk is in segment s: the kernel's output is the segment's
+    segment_counts& r = sp.route(st, s);
+    if (nf != 0) {
+      r.nan += o.nan;
+      r.pos_inf += o.pinf;
+      r.neg_inf += o.ninf;
+      seg_take_first(r.first_nonfinite, static_cast<std::int64_t>(first) + o.first_nf);
+    }
+    if (!sp.need_amax || o.nan == n) return;
+    if (sp.lv != level::nonfinite) {
+      seg_take_amax(r.abs_max, chunk_amax);
+    } else if (o.nan != 0) {  // the bit-pattern max would be a NaN's: scan (counts are in already)
+      segment_counts tmp;
+      tmp.abs_max = 0.0;
+      seg_scan_slow(sp, p, n, first, tmp);
+      seg_take_amax(r.abs_max, double_to_bits(tmp.abs_max));
+    } else {
+      const std::uint64_t m = seg_max_abs(p, n, sp.type, isa_code);  // an Inf's pattern decodes to inf
+      seg_take_amax(r.abs_max, m >= sp.bad_lo ? f64_inf_bits : seg_abs_double_bits(m, sp.type));
+    }
+    return;
+  }
+  // The chunk straddles segment boundaries: piece by piece, one segment each.
+  const std::size_t es = size_of(sp.type);
+  std::uint64_t pos = first;
+  while (pos < last) {
+    const std::uint64_t e0 = sp.seg_end(s), e = e0 < last ? e0 : last;
+    if (e > pos) {
+      seg_scan_piece(sp, p + static_cast<std::size_t>(pos - first) * es, static_cast<std::size_t>(e - pos), pos,
+                     isa_code, sp.route(st, s));
+      pos = e;
+    }
+    if (pos < last) ++s;
+  }
+  st.cur = s;
+}
+
+[[noreturn]] inline void seg_fail(const tensor_view& v, const std::string& problem) {
+  fail(v.name, "segments: " + problem);
+}
+
+/// What is wrong with segmentation `s` for view `v` ("" when it fits): check() throws this text (naming the
+/// tensor); the recorder checks a tensor unsegmented when a NANSCOPE_SEGMENTS guard's segmentation does not fit
+/// it. Sets `nseg` (the segments) and `unit` (elements per unit of the axis: a row's elements, or 1).
+inline std::string segment_problem(const tensor_view& v, const segments& s, std::uint64_t& nseg, std::uint64_t& unit) {
+  if (s.axis != segment_axis::rows && s.axis != segment_axis::elements)
+    return "unknown axis " + std::to_string(static_cast<unsigned>(s.axis));
+  const std::uint64_t n = v.numel();
+  std::uint64_t extent = n;
+  unit = 1;
+  const char* what = "elements";
+  if (s.axis == segment_axis::rows) {
+    if (v.rank < 1) return "row segments need a view of rank >= 1, got a scalar";
+    extent = static_cast<std::uint64_t>(v.shape[0]);
+    std::int64_t inner = 1;
+    for (int d = 1; d < v.rank; ++d)
+      if (mul_overflow(inner, v.shape[d], inner)) inner = 0;  // only for an empty tensor (validate)
+    unit = static_cast<std::uint64_t>(inner);
+    what = "rows";
+  }
+  std::string shape_text = "(";
+  for (int d = 0; d < v.rank; ++d) shape_text += (d ? ", " : "") + std::to_string(v.shape[d]);
+  shape_text += v.rank == 1 ? ",)" : ")";
+  nseg = 0;
+  if (s.offsets == nullptr) {
+    if (s.offset_count != 0) return std::to_string(s.offset_count) + " offsets given with a null pointer";
+    if (s.uniform <= 0)
+      return "no offsets and no uniform segment size (got " + std::to_string(s.uniform) +
+             "): use segments::rows, elements, every_rows or every_elements";
+    const auto u = static_cast<std::uint64_t>(s.uniform);
+    nseg = extent / u + (extent % u != 0);
+  } else {
+    if (s.offset_count == 0)
+      return "no offsets: k segments need k + 1 offsets, the first 0 and the last the extent";
+    nseg = s.offset_count - 1;
+    if (s.offsets[0] != 0)
+      return "offsets must start at 0, offsets[0] = " + std::to_string(s.offsets[0]);
+    for (std::size_t i = 1; i < s.offset_count; ++i) {
+      if (s.offsets[i] < s.offsets[i - 1])
+        return "offsets are not ascending: offsets[" + std::to_string(i) + "] = " +
+             std::to_string(s.offsets[i]) + " < offsets[" + std::to_string(i - 1) +
+             "] = " + std::to_string(s.offsets[i - 1]);
+      if (static_cast<std::uint64_t>(s.offsets[i]) > extent)
+        return "offsets[" + std::to_string(i) + "] = " + std::to_string(s.offsets[i]) +
+             " is past the tensor: it has " + std::to_string(extent) + " " + what +
+             " (shape " + shape_text + (s.axis == segment_axis::rows ? ", rows are the first dimension)" : ")");
+    }
+    const auto last = static_cast<std::uint64_t>(s.offsets[s.offset_count - 1]);
+    if (last != extent)
+      return "offsets end at " + std::to_string(last) + " but the tensor has " + std::to_string(extent) +
+             " " + what + " (shape " + shape_text +
+             (s.axis == segment_axis::rows ? ", rows are the first dimension" : "") +
+             "): every element must belong to a segment";
+  }
+  if (s.ids == nullptr && s.id_count != 0)
+    return std::to_string(s.id_count) + " ids given with a null pointer";
+  if (s.ids != nullptr && s.id_count != nseg)
+    return std::to_string(s.id_count) + " ids for " + std::to_string(nseg) + " segments";
+  return std::string();
+}
+
+}  // namespace detail
+
+/// Checks a view and attributes its NaN/Inf (and values over the threshold) to the segments of `s`, in the same
+/// read. `total` is bit-identical to check(v, opt). Throws nanscope::error for an invalid view or segmentation.
+/// A mode that reads no data, an integer dtype or an empty tensor flags no segment. In curt_health mode the pass
+/// does not stop at the first NaN/Inf (every segment is looked at); `total` still has curt_health's fields only.
+inline segmented_result(check)(const tensor_view& v, const segments& s, const check_options& opt = {},
+                               const segment_options& so = {}) {
+  validate(v);
+  segmented_result out;
+  out.axis = s.axis;
+  out.level = so.level;
+  out.has_threshold = so.has_threshold;
+  out.threshold = so.threshold;
+  // --- the segmentation against the view
+  if (so.level != segment_detail::flags && so.level != segment_detail::counts)
+    detail::seg_fail(v, "unknown level " + std::to_string(static_cast<unsigned>(so.level)));
+  if (so.has_threshold && !(detail::double_to_bits(so.threshold) <= detail::f64_inf_bits))  // NaN or negative
+    detail::seg_fail(v, "the threshold must be >= 0, got " + std::to_string(so.threshold));
+  const std::uint64_t n = v.numel();
+  std::uint64_t nseg = 0, unit = 1;
+  {
+    const std::string problem = detail::segment_problem(v, s, nseg, unit);
+    if (!problem.empty()) detail::seg_fail(v, problem);
+  }
+  const std::uint64_t extent = s.axis == segment_axis::rows ? static_cast<std::uint64_t>(v.shape[0]) : n;
+  out.row_elems = unit;
+  out.count = static_cast<std::size_t>(nseg);
+
+  // --- the pass
+  const bool need_amax = so.level == segment_detail::counts || so.has_threshold;
+  const bool reads = opt.mode != check_mode::no_tensor && opt.mode != check_mode::shape && is_float(v.type) && n != 0;
+  // counts detail: a record per segment (the result's per_segment); flags: sparse events (seg_par_state)
+  const bool sparse = so.level == segment_detail::flags;
+  std::vector<segment_counts> acc(sparse ? 0 : static_cast<std::size_t>(nseg));
+  if (need_amax)
+    for (segment_counts& c : acc) c.abs_max = 0.0;  // a max by bit pattern until the end
+  detail::seg_pass sp;
+  sp.type = v.type;
+  sp.need_amax = need_amax;
+  sp.exact_amax = so.level == segment_detail::counts;
+  sp.thr_bits = so.has_threshold ? detail::double_to_bits(so.threshold) : detail::f64_inf_bits;
+  sp.offsets = s.offsets;
+  sp.uniform = s.offsets == nullptr ? static_cast<std::uint64_t>(s.uniform) : 0;
+  sp.extent = extent;
+  sp.unit = unit;
+  sp.nseg = nseg;
+  sp.bad_lo = detail::seg_bad_abs_bits(v.type);
+  sp.acc = sparse ? nullptr : acc.data();
+  std::vector<detail::seg_par_state> par;
+  detail::pass_hook hook;
+  hook.ctx = &sp;
+  hook.begin = &detail::seg_begin_hook;
+  hook.end = &detail::seg_end_hook;
+  hook.kernel_chunk = &detail::seg_kernel_chunk;
+  if (!reads) {
+    out.total = (check)(v, opt);
+  } else {
+    par.resize(static_cast<std::size_t>((n + detail::segment_elems - 1) / detail::segment_elems));
+    sp.par = par.data();
+    check_options run = opt;
+    // curt_health would stop at the first NaN/Inf: read everything at the same kernel level instead.
+    if (run.mode == check_mode::curt_health) run.mode = check_mode::concise_health;
+    // check() reads a transposed dense layout in memory order; a hook needs logical order. Counts, extrema and
+    // indices do not depend on the order, mean and std do: in stats mode the totals then come from check() and
+    // the segments from a second, logical-order read at full_health.
+    tensor_view dense;
+    const bool permuted = run.mode == check_mode::stats && !opt.hash && !v.is_contiguous() &&
+                          detail::dense_permutation(v, dense);
+    if (permuted) run.mode = check_mode::full_health;
+    sp.lv = detail::level_for(run.mode);
+    health_result r = detail::check_impl(v, run, nullptr, &hook);
+    if (permuted) {
+      r = (check)(v, opt);
+    } else if (opt.mode == check_mode::curt_health) {  // the fields check() reports in curt_health
+      r.mode = check_mode::curt_health;
+      r.nan = r.pos_inf = r.neg_inf = 0;
+    }
+    out.total = r;
+    if (!sparse) {
+      for (const detail::seg_par_state& st : par) {  // the edge records, in any order (the folds are exact)
+        detail::seg_fold(acc[static_cast<std::size_t>(st.first_seg)], st.edge[0]);
+        if (st.last_seg != st.first_seg) detail::seg_fold(acc[static_cast<std::size_t>(st.last_seg)], st.edge[1]);
+      }
+    }
+  }
+
+  // --- the result
+  const std::size_t words = static_cast<std::size_t>((nseg + 63) / 64);
+  out.nonfinite_mask.assign(words, 0);
+  if (so.has_threshold) out.over_mask.assign(words, 0);
+  const std::uint64_t thr = detail::double_to_bits(so.threshold) & detail::f64_abs_mask;
+  auto emit = [&](std::size_t i, segment_counts& c) {
+    const std::uint64_t b = sp.seg_begin(i), e = sp.seg_end(i);
+    const bool has_value = reads && e - b != c.nan;  // a non-NaN element was read
+    const bool over = so.has_threshold && has_value && detail::double_to_bits(c.abs_max) > thr;
+    // flags detail: the maxima are partial (chunks with nothing over the threshold were skipped): not reported
+    if (!(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
+    if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
+    if (c.has_nonfinite()) {
+      out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);
+      segment_health h;
+      h.index = i;
+      h.id = s.ids != nullptr ? s.ids[i] : static_cast<std::int64_t>(i);
+      h.begin = b;
+      h.end = e;
+      h.nan = c.nan;
+      h.neg_inf = c.neg_inf;
+      h.pos_inf = c.pos_inf;
+      h.first_nonfinite = c.first_nonfinite;
+      h.abs_max = c.abs_max;
+      h.over_threshold = over;
+      out.bad.push_back(h);
+    }
+  };
+  if (!sparse) {
+    for (std::size_t i = 0; i < acc.size(); ++i) emit(i, acc[i]);
+  } else {  // the events of all parallel segments, in order: ascending segments, a segment's events adjacent
+    bool open = false;
+    std::uint64_t cur = 0;
+    segment_counts c;
+    for (const detail::seg_par_state& st : par)
+      for (const auto& ev : st.events) {
+        if (open && ev.first == cur) {
+          detail::seg_fold(c, ev.second);
+          continue;
+        }
+        if (open) emit(static_cast<std::size_t>(cur), c);
+        open = true;
+        cur = ev.first;
+        c = ev.second;
+      }
+    if (open) emit(static_cast<std::size_t>(cur), c);
+  }
+  if (so.level == segment_detail::counts) out.per_segment = std::move(acc);
+  return out;
+}
+
+/// Segmented check of any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+segmented_result(check)(const T& tensor, const segments& s, const check_options& opt = {},
+                        const segment_options& so = {}) {
+  return (check)(to_view(tensor), s, opt, so);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SEGMENTS_HPP
+// ---- end nanscope/segments.hpp ----
+// ---- begin nanscope/segments_guard.hpp ----
+// nanscope — segments_guard.hpp: NANSCOPE_SEGMENTS's RAII guard: while it lives, the inputs, outputs and
+// checkpoints recorded into its recorder on this thread are checked with its segmentation (when it fits them), so
+// the recorder's texts, the layer tree and the reports name the request, expert or block that holds a NaN/Inf.
+//
+//   NANSCOPE_SEGMENTS(nanscope::segments::rows(cu_seqlens).with_ids(request_ids).with_unit("request"));
+//   NANSCOPE_OUTPUT(logits);   // "request 17 (rows 4096-4351): 3 NaN, first at row 4102"
+#ifndef NANSCOPE_SEGMENTS_GUARD_HPP
+#define NANSCOPE_SEGMENTS_GUARD_HPP
+
+// #include "config.hpp": inlined above
+// #include "segments_api.hpp": inlined above
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+class recorder;
+class segments_guard;
+
+namespace detail {
+/// The innermost segments_guard of this thread (any recorder); guards link to the one they were opened in.
+inline segments_guard*& thread_top_segments_guard() {
+  thread_local segments_guard* top = nullptr;
+  return top;
+}
+}  // namespace detail
+
+/// Applies a segmentation to the tensors recorded into a recorder on this thread while it lives: inputs, outputs
+/// and checkpoints (never parameters). A tensor the segmentation does not fit (another first dimension, a
+/// scalar) is checked unsegmented, without an error. The innermost guard of a recorder wins. The guard copies the
+/// `segments` value, not the arrays it points to: the offsets and ids must stay valid while the guard lives. It
+/// keeps the recorder's id, not the recorder. Guards end in the reverse order of their creation, on their thread.
+class segments_guard {
+ public:
+  segments_guard(recorder& r, const segments& s);
+  /// For nanscope::default_recorder().
+  explicit segments_guard(const segments& s);
+  segments_guard(const segments_guard&) = delete;
+  segments_guard& operator=(const segments_guard&) = delete;
+  ~segments_guard() {
+    segments_guard*& top = detail::thread_top_segments_guard();
+    if (top == this) {
+      top = prev_;
+      return;
+    }
+    // Ended out of order (a heap-allocated guard): unlink it from its thread's chain.
+    for (segments_guard* g = top; g != nullptr; g = g->prev_)
+      if (g->prev_ == this) {
+        g->prev_ = prev_;
+        return;
+      }
+    std::fputs("nanscope: a segments_guard ended on a thread that does not have it open; aborting\n", stderr);
+    std::abort();
+  }
+
+  const segments& segmentation() const { return seg_; }
+  std::uint64_t recorder_id() const { return recorder_; }
+  const segments_guard* enclosing() const { return prev_; }
+
+ private:
+  segments seg_;
+  std::uint64_t recorder_;
+  segments_guard* prev_;
+};
+
+namespace detail {
+/// The segmentation of the innermost guard of this thread for the recorder with this id, or null.
+inline const segments* active_segments(std::uint64_t recorder_id) {
+  for (const segments_guard* g = thread_top_segments_guard(); g != nullptr; g = g->enclosing())
+    if (g->recorder_id() == recorder_id) return &g->segmentation();
+  return nullptr;
+}
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+// After the class: recorder.hpp's implementation part (detail/recorder_impl.hpp) includes this header and uses
+// detail::active_segments.
+// #include "recorder.hpp": inlined above
+
+NANSCOPE_NAMESPACE_BEGIN
+
+inline segments_guard::segments_guard(recorder& r, const segments& s)
+    : seg_(s), recorder_(r.id()), prev_(detail::thread_top_segments_guard()) {
+  detail::thread_top_segments_guard() = this;
+}
+inline segments_guard::segments_guard(const segments& s) : segments_guard(default_recorder(), s) {}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_SEGMENTS_GUARD_HPP
+// ---- end nanscope/segments_guard.hpp ----
 // ---- begin nanscope/snapshot.hpp ----
 // nanscope — snapshot.hpp: what a detection saves into recorder_options::snapshot_dir — the offending tensor
 // and, when the frame in progress produced the value, its inputs and parameters as .npy files, with a JSON index.
@@ -11000,7 +12101,8 @@ NANSCOPE_IMPL_ENTRY void recorder::record_non_tensor(frame& f, tensor_role role,
 }
 
 NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
-                                      source_location where, allow allowed, const health_result* known) {
+                                      source_location where, allow allowed, const health_result* known,
+                                      const segments* seg) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -11098,7 +12200,31 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
-    if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
+    // The segmentation: the one given with this call (it must fit: check() throws nanscope::error naming the
+    // tensor), else this thread's innermost guard for this recorder, for inputs, outputs and checkpoints, when it
+    // fits the tensor (else the tensor is checked unsegmented).
+    const segments* segs = seg;
+    if (segs == nullptr && role != tensor_role::parameter) {
+      if (const segments* guarded = detail::active_segments(id_)) {
+        std::uint64_t nseg = 0, unit = 0;
+        if (detail::segment_problem(v, *guarded, nseg, unit).empty()) segs = guarded;
+      }
+    }
+    if (segs != nullptr) {
+      segmented_result sr = (check)(v, *segs, copt);
+      rec.health = sr.total;
+      recorded_segments& rs = rec.segmented;
+      rs.applied = true;
+      if (segs->unit != nullptr) rs.unit = segs->unit;
+      rs.axis = sr.axis;
+      rs.row_elems = sr.row_elems;
+      rs.count = sr.count;
+      rs.bad = std::move(sr.bad);
+      if (want_margins) {  // a pass of its own: the segmented pass does not carry the margins' counts
+        rec.margins = margins(v);
+        rec.has_margins = true;
+      }
+    } else if (want_margins && (mode == check_mode::full_health || mode == check_mode::stats)) {
       // one pass: the margins' boundary counts ride in the health pass (histogram.hpp)
       auto hm = check_margins(v, copt);
       rec.health = hm.first;
@@ -11162,6 +12288,52 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
 }
 
 namespace detail {
+/// The bad segments of a detection's tensor whose origin is looked for (the report prints fewer).
+inline constexpr std::size_t max_segment_origins = 64;
+
+/// Per bad segment of `segs` (the first max_segment_origins): the first frame, oldest first, whose output or
+/// checkpoint holds it bad while no input of that frame segmented with the same unit does (produced there); if no
+/// frame qualifies, the first frame in which any tensor holds it bad (it arrived already bad). Segments are matched
+/// across tensors by unit and id.
+inline std::vector<segment_origin> find_segment_origins(const std::vector<frame>& frames, const recorded_segments& segs) {
+  std::vector<segment_origin> out;
+  auto holds = [&](const tensor_record& t, std::int64_t id) {
+    return t.segmented.applied && t.segmented.unit == segs.unit && t.segmented.find(id) != nullptr;
+  };
+  for (std::size_t k = 0; k < segs.bad.size() && k < max_segment_origins; ++k) {
+    const std::int64_t id = segs.bad[k].id;
+    segment_origin first_seen;
+    bool seen = false, produced = false;
+    for (std::size_t fi = 0; fi < frames.size() && !produced; ++fi) {
+      const frame& f = frames[fi];
+      bool input_bad = false;
+      for (const tensor_record& t : f.tensors)
+        if (t.role == tensor_role::input && holds(t, id)) input_bad = true;
+      for (const tensor_record& t : f.tensors) {
+        if (!holds(t, id)) continue;
+        if (!seen) {
+          seen = true;
+          first_seen.id = id;
+          first_seen.frame = fi;
+          first_seen.context = t.context;
+        }
+        if ((t.role == tensor_role::output || t.role == tensor_role::checkpoint) && !input_bad) {
+          segment_origin o;
+          o.id = id;
+          o.frame = fi;
+          o.context = t.context;
+          o.produced = true;
+          out.push_back(std::move(o));
+          produced = true;
+          break;
+        }
+      }
+    }
+    if (!produced && seen) out.push_back(std::move(first_seen));
+  }
+  return out;
+}
+
 /// detection_error::what() of the native styles: one line that names the place and points to the report (printed
 /// already: an uncaught exception must not print it a second time).
 inline std::string short_detection_text(const detection& d) {
@@ -11175,8 +12347,10 @@ inline std::string short_detection_text(const detection& d) {
   add(d.health.pos_inf, "+inf");
   add(d.health.neg_inf, "-inf");
   if (kinds.empty()) kinds = "inf/nan";
+  std::string where = d.context;
+  if (!d.segmented.bad.empty()) where += " (" + segment_ids_text(d.segmented) + ")";
   return "nanscope: " + kinds + " in '" + (d.module_path.empty() ? std::string("<root>") : d.module_path) + "' " +
-         d.context + " at step " + std::to_string(d.step) +
+         where + " at step " + std::to_string(d.step) +
          (d.produced_here ? " (produced there)" : " (it arrived already non-finite)") +
          "; the report with the frames that led to it was printed before this exception";
 }
@@ -11210,6 +12384,10 @@ NANSCOPE_IMPL_ENTRY void recorder::detect(frame& current, const tensor_record& r
     d->frames.push_back(current);
     for (auto& f : d->frames)
       for (auto& t : f.tensors) t.view.data = nullptr;  // frames outlive the data: drop the pointers
+    if (rec.segmented.applied) {
+      d->segmented = rec.segmented;
+      d->segment_origins = detail::find_segment_origins(d->frames, d->segmented);
+    }
     if (auto fn = detail::report_formatter().load()) {
       d->report = fn(opts_.style, *d);
     } else {
@@ -11445,6 +12623,9 @@ NANSCOPE_NAMESPACE_END
 // ---- end nanscope/detail/recorder_impl.hpp ----
 #endif
 
+#endif  // NANSCOPE_SCOPE_HPP
+// ---- end nanscope/scope.hpp ----
+
 #endif  // NANSCOPE_RECORDER_HPP
 // ---- end nanscope/recorder.hpp ----
 // #include "report.hpp": inlined above
@@ -11464,6 +12645,7 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_MACROS_HPP
 
 // #include "recorder.hpp": inlined above
+// #include "segments_guard.hpp": inlined above
 
 #ifndef NANSCOPE_CONFIG_LEVEL
 #define NANSCOPE_CONFIG_LEVEL 1
@@ -11501,6 +12683,14 @@ NANSCOPE_NAMESPACE_END
   static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE()))
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) \
   static_cast<void>((rec).checkpoint((x), (context), NANSCOPE_IMPL_HERE(), (allowed)))
+#define NANSCOPE_SEGMENTS_TO(rec, seg) \
+  ::nanscope::segments_guard NANSCOPE_IMPL_CAT(nanscope_segments_, __LINE__)((rec), (seg))
+#define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) \
+  ::nanscope::detail::macro_input_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) \
+  ::nanscope::detail::macro_output_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) \
+  static_cast<void>((rec).checkpoint((x), (context), (seg), NANSCOPE_IMPL_HERE()))
 
 #else
 
@@ -11511,6 +12701,10 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_PARAM_TO(rec, x, name) NANSCOPE_IMPL_UNUSED(rec, x, name)
 #define NANSCOPE_DETECT_OVERFLOW_TO(rec, x, context) NANSCOPE_IMPL_UNUSED(rec, x, context)
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(rec, x, context, allowed) NANSCOPE_IMPL_UNUSED(rec, x, context, allowed)
+#define NANSCOPE_SEGMENTS_TO(rec, seg) NANSCOPE_IMPL_UNUSED(rec, seg)
+#define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
+#define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) NANSCOPE_IMPL_UNUSED(rec, x, context, seg)
 
 #endif
 
@@ -11522,6 +12716,13 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW_TO(::nanscope::default_recorder(), x, context)
 #define NANSCOPE_DETECT_OVERFLOW_ALLOW(x, context, allowed) \
   NANSCOPE_DETECT_OVERFLOW_ALLOW_TO(::nanscope::default_recorder(), x, context, allowed)
+// Segmentations (segments_guard.hpp, docs/segments.md): a guard for the tensors recorded on this thread while
+// it lives, or one per call.
+#define NANSCOPE_SEGMENTS(seg) NANSCOPE_SEGMENTS_TO(::nanscope::default_recorder(), seg)
+#define NANSCOPE_INPUT_SEGMENTS(x, seg) NANSCOPE_INPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
+#define NANSCOPE_OUTPUT_SEGMENTS(x, seg) NANSCOPE_OUTPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
+#define NANSCOPE_DETECT_OVERFLOW_SEGMENTS(x, context, seg) \
+  NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(::nanscope::default_recorder(), x, context, seg)
 
 #if !defined(NANSCOPE_CONFIG_NO_SHORT_MACROS)
 #define DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW(x, context)
@@ -11552,6 +12753,22 @@ void macro_param(recorder& r, const T& x, std::string_view name, source_location
     s->parameter(x, name, where);
   } else {
     r.checkpoint(x, name, where);
+  }
+}
+template <class T>
+void macro_input_segments(recorder& r, const T& x, const segments& seg, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->input(x, seg, where);
+  } else {
+    r.checkpoint(x, "input", seg, where);
+  }
+}
+template <class T>
+void macro_output_segments(recorder& r, const T& x, const segments& seg, source_location where) {
+  if (scope* s = current_scope(r)) {
+    s->output(x, seg, where);
+  } else {
+    r.checkpoint(x, "output", seg, where);
   }
 }
 }  // namespace detail
@@ -12913,6 +14130,30 @@ inline std::string tree_numeric_value(const tensor_view& v, const torch_print_op
   return r.run(0, 0);
 }
 
+/// The bad segments of a tensor recorded with a segmentation (extras only), by ascending index:
+///   [{"unit": "request", "index": 1, "id": 23, "rows": [5, 11], "nan": 2, "pos_inf": 1, "neg_inf": 0,
+///     "first": 6, "first_flat": 49}]
+/// "rows" (or "elements" for element segments) holds the first and the last row of the segment; "first" the row
+/// (element) of its first NaN/Inf, "first_flat" its flat index in the tensor.
+inline std::string tree_segments_json(const recorded_segments& rs) {
+  std::vector<std::string> items;
+  const bool rows = rs.axis == segment_axis::rows;
+  for (const segment_health& s : rs.bad) {
+    const std::string range = py_array({std::to_string(rs.unit_of(static_cast<std::int64_t>(s.begin))),
+                                        std::to_string(rs.unit_of(static_cast<std::int64_t>(s.end)) - 1)});
+    items.push_back(py_object({{"unit", py_json_quote(rs.unit_name())},
+                               {"index", std::to_string(s.index)},
+                               {"id", std::to_string(s.id)},
+                               {rows ? "rows" : "elements", range},
+                               {"nan", std::to_string(s.nan)},
+                               {"pos_inf", std::to_string(s.pos_inf)},
+                               {"neg_inf", std::to_string(s.neg_inf)},
+                               {"first", std::to_string(rs.unit_of(s.first_nonfinite))},
+                               {"first_flat", std::to_string(s.first_nonfinite)}}));
+  }
+  return py_array(items);
+}
+
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
   io.is_tensor = true;
   const tensor_view& v = rec.view;
@@ -12993,6 +14234,7 @@ inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tr
       io.fields.emplace_back("headroom_bits", py_object(hr));
     }
     if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
+    if (!rec.segmented.bad.empty()) io.fields.emplace_back("nanscope_segments", tree_segments_json(rec.segmented));
   } else if (is_finite_bits(h->abs_max)) {
     io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
   }
