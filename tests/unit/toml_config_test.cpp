@@ -355,7 +355,19 @@ inline bool same_tree(const toml::node& ref, const toml_value& m, const std::str
     case toml::node_type::floating_point: {
       if (!m.is_floating()) return differ("not a float");
       const double r = ref.as_floating_point()->get(), v = m.as_floating();
-      if (std::memcmp(&r, &v, sizeof r) != 0 && !(std::isnan(r) && std::isnan(v))) {
+      std::uint64_t rb = 0, vb = 0;
+      std::memcpy(&rb, &r, sizeof r);
+      std::memcpy(&vb, &v, sizeof v);
+      const std::uint64_t mag = ~(std::uint64_t{1} << 63), inf = 0x7FF0000000000000ull;
+      const bool both_nan = (rb & mag) > inf && (vb & mag) > inf;  // by the bits: -ffast-math folds isnan
+#if NANSCOPE_TEST_FAST_MATH
+      // -ffast-math links crtfastmath (flush-to-zero, denormals-are-zero): toml++'s strtod-like conversion then
+      // gives 0 for a subnormal, where nanscope's reader (integer arithmetic only) keeps the exact subnormal
+      const bool ftz = (rb & mag) == 0 && (vb & mag) != 0 && (vb & inf) == 0 && (rb >> 63) == (vb >> 63);
+#else
+      const bool ftz = false;
+#endif
+      if (rb != vb && !both_nan && !ftz) {
         char b[96];
         std::snprintf(b, sizeof b, "float %.17g, toml++ %.17g", v, r);
         return differ(b);
@@ -481,6 +493,7 @@ inline bool tomlpp_trims_unicode_space(std::string_view text) {
 
 struct tally {
   int both_read = 0, both_refused = 0, dates = 0, not_for_tomlpp = 0;
+  int fastmath_refused = 0;  ///< valid TOML that toml++ built with -ffast-math refused (the fastmath preset only)
 };
 
 /// "" when nanscope and toml++ agree on `text` (both refuse it, both read the same tree, or toml++ reads a date
@@ -506,6 +519,13 @@ inline std::string compare_with_tomlpp(const std::string& text, tally* t = nullp
   const bool ok = mine(text, doc, error);
   if (!ok && !well_formed_error(error)) return "a malformed error text: " + error;
   if (!ok && (doc.size() != 0 || !doc.is_table())) return "a refused text left a document behind";
+#if NANSCOPE_TEST_FAST_MATH
+  // toml++'s number parsing built with -ffast-math refuses some valid numbers: no reference for such a text
+  if (valid && !ref && ok) {
+    if (t != nullptr) ++t->fastmath_refused;
+    return "";
+  }
+#endif
   if (ref && ok) {
     std::string why;
     if (!same_tree(*ref, doc, "", why) && !tomlpp_trims_unicode_space(text)) return "a different tree: " + why;
@@ -1324,6 +1344,12 @@ TEST_CASE("toml_config: random documents read as toml++ reads them, and so do th
       ref_ok = false;
       ref_error = std::string(e.description());
     }
+#if NANSCOPE_TEST_FAST_MATH
+    if (!ref_ok) {  // toml++ built with -ffast-math refuses some valid numbers: no reference for this document
+      ++valid.fastmath_refused;
+      continue;
+    }
+#endif
     REQUIRE_MESSAGE(ref_ok, "the generator wrote invalid TOML (" << ref_error << "):\n" << shown(text));
     const std::string d = compare_with_tomlpp(text, &valid, true);
     REQUIRE_MESSAGE(d.empty(), d << "\n" << shown(text));
@@ -1333,7 +1359,8 @@ TEST_CASE("toml_config: random documents read as toml++ reads them, and so do th
       REQUIRE_MESSAGE(dm.empty(), dm << "\n" << shown(bad));
     }
   }
-  CHECK(valid.both_read == docs);
+  CHECK(valid.both_read == docs - valid.fastmath_refused);
+  CHECK(valid.fastmath_refused < docs / 20);
   CHECK(mutated.not_for_tomlpp < docs * 6 / 10);  // a few per cent: tomlpp_safe is cautious
   MESSAGE("mutations: " << mutated.both_read << " read by both, " << mutated.both_refused << " refused by both, "
                         << mutated.dates << " dates, " << mutated.not_for_tomlpp << " not given to toml++");
