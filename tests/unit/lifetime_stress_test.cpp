@@ -279,7 +279,7 @@ TEST_CASE("lifetime stress: threads attach, detach, record and destroy recorders
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> ts;
-  for (std::uint64_t t = 0; t < 4; ++t) ts.emplace_back([&p, seed, t, until] { stress_test::worker(p, seed + t, until); });
+  for (std::uint64_t t = 0; t < 4; ++t) ts.emplace_back([&p, s = seed + t, until] { stress_test::worker(p, s, until); });
   for (auto& t : ts) t.join();
   // the rest ends in the pool's order: objects, then recorders
   p.writers.clear();
