@@ -15,6 +15,7 @@
 #define NANSCOPE_SEGMENTS_HPP
 
 #include "check.hpp"
+#include "margins.hpp"
 #include "segments_api.hpp"
 
 #include <cstdint>
@@ -28,18 +29,9 @@ NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
 
-/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf).
-inline std::uint64_t seg_bad_abs_bits(dtype t) {
-  switch (t) {
-    case dtype::f64: return 0x7FF0000000000000ull;
-    case dtype::f32: return 0x7F800000u;
-    case dtype::f16: return 0x7C00u;
-    case dtype::bf16: return 0x7F80u;
-    case dtype::f8_e5m2: return 0x7Cu;
-    case dtype::f8_e4m3fn: return 0x7Fu;  // no inf: S.1111.111 is NaN
-    default: return ~std::uint64_t{0};
-  }
-}
+/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf;
+/// margins.hpp's margin_inf_pattern); none for integer dtypes.
+inline std::uint64_t seg_bad_abs_bits(dtype t) { return is_float(t) ? margin_inf_pattern(t) : ~std::uint64_t{0}; }
 
 /// Max of the |x| bit patterns of n elements of a float dtype (any alignment): portable version.
 template <class U>
@@ -581,22 +573,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
     const bool over = so.has_threshold && has_value && detail::double_to_bits(c.abs_max) > thr;
     // flags detail: the maxima are partial (chunks with nothing over the threshold were skipped): not reported
     if (!(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
-    if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
-    if (c.has_nonfinite()) {
-      out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);
-      segment_health h;
-      h.index = i;
-      h.id = s.ids != nullptr ? s.ids[i] : static_cast<std::int64_t>(i);
-      h.begin = b;
-      h.end = e;
-      h.nan = c.nan;
-      h.neg_inf = c.neg_inf;
-      h.pos_inf = c.pos_inf;
-      h.first_nonfinite = c.first_nonfinite;
-      h.abs_max = c.abs_max;
-      h.over_threshold = over;
-      out.bad.push_back(h);
-    }
+    detail::seg_enter(out, s.ids, i, b, e, c, over);
   };
   if (!sparse) {
     for (std::size_t i = 0; i < acc.size(); ++i) emit(i, acc[i]);

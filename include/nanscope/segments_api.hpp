@@ -188,6 +188,30 @@ struct segmented_result {
   }
 };
 
+namespace detail {
+/// Enters segment i ([b, e), counts c, over the threshold or not; ids: the caller's, or null) into a result's masks and, when it holds
+/// NaN/Inf, its list of bad segments: the last step of the host and the CUDA segmented checks alike.
+inline void seg_enter(segmented_result& out, const std::int64_t* ids, std::size_t i, std::uint64_t b, std::uint64_t e,
+                      const segment_counts& c, bool over) {
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if (over) out.over_mask[i / 64] |= bit;
+  if (!c.has_nonfinite()) return;
+  out.nonfinite_mask[i / 64] |= bit;
+  segment_health h;
+  h.index = i;
+  h.id = ids != nullptr ? ids[i] : static_cast<std::int64_t>(i);
+  h.begin = b;
+  h.end = e;
+  h.nan = c.nan;
+  h.neg_inf = c.neg_inf;
+  h.pos_inf = c.pos_inf;
+  h.first_nonfinite = c.first_nonfinite;
+  h.abs_max = c.abs_max;
+  h.over_threshold = over;
+  out.bad.push_back(h);
+}
+}  // namespace detail
+
 NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_SEGMENTS_API_HPP

@@ -9401,6 +9401,30 @@ struct segmented_result {
   }
 };
 
+namespace detail {
+/// Enters segment i ([b, e), counts c, over the threshold or not; ids: the caller's, or null) into a result's masks and, when it holds
+/// NaN/Inf, its list of bad segments: the last step of the host and the CUDA segmented checks alike.
+inline void seg_enter(segmented_result& out, const std::int64_t* ids, std::size_t i, std::uint64_t b, std::uint64_t e,
+                      const segment_counts& c, bool over) {
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if (over) out.over_mask[i / 64] |= bit;
+  if (!c.has_nonfinite()) return;
+  out.nonfinite_mask[i / 64] |= bit;
+  segment_health h;
+  h.index = i;
+  h.id = ids != nullptr ? ids[i] : static_cast<std::int64_t>(i);
+  h.begin = b;
+  h.end = e;
+  h.nan = c.nan;
+  h.neg_inf = c.neg_inf;
+  h.pos_inf = c.pos_inf;
+  h.first_nonfinite = c.first_nonfinite;
+  h.abs_max = c.abs_max;
+  h.over_threshold = over;
+  out.bad.push_back(h);
+}
+}  // namespace detail
+
 NANSCOPE_NAMESPACE_END
 
 #endif  // NANSCOPE_SEGMENTS_API_HPP
@@ -11198,6 +11222,7 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_SEGMENTS_HPP
 
 // #include "check.hpp": inlined above
+// #include "margins.hpp": inlined above
 // #include "segments_api.hpp": inlined above
 
 #include <cstdint>
@@ -11211,18 +11236,9 @@ NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
 
-/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf).
-inline std::uint64_t seg_bad_abs_bits(dtype t) {
-  switch (t) {
-    case dtype::f64: return 0x7FF0000000000000ull;
-    case dtype::f32: return 0x7F800000u;
-    case dtype::f16: return 0x7C00u;
-    case dtype::bf16: return 0x7F80u;
-    case dtype::f8_e5m2: return 0x7Cu;
-    case dtype::f8_e4m3fn: return 0x7Fu;  // no inf: S.1111.111 is NaN
-    default: return ~std::uint64_t{0};
-  }
-}
+/// Bit patterns of a source dtype's |x|: the first NaN/Inf pattern (every |x| pattern at or above it is NaN/Inf;
+/// margins.hpp's margin_inf_pattern); none for integer dtypes.
+inline std::uint64_t seg_bad_abs_bits(dtype t) { return is_float(t) ? margin_inf_pattern(t) : ~std::uint64_t{0}; }
 
 /// Max of the |x| bit patterns of n elements of a float dtype (any alignment): portable version.
 template <class U>
@@ -11764,22 +11780,7 @@ inline segmented_result(check)(const tensor_view& v, const segments& s, const ch
     const bool over = so.has_threshold && has_value && detail::double_to_bits(c.abs_max) > thr;
     // flags detail: the maxima are partial (chunks with nothing over the threshold were skipped): not reported
     if (!(sp.exact_amax && has_value)) c.abs_max = detail::qnan;
-    if (over) out.over_mask[i / 64] |= std::uint64_t{1} << (i % 64);
-    if (c.has_nonfinite()) {
-      out.nonfinite_mask[i / 64] |= std::uint64_t{1} << (i % 64);
-      segment_health h;
-      h.index = i;
-      h.id = s.ids != nullptr ? s.ids[i] : static_cast<std::int64_t>(i);
-      h.begin = b;
-      h.end = e;
-      h.nan = c.nan;
-      h.neg_inf = c.neg_inf;
-      h.pos_inf = c.pos_inf;
-      h.first_nonfinite = c.first_nonfinite;
-      h.abs_max = c.abs_max;
-      h.over_threshold = over;
-      out.bad.push_back(h);
-    }
+    detail::seg_enter(out, s.ids, i, b, e, c, over);
   };
   if (!sparse) {
     for (std::size_t i = 0; i < acc.size(); ++i) emit(i, acc[i]);
@@ -12044,6 +12045,19 @@ NANSCOPE_NAMESPACE_END
 NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
+/// What a detection says of the tensor that raised it: where (the frame) and what (the record), at `step`;
+/// produced_here from the frame's own inputs (a checkpoint's caller corrects it with its scope's).
+inline void describe_detection(detection& d, std::uint64_t step, const frame& f, const tensor_record& t) {
+  d.step = step;
+  d.module_path = f.module_path;
+  d.class_name = f.class_name;
+  d.context = t.context;
+  d.role = t.role;
+  d.health = t.health;
+  d.where = t.where;
+  d.produced_here = f.inputs_finite();
+}
+
 /// |x| as torch.abs computes it for a signed integer: in the type, so the most negative value stays itself
 /// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
 template <class T>
@@ -12368,14 +12382,7 @@ NANSCOPE_IMPL_ENTRY void recorder::detect(frame& current, const tensor_record& r
     if (opts_.report_once_per_step && marks_.reported(s)) return;
     marks_.mark_reported(s);
     detections_.fetch_add(1, std::memory_order_relaxed);
-    d->step = s;
-    d->module_path = current.module_path;
-    d->class_name = current.class_name;
-    d->context = rec.context;
-    d->role = rec.role;
-    d->health = rec.health;
-    d->where = rec.where;
-    d->produced_here = current.inputs_finite();
+    detail::describe_detection(*d, s, current, rec);
     if (current.checkpoint) {  // a checkpoint has no inputs of its own: those of the scope it was taken in count
       if (const scope* enclosing = detail::current_scope(*this)) d->produced_here = enclosing->current().inputs_finite();
     }
@@ -12559,14 +12566,7 @@ NANSCOPE_IMPL_ENTRY void recorder::complete_hf(frame&& f, bool outermost) {
         d = std::make_shared<detection>();
         const frame& ff = hf_.first_frame();
         const tensor_record& t = ff.tensors[hf_.first_tensor()];
-        d->step = batch;
-        d->module_path = ff.module_path;
-        d->class_name = ff.class_name;
-        d->context = t.context;
-        d->role = t.role;
-        d->health = t.health;
-        d->where = t.where;
-        d->produced_here = ff.inputs_finite();
+        detail::describe_detection(*d, batch, ff, t);
         d->frames = hf_.frames();
         if (auto fn = detail::report_formatter().load()) {
           d->report = fn(report_style::hf, *d);

@@ -557,24 +557,7 @@ inline segmented_result finalize_segments(const device_result* total, const segm
     const bool has_value = reads && e - b != c.nan;
     const bool over = so.has_threshold && has_value && ::nanscope::detail::double_to_bits(c.abs_max) > thr;
     if (!(exact_amax && has_value)) c.abs_max = ::nanscope::detail::qnan;
-    const std::size_t w = static_cast<std::size_t>(i / 64);
-    const std::uint64_t bit = std::uint64_t{1} << (i % 64);
-    if (over) out.over_mask[w] |= bit;
-    if (c.has_nonfinite()) {
-      out.nonfinite_mask[w] |= bit;
-      segment_health h;
-      h.index = static_cast<std::size_t>(i);
-      h.id = s.ids != nullptr ? s.ids[i] : static_cast<std::int64_t>(i);
-      h.begin = b;
-      h.end = e;
-      h.nan = c.nan;
-      h.neg_inf = c.neg_inf;
-      h.pos_inf = c.pos_inf;
-      h.first_nonfinite = c.first_nonfinite;
-      h.abs_max = c.abs_max;
-      h.over_threshold = over;
-      out.bad.push_back(h);
-    }
+    ::nanscope::detail::seg_enter(out, s.ids, static_cast<std::size_t>(i), b, e, c, over);
     if (exact_amax) out.per_segment[static_cast<std::size_t>(i)] = c;
   }
   return out;

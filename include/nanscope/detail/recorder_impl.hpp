@@ -30,6 +30,19 @@
 NANSCOPE_NAMESPACE_BEGIN
 
 namespace detail {
+/// What a detection says of the tensor that raised it: where (the frame) and what (the record), at `step`;
+/// produced_here from the frame's own inputs (a checkpoint's caller corrects it with its scope's).
+inline void describe_detection(detection& d, std::uint64_t step, const frame& f, const tensor_record& t) {
+  d.step = step;
+  d.module_path = f.module_path;
+  d.class_name = f.class_name;
+  d.context = t.context;
+  d.role = t.role;
+  d.health = t.health;
+  d.where = t.where;
+  d.produced_here = f.inputs_finite();
+}
+
 /// |x| as torch.abs computes it for a signed integer: in the type, so the most negative value stays itself
 /// (abs(int8 -128) is -128) and the HF report prints it as a negative abs min.
 template <class T>
@@ -354,14 +367,7 @@ NANSCOPE_IMPL_ENTRY void recorder::detect(frame& current, const tensor_record& r
     if (opts_.report_once_per_step && marks_.reported(s)) return;
     marks_.mark_reported(s);
     detections_.fetch_add(1, std::memory_order_relaxed);
-    d->step = s;
-    d->module_path = current.module_path;
-    d->class_name = current.class_name;
-    d->context = rec.context;
-    d->role = rec.role;
-    d->health = rec.health;
-    d->where = rec.where;
-    d->produced_here = current.inputs_finite();
+    detail::describe_detection(*d, s, current, rec);
     if (current.checkpoint) {  // a checkpoint has no inputs of its own: those of the scope it was taken in count
       if (const scope* enclosing = detail::current_scope(*this)) d->produced_here = enclosing->current().inputs_finite();
     }
@@ -545,14 +551,7 @@ NANSCOPE_IMPL_ENTRY void recorder::complete_hf(frame&& f, bool outermost) {
         d = std::make_shared<detection>();
         const frame& ff = hf_.first_frame();
         const tensor_record& t = ff.tensors[hf_.first_tensor()];
-        d->step = batch;
-        d->module_path = ff.module_path;
-        d->class_name = ff.class_name;
-        d->context = t.context;
-        d->role = t.role;
-        d->health = t.health;
-        d->where = t.where;
-        d->produced_here = ff.inputs_finite();
+        detail::describe_detection(*d, batch, ff, t);
         d->frames = hf_.frames();
         if (auto fn = detail::report_formatter().load()) {
           d->report = fn(report_style::hf, *d);
