@@ -29,6 +29,14 @@
 //                                checker::check_batch; timed until the results are written (event after
 //                                the batch, host waits on it; results are not read in the timed region).
 //   per_tensor/1000x65536        the same 1000 tensors, one checker::check each (1000 launches).
+//   host_enqueue/1000x65536      the host's side of per_tensor: wall time of the 1000 checker::check calls
+//                                (steady_clock around the calls; the stream is drained outside the timing).
+//                                Where it is close to per_tensor, the per-check cost is the host's (issue 31
+//                                item 2), not the kernel's.
+//   host_api/<call>              wall time of 1000 calls of one CUDA runtime call that a check makes:
+//                                pointer_attributes (cudaPointerGetAttributes), is_capturing
+//                                (cudaStreamIsCapturing), get_device, event_record, event_query, get_last_error,
+//                                launch_empty (an empty kernel, <<<4, 256>>>): where the per-check time goes.
 //   forward_plain                a post-norm transformer block in f32 on cuBLAS (8 sequences x 256 tokens =
 //                                2048 tokens, d_model 1024, 16 heads of 64, d_ff 4096): QKV projection,
 //                                multi-head softmax attention (scores by strided-batched SGEMM, a row
@@ -40,6 +48,10 @@
 //                                results are not read in the loop.
 //   forward_checked_batch        the same forward with the 10 layer outputs checked by one check_batch at
 //                                the end.
+//   forward_checked_health       forward_checked in check_mode::full_health (counts and extrema, no moments).
+//   forward_plain_graph          forward_plain captured once into a CUDA graph, replayed per iteration.
+//   forward_checked_graph        forward_checked (STATS, one check per layer) captured the same way; the
+//                                checker's storage and tickets are reserved before the capture.
 // Every forward row ends its iteration with a stream synchronization.
 //
 // Targets (on an H100):
@@ -68,6 +80,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -579,7 +592,7 @@ __global__ void add(const float* a, const float* b, float* out, std::uint64_t n)
     out[i] = a[i] + b[i];
 }
 
-enum class checking { none, per_layer, batch_at_end };
+enum class checking { none, per_layer, per_layer_health, batch_at_end };
 
 struct model {
   static constexpr std::size_t f = sizeof(float);
@@ -635,9 +648,11 @@ struct model {
 
   /// One forward pass queued on `s` (cuBLAS handle bound to `s`), with the layer outputs checked as `mode` says.
   void forward(cudaStream_t s, cublasHandle_t h, nanscope::cuda::checker& chk, checking mode) {
-    const nanscope::check_options opt = stats_mode();
+    const nanscope::check_options opt = mode == checking::per_layer_health
+                                            ? nanscope::check_options{}.with_mode(nanscope::check_mode::full_health)
+                                            : stats_mode();
     const auto layer_done = [&](output o) {
-      if (mode == checking::per_layer) held[o] = chk.check(views[o], opt);
+      if (mode == checking::per_layer || mode == checking::per_layer_health) held[o] = chk.check(views[o], opt);
     };
     const int ld_qkv = 3 * d_model;
 
@@ -700,7 +715,7 @@ struct model {
   bool outputs_clean(checking mode) const {
     for (std::size_t i = 0; i < views.size(); ++i) {
       const std::uint64_t n = static_cast<std::uint64_t>(views[i].view.numel());
-      const nanscope::health_result r = mode == checking::per_layer ? held[i].get() : held_batch.get(i);
+      const nanscope::health_result r = mode == checking::batch_at_end ? held_batch.get(i) : held[i].get();
       if (!result_is_clean(r, n)) return false;
     }
     return true;
@@ -735,12 +750,148 @@ void bm_forward(benchmark::State& state, block::checking mode) {
       mode == block::checking::none ? 0.0 : static_cast<double>(block::model::output_count);
 }
 
+/// forward_plain_graph / forward_checked_graph: the forward (plain, or with its 10 layer outputs checked one by
+/// one, STATS) captured once into a CUDA graph and replayed; the checker's storage and tickets are reserved
+/// before the capture (checker::reserve), as a user capturing a checked forward must.
+void bm_forward_graph(benchmark::State& state, block::checking mode) {
+  bench_env& env = *g_env;
+  block::model m(env.stream);
+  m.forward(env.stream, env.blas, *env.chk, block::checking::none);  // cuBLAS's first-call setup, not captured
+  NSB_CUDA(cudaStreamSynchronize(env.stream));
+  if (mode != block::checking::none)
+    env.chk->reserve(env.stream, 1, static_cast<std::uint64_t>(block::tokens) * block::d_ff,
+                     block::model::output_count + 2);
+  // a capture that fails skips the row (a message, not an abort: the other rows of the process still run)
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(env.stream, cudaStreamCaptureModeThreadLocal);
+  std::string why;
+  if (e == cudaSuccess) {
+    try {
+      m.forward(env.stream, env.blas, *env.chk, mode);
+    } catch (const std::exception& ex) {
+      why = ex.what();
+    }
+    e = cudaStreamEndCapture(env.stream, &graph);
+    if (!why.empty() && e == cudaSuccess) e = cudaErrorStreamCaptureInvalidated;
+  }
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    state.SkipWithError(
+        (std::string("CUDA graph capture of the forward failed: ") + (why.empty() ? cudaGetErrorString(e) : why)).c_str());
+    return;
+  }
+  for (int w = 0; w < warmup_calls; ++w) {
+    NSB_CUDA(cudaGraphLaunch(exec, env.stream));
+    NSB_CUDA(cudaStreamSynchronize(env.stream));
+  }
+  if (mode != block::checking::none && !m.outputs_clean(mode)) {
+    state.SkipWithError("a layer output of the benchmark block is not finite (graph replay)");
+  } else {
+    event_timer timer;
+    for (auto _ : state) {
+      timer.start(env.stream);
+      NSB_CUDA(cudaGraphLaunch(exec, env.stream));
+      timer.stop(env.stream);
+      state.SetIterationTime(timer.seconds());
+      NSB_CUDA(cudaStreamSynchronize(env.stream));
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(block::tokens));
+  }
+  NSB_CUDA(cudaGraphExecDestroy(exec));
+  NSB_CUDA(cudaGraphDestroy(graph));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Registration
 // ---------------------------------------------------------------------------------------------------------
 template <class Fn>
 void add_row(const std::string& name, Fn&& fn) {
   benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// host_enqueue/1000x65536, host_api/<call>: the host's per-check cost (wall time, steady_clock)
+// ---------------------------------------------------------------------------------------------------------
+__global__ void empty_kernel() {}
+
+void bm_host_enqueue(benchmark::State& state) {
+  bench_env& env = *g_env;
+  many_tensors data(env.stream);
+  const nanscope::check_options opt = stats_mode();
+  std::vector<nanscope::cuda::pending> held(many_count);
+  for (int w = 0; w < warmup_calls; ++w) {
+    for (std::size_t i = 0; i < many_count; ++i) held[i] = env.chk->check(data.views[i], opt);
+    NSB_CUDA(cudaStreamSynchronize(env.stream));
+  }
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < many_count; ++i) held[i] = env.chk->check(data.views[i], opt);
+    const auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    NSB_CUDA(cudaStreamSynchronize(env.stream));
+  }
+}
+
+template <class Call>
+void bm_host_api(benchmark::State& state, Call&& call) {
+  bench_env& env = *g_env;
+  for (int i = 0; i < 1000; ++i) call(env);
+  NSB_CUDA(cudaStreamSynchronize(env.stream));
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 1000; ++i) call(env);
+    const auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    NSB_CUDA(cudaStreamSynchronize(env.stream));
+  }
+}
+
+struct api_buffers {
+  device_mem buf{1 << 20};
+  cudaEvent_t event = nullptr;
+  api_buffers() { NSB_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~api_buffers() { cudaEventDestroy(event); }
+};
+api_buffers& api() {
+  static api_buffers* a = new api_buffers;  // process lifetime
+  return *a;
+}
+
+void register_host_rows() {
+  add_row("host_enqueue/1000x65536", [](benchmark::State& s) { bm_host_enqueue(s); });
+  add_row("host_api/pointer_attributes", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env&) {
+      cudaPointerAttributes a{};
+      NSB_CUDA(cudaPointerGetAttributes(&a, api().buf.get()));
+    });
+  });
+  add_row("host_api/is_capturing", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env& e) {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      NSB_CUDA(cudaStreamIsCapturing(e.stream, &st));
+    });
+  });
+  add_row("host_api/get_device", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env&) {
+      int d = 0;
+      NSB_CUDA(cudaGetDevice(&d));
+    });
+  });
+  add_row("host_api/get_last_error", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env&) { (void)cudaGetLastError(); });
+  });
+  add_row("host_api/event_record", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env& e) { NSB_CUDA(cudaEventRecord(api().event, e.stream)); });
+  });
+  add_row("host_api/event_query", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env&) { (void)cudaEventQuery(api().event); });
+  });
+  add_row("host_api/launch_empty", [](benchmark::State& s) {
+    bm_host_api(s, [](bench_env& e) { empty_kernel<<<4, 256, 0, e.stream>>>(); });
+  });
 }
 
 void register_rows() {
@@ -765,9 +916,13 @@ void register_rows() {
           [](benchmark::State& s) { bm_health_seg(s, dtype::bf16, 67108864ull, 4096, true); });
   add_row("batched/1000x65536", [](benchmark::State& s) { bm_batched(s); });
   add_row("per_tensor/1000x65536", [](benchmark::State& s) { bm_per_tensor(s); });
+  register_host_rows();
   add_row("forward_plain", [](benchmark::State& s) { bm_forward(s, block::checking::none); });
   add_row("forward_checked", [](benchmark::State& s) { bm_forward(s, block::checking::per_layer); });
   add_row("forward_checked_batch", [](benchmark::State& s) { bm_forward(s, block::checking::batch_at_end); });
+  add_row("forward_checked_health", [](benchmark::State& s) { bm_forward(s, block::checking::per_layer_health); });
+  add_row("forward_plain_graph", [](benchmark::State& s) { bm_forward_graph(s, block::checking::none); });
+  add_row("forward_checked_graph", [](benchmark::State& s) { bm_forward_graph(s, block::checking::per_layer); });
 }
 
 }  // namespace

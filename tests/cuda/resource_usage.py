@@ -36,8 +36,8 @@ BUDGETS = {
     (3, "batch"): 80,
     # segment_kernel<L, seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 5)
     # at level 1, (256, 4) at level 2
-    (1, "segment"): 48,  # 62.5%
-    (2, "segment"): 64,  # 50%
+    (1, "segment"): 64,  # 50%
+    (2, "segment"): 80,  # 37.5%
 }
 
 # sm_90 (H100/H200) limits, from the CUDA occupancy calculator's table for compute capability 9.0.

@@ -15,6 +15,14 @@
 // by a binary search limited to [s0, s1], walks forward (one compare per element, in straddling tiles only) and
 // flushes its accumulator whenever the segment changes.
 //
+// A full tile of a 16-byte-aligned contiguous tensor (seg_params::vec; every dtype's tile is a whole number of
+// 16-byte words) is read as 16-byte words instead of elements: inside one segment thread t takes words t,
+// t + 256, ... (coalesced), in a straddling tile its run of 16 elements as consecutive words; a clean word costs
+// one compare of its largest |x| pattern (seg_visit_word), and only a word holding NaN/Inf or crossing a
+// boundary goes lane by lane. The kernel runs one body per dtype for such tensors (its own health state only,
+// as the health kernel's contiguous_record) and an element body for strided or misaligned ones and the last,
+// partial tile. fp8 straddling tiles stay on elements (a 16-lane word walked across boundaries spilled).
+//
 // The totals: the non-finite counts and first index are the segment records summed; at level 2 (full_health,
 // segment_kernel<2, ...>) each thread also feeds every element to the health kernel's visit functions, and the
 // warps fold the resulting records into an encoded totals record (seg_totals) at the end: one read for
@@ -43,9 +51,11 @@
 #if defined(__CUDACC__)
 #define NANSCOPE_IMPL_SEG_DEV __device__ __forceinline__
 #define NANSCOPE_IMPL_SEG_HD __host__ __device__ inline
+#define NANSCOPE_IMPL_SEG_UNROLL _Pragma("unroll")
 #else
 #define NANSCOPE_IMPL_SEG_DEV inline
 #define NANSCOPE_IMPL_SEG_HD inline
+#define NANSCOPE_IMPL_SEG_UNROLL
 #endif
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -135,6 +145,7 @@ struct seg_params {
   unsigned long long sign_bit;
   int es;                          // element bytes
   int aligned;                     // data % es == 0
+  int vec;                         // contiguous and data % 16 == 0: full tiles take 16-byte loads
   int need_amax;                   // the |x| max is reported (counts detail or a threshold): else not folded
   int type;                        // dtype (the level-2 totals decode elements)
   strided_layout layout;           // rank 0: contiguous
@@ -273,13 +284,19 @@ inline long long seg_dec_kmax(unsigned long long e) {
                                 seg_key_sign);
 }
 
+/// How a segment-kernel path knows the dtype: seg_any_dtype (the dtype is read from the parameters; every
+/// path, the 16-byte-word paths of each dtype too: the emulation's entry), seg_generic (element loads only: the
+/// kernel's strided or misaligned tensors), or a dtype's value (the kernel's body for a 16-byte-aligned
+/// contiguous tensor of that dtype: its health state only, as the health kernel's contiguous_record).
+inline constexpr int seg_any_dtype = -1, seg_generic = -2;
+
 /// Level 2: element i (raw bits) also into the health pass's per-thread state (the health kernel's visit
 /// functions: the same classification, extrema and counts). Level 1: nothing.
-template <int L>
+template <int L, int K = seg_any_dtype>
 NANSCOPE_IMPL_SEG_DEV void seg_visit_total(thread_acc& t, thread_acc32& t32, const seg_params& p,
                                            unsigned long long bits, unsigned long long i, unsigned normal) {
   if constexpr (L >= 2) {
-    const auto ty = static_cast<dtype>(p.type);
+    const auto ty = K >= 0 ? static_cast<dtype>(K) : static_cast<dtype>(p.type);
     if (ty == dtype::f64) {
       visit64<L>(t, bits, static_cast<long long>(i));
       return;
@@ -296,18 +313,172 @@ NANSCOPE_IMPL_SEG_DEV void seg_visit_total(thread_acc& t, thread_acc32& t32, con
   }
 }
 
-/// Thread t's share of a tile [b, e) inside one segment: elements b + t, b + t + 256, ... (coalesced).
-/// Level 2: each element also into (tot, tot32), the thread's health state over all its tiles.
+/// Element bytes of a float dtype known at compile time.
+template <dtype T>
+inline constexpr int seg_es = T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1;
+
+/// Raw bits of lane j of a 16-byte word of dtype T.
+template <dtype T>
+NANSCOPE_IMPL_SEG_DEV unsigned long long seg_lane(const vec16& v, int j) {
+  // the word is picked by selects, not by indexing an array: a lane index known only at run time (a boundary
+  // inside the word) would otherwise put the word in local memory
+  constexpr int epw = 4 / (seg_es<T> < 4 ? seg_es<T> : 4);  // lanes per 32-bit word (f64: a lane is two words)
+  const int k = seg_es<T> == 8 ? 2 * j : j / epw;
+  const unsigned lo = k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+  if constexpr (seg_es<T> == 8) {
+    const unsigned hi = k == 0 ? v.y : v.w;
+    return (static_cast<unsigned long long>(hi) << 32) | lo;
+  } else if constexpr (seg_es<T> == 4) {
+    return lo;
+  } else {
+    return (lo >> ((j % epw) * 8 * seg_es<T>)) & ((1u << (8 * seg_es<T>)) - 1u);
+  }
+}
+
+/// The lanes of one 16-byte word (flat indices i0, i0 + 1, ...), all in one segment, into its accumulator: the
+/// largest |x| pattern of the word decides whether any lane is NaN or Inf (one compare for a clean word); only
+/// a word that holds one goes lane by lane (seg_visit: counts and the first index).
+template <dtype T>
+NANSCOPE_IMPL_SEG_DEV void seg_visit_word(seg_acc& a, const seg_params& p, const vec16& v, unsigned long long i0) {
+  constexpr int epv = 16 / seg_es<T>;
+  unsigned long long m = 0;
+NANSCOPE_IMPL_SEG_UNROLL
+  for (int j = 0; j < epv; ++j) {
+    const unsigned long long x = seg_lane<T>(v, j) & p.abs_mask;
+    m = x > m ? x : m;
+  }
+  if (m < p.bad_lo) {
+    a.amax = m > a.amax ? m : a.amax;
+    return;
+  }
+NANSCOPE_IMPL_SEG_UNROLL
+  for (int j = 0; j < epv; ++j) seg_visit(a, p, seg_lane<T>(v, j), i0 + static_cast<unsigned long long>(j));
+}
+
+/// Level 2: a 16-byte word into the thread's health state (the health kernel's visit_vec).
+template <int L, dtype T>
+NANSCOPE_IMPL_SEG_DEV void seg_total_word(thread_acc& tot, thread_acc32& tot32, const vec16& v, unsigned normal,
+                                         unsigned long long i0) {
+  if constexpr (L >= 2) {
+    visit_vec<L, T>(tot, tot32, v, normal, static_cast<long long>(i0));
+  } else {
+    (void)tot, (void)tot32, (void)v, (void)normal, (void)i0;
+  }
+}
+
+/// Words per thread per tile (seg_tile elements = seg_es<T> words for each of the block's threads), loaded
+/// at most seg_words_in_flight<L> at a time (f64: two rounds of four at level 1). Level 2 keeps the health
+/// state too: two at a time (four spilled at its budget, tests/cuda/resource_usage.py).
 template <int L>
+inline constexpr int seg_words_in_flight = L >= 2 ? 2 : 4;
+
+/// seg_whole_thread's full tile of a 16-byte-aligned contiguous tensor: words t, t + 256, ... of the tile
+/// (coalesced 16-byte loads), each folded by seg_visit_word.
+template <int L, dtype T>
+NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_words(const seg_params& p, unsigned long long b, unsigned t, thread_acc& tot,
+                                             thread_acc32& tot32, unsigned normal) {
+  constexpr int words = seg_es<T>, epv = 16 / seg_es<T>;
+  constexpr int inflight = words < seg_words_in_flight<L> ? words : seg_words_in_flight<L>;
+  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + b * seg_es<T>);
+  seg_acc a;
+NANSCOPE_IMPL_SEG_UNROLL
+  for (int r = 0; r < words; r += inflight) {
+    vec16 v[inflight];
+NANSCOPE_IMPL_SEG_UNROLL
+    for (int k = 0; k < inflight; ++k) v[k] = dev_ldg(base + static_cast<unsigned>(r + k) * block_threads + t);
+NANSCOPE_IMPL_SEG_UNROLL
+    for (int k = 0; k < inflight; ++k) {
+      const unsigned long long i0 = b + (static_cast<unsigned long long>(r + k) * block_threads + t) * epv;
+      seg_visit_word<T>(a, p, v[k], i0);
+      seg_total_word<L, T>(tot, tot32, v[k], normal, i0);
+    }
+  }
+  return a;
+}
+
+/// seg_straddle_thread's full tile of a 16-byte-aligned contiguous tensor: the thread's run of 16 elements is
+/// seg_es<T> consecutive words; a word inside the current segment goes through seg_visit_word, a word that
+/// crosses a boundary lane by lane (flushing at every segment change).
+template <int L, dtype T, class Flush>
+NANSCOPE_IMPL_SEG_DEV void seg_straddle_words(const seg_params& p, unsigned long long b, unsigned t,
+                                             unsigned long long s0, unsigned long long s1, thread_acc& tot,
+                                             thread_acc32& tot32, unsigned normal, Flush&& flush) {
+  constexpr int words = seg_es<T>, epv = 16 / seg_es<T>;
+  constexpr int inflight = words < seg_words_in_flight<L> ? words : seg_words_in_flight<L>;
+  const unsigned long long r0 = b + static_cast<unsigned long long>(t) * seg_per_thread;
+  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + r0 * seg_es<T>);
+  unsigned long long s = seg_find(p, r0, s0, s1);
+  unsigned long long end = seg_begin(p, s + 1);
+  seg_acc a;
+NANSCOPE_IMPL_SEG_UNROLL
+  for (int r = 0; r < words; r += inflight) {
+    vec16 v[inflight];
+NANSCOPE_IMPL_SEG_UNROLL
+    for (int k = 0; k < inflight; ++k) v[k] = dev_ldg(base + r + k);
+NANSCOPE_IMPL_SEG_UNROLL
+    for (int k = 0; k < inflight; ++k) {
+      const unsigned long long i0 = r0 + static_cast<unsigned long long>(r + k) * epv;
+      seg_total_word<L, T>(tot, tot32, v[k], normal, i0);
+      if (i0 + epv <= end) {
+        seg_visit_word<T>(a, p, v[k], i0);
+        continue;
+      }
+      for (int j = 0; j < epv; ++j) {  // a boundary inside the word (rare): lane by lane
+        const unsigned long long i = i0 + static_cast<unsigned long long>(j);
+        if (i >= end) {
+          if (p.need_amax == 0) a.amax = 0;
+          if (seg_nonempty(a)) flush(s, a);
+          a = seg_acc{};
+          do {
+            ++s;
+            end = seg_begin(p, s + 1);
+          } while (i >= end && s < s1);
+        }
+        seg_visit(a, p, seg_lane<T>(v[k], j), i);
+      }
+    }
+  }
+  if (p.need_amax == 0) a.amax = 0;
+  if (seg_nonempty(a)) flush(s, a);
+}
+
+/// Whether the tile [b, e) takes the 16-byte-word path: a full tile of a 16-byte-aligned contiguous tensor
+/// (every full tile starts on a 16-byte boundary: seg_tile elements are a multiple of 16 bytes).
+NANSCOPE_IMPL_SEG_DEV bool seg_words_tile(const seg_params& p, unsigned long long b, unsigned long long e) {
+  return p.vec != 0 && e - b == seg_tile;
+}
+
+/// Thread t's share of a tile [b, e) inside one segment: elements b + t, b + t + 256, ... (coalesced; a full
+/// tile of a 16-byte-aligned contiguous tensor as 16-byte words, seg_whole_words). Level 2: each element also
+/// into (tot, tot32), the thread's health state over all its tiles. K: see seg_any_dtype.
+template <int L, int K = seg_any_dtype>
 NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned long long b, unsigned long long e,
                                                unsigned t, thread_acc& tot, thread_acc32& tot32, unsigned normal) {
   seg_acc a;
+  if constexpr (K != seg_generic) {
+    if (seg_words_tile(p, b, e)) {
+      if constexpr (K >= 0) {
+        a = seg_whole_words<L, static_cast<dtype>(K)>(p, b, t, tot, tot32, normal);
+      } else {
+        switch (static_cast<dtype>(p.type)) {
+          case dtype::f64: a = seg_whole_words<L, dtype::f64>(p, b, t, tot, tot32, normal); break;
+          case dtype::f32: a = seg_whole_words<L, dtype::f32>(p, b, t, tot, tot32, normal); break;
+          case dtype::f16: a = seg_whole_words<L, dtype::f16>(p, b, t, tot, tot32, normal); break;
+          case dtype::bf16: a = seg_whole_words<L, dtype::bf16>(p, b, t, tot, tot32, normal); break;
+          case dtype::f8_e4m3fn: a = seg_whole_words<L, dtype::f8_e4m3fn>(p, b, t, tot, tot32, normal); break;
+          default: a = seg_whole_words<L, dtype::f8_e5m2>(p, b, t, tot, tot32, normal); break;
+        }
+      }
+      if (p.need_amax == 0) a.amax = 0;
+      return a;
+    }
+  }
   for (int k = 0; k < seg_per_thread; ++k) {
     const unsigned long long i = b + static_cast<unsigned long long>(k) * block_threads + t;
     if (i < e) {
       const unsigned long long bits = seg_load(p, i);
       seg_visit(a, p, bits, i);
-      seg_visit_total<L>(tot, tot32, p, bits, i, normal);
+      seg_visit_total<L, K>(tot, tot32, p, bits, i, normal);
     }
   }
   if (p.need_amax == 0) a.amax = 0;  // nothing to fold for a clean tile: no merge, no atomics
@@ -315,11 +486,30 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
 }
 
 /// Thread t's share of a tile [b, e) that straddles segments s0 < s1: the run [b + 16 t, b + 16 t + 16), walked
-/// segment by segment; flush(s, acc) takes each non-empty piece.
-template <int L, class Flush>
+/// segment by segment (a full tile of a 16-byte-aligned contiguous tensor as 16-byte words,
+/// seg_straddle_words); flush(s, acc) takes each non-empty piece. K: see seg_any_dtype.
+template <int L, int K = seg_any_dtype, class Flush>
 NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned long long b, unsigned long long e,
                                                unsigned t, unsigned long long s0, unsigned long long s1,
                                                thread_acc& tot, thread_acc32& tot32, unsigned normal, Flush&& flush) {
+  // fp8 straddling tiles take the element path: a word of 16 lanes walked across boundaries spilled at the
+  // level-2 register budget (tests/cuda/resource_usage.py); fp8 tiles inside one segment take words
+  if constexpr (K != seg_generic && !(K >= 0 && seg_es<static_cast<dtype>(K >= 0 ? K : 0)> == 1)) {
+    if (seg_words_tile(p, b, e)) {
+      if constexpr (K >= 0) {
+        seg_straddle_words<L, static_cast<dtype>(K)>(p, b, t, s0, s1, tot, tot32, normal, flush);
+        return;
+      } else {
+        switch (static_cast<dtype>(p.type)) {
+          case dtype::f64: seg_straddle_words<L, dtype::f64>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
+          case dtype::f32: seg_straddle_words<L, dtype::f32>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
+          case dtype::f16: seg_straddle_words<L, dtype::f16>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
+          case dtype::bf16: seg_straddle_words<L, dtype::bf16>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
+          default: break;  // fp8: the element path below
+        }
+      }
+    }
+  }
   const unsigned long long r0 = b + static_cast<unsigned long long>(t) * seg_per_thread;
   if (r0 >= e) return;
   const unsigned long long r1 = r0 + seg_per_thread < e ? r0 + seg_per_thread : e;
@@ -338,7 +528,7 @@ NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned lon
     }
     const unsigned long long bits = seg_load(p, i);
     seg_visit(a, p, bits, i);
-    seg_visit_total<L>(tot, tot32, p, bits, i, normal);
+    seg_visit_total<L, K>(tot, tot32, p, bits, i, normal);
   }
   if (p.need_amax == 0) a.amax = 0;
   if (seg_nonempty(a)) flush(s, a);
@@ -457,6 +647,7 @@ inline seg_params seg_make_params(const tensor_view& v, const device_segments& s
   p.sign_bit = 1ull << (8 * p.es - 1);
   p.abs_mask = p.sign_bit - 1;  // the element's bits without the sign
   p.aligned = reinterpret_cast<std::uintptr_t>(v.data) % static_cast<std::uintptr_t>(p.es) == 0 ? 1 : 0;
+  p.vec = v.is_contiguous() && reinterpret_cast<std::uintptr_t>(v.data) % 16u == 0 ? 1 : 0;
   p.layout = strided_layout{};
   if (!v.is_contiguous()) {
     p.layout.rank = v.rank;
@@ -569,5 +760,6 @@ NANSCOPE_NAMESPACE_END
 
 #undef NANSCOPE_IMPL_SEG_DEV
 #undef NANSCOPE_IMPL_SEG_HD
+#undef NANSCOPE_IMPL_SEG_UNROLL
 
 #endif  // NANSCOPE_DETAIL_CUDA_SEGMENTS_CUH

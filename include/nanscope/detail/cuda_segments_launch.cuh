@@ -60,11 +60,40 @@ __device__ inline void seg_totals_fold_atomic(seg_totals* r, const device_result
 /// Blocks of 256 per SM the segment kernel of level L is compiled for (__launch_bounds__: a cap of 51 registers
 /// a thread at level 1, 64 at level 2; tests/cuda/resource_usage.py checks the budgets, docs/cuda.md).
 template <int L>
-inline constexpr int seg_min_blocks_per_sm = L >= 2 ? 4 : 5;
+inline constexpr int seg_min_blocks_per_sm = L >= 2 ? 3 : 4;
+
+/// The segment kernel's tiles of this block (detail/cuda_segments.cuh), K the way the dtype is known
+/// (seg_generic: element loads; a dtype's value: its 16-byte-word paths and its health state only).
+template <int L, int K>
+__device__ __forceinline__ void seg_block_tiles(const seg_params& p) {
+  const unsigned t = threadIdx.x;
+  thread_acc tot;      // level 2: the thread's health state over all its tiles
+  thread_acc32 tot32;
+  const unsigned normal = normal32_of(K >= 0 ? static_cast<dtype>(K) : static_cast<dtype>(p.type));
+  for (unsigned long long tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const seg_tile_span span = seg_tile_of(p, tile);
+    if (span.s0 == span.s1) {  // uniform per block
+      seg_acc a = seg_whole_thread<L, K>(p, span.b, span.e, t, tot, tot32, normal);
+      if (!__any_sync(0xFFFFFFFFu, seg_nonempty(a))) continue;
+      seg_warp_merge(a);
+      if (t % 32 == 0) seg_fold_atomic(p.records, span.s0, a);
+    } else {
+      seg_straddle_thread<L, K>(p, span.b, span.e, t, span.s0, span.s1, tot, tot32, normal,
+                                [&](unsigned long long s, const seg_acc& a) { seg_fold_atomic(p.records, s, a); });
+    }
+  }
+  if constexpr (L >= 2) {
+    device_result r = to_record(tot, tot32, static_cast<dtype>(p.type) == dtype::f64);
+    warp_merge_group<2, 0>(r);
+    if (t % 32 == 0) seg_totals_fold_atomic(reinterpret_cast<seg_totals*>(p.records + p.nseg + 1), r);
+  }
+}
 
 /// The segmented pass (detail/cuda_segments.cuh). Every thread of the grid also checks the offsets i, i + grid
-/// threads, ... and writes their segments' begins. A template (of seg_params only) so that the header can be
-/// included by several translation units.
+/// threads, ... and writes their segments' begins. The tiles go through one body per dtype for 16-byte-aligned
+/// contiguous tensors (each with its own health state: the registers are the heaviest body's, not the sum) and
+/// a generic one for the others. A template (of seg_params only) so that the header can be included by several
+/// translation units.
 template <int L, class Params>
 __global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm<L>) segment_kernel(const __grid_constant__ Params p) {
   const unsigned long long gthreads = static_cast<unsigned long long>(gridDim.x) * block_threads;
@@ -75,26 +104,17 @@ __global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm<L>) segme
     p.records[i].begin = seg_begin(p, i);
   }
   if (err != 0) atomicOr(&p.records[p.nseg].nan, err);
-  const unsigned t = threadIdx.x;
-  thread_acc tot;      // level 2: the thread's health state over all its tiles
-  thread_acc32 tot32;
-  const unsigned normal = normal32_of(static_cast<dtype>(p.type));
-  for (unsigned long long tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    const seg_tile_span span = seg_tile_of(p, tile);
-    if (span.s0 == span.s1) {  // uniform per block
-      seg_acc a = seg_whole_thread<L>(p, span.b, span.e, t, tot, tot32, normal);
-      if (!__any_sync(0xFFFFFFFFu, seg_nonempty(a))) continue;
-      seg_warp_merge(a);
-      if (t % 32 == 0) seg_fold_atomic(p.records, span.s0, a);
-    } else {
-      seg_straddle_thread<L>(p, span.b, span.e, t, span.s0, span.s1, tot, tot32, normal,
-                             [&](unsigned long long s, const seg_acc& a) { seg_fold_atomic(p.records, s, a); });
-    }
+  if (p.vec == 0) {
+    seg_block_tiles<L, seg_generic>(p);
+    return;
   }
-  if constexpr (L >= 2) {
-    device_result r = to_record(tot, tot32, static_cast<dtype>(p.type) == dtype::f64);
-    warp_merge_group<2, 0>(r);
-    if (t % 32 == 0) seg_totals_fold_atomic(reinterpret_cast<seg_totals*>(p.records + p.nseg + 1), r);
+  switch (static_cast<dtype>(p.type)) {
+    case dtype::f64: seg_block_tiles<L, static_cast<int>(dtype::f64)>(p); break;
+    case dtype::f32: seg_block_tiles<L, static_cast<int>(dtype::f32)>(p); break;
+    case dtype::f16: seg_block_tiles<L, static_cast<int>(dtype::f16)>(p); break;
+    case dtype::bf16: seg_block_tiles<L, static_cast<int>(dtype::bf16)>(p); break;
+    case dtype::f8_e4m3fn: seg_block_tiles<L, static_cast<int>(dtype::f8_e4m3fn)>(p); break;
+    default: seg_block_tiles<L, static_cast<int>(dtype::f8_e5m2)>(p); break;
   }
 }
 
