@@ -34,8 +34,8 @@ BUDGETS = {
     (1, "batch"): 64,
     (2, "batch"): 64,
     (3, "batch"): 80,
-    # segment_kernel<L, seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 5)
-    # at level 1, (256, 4) at level 2
+    # segment_kernel<L, seg_params> (segmented checks, detail/cuda_segments_launch.cuh): __launch_bounds__(256, 4)
+    # at level 1, (256, 3) at level 2
     (1, "segment"): 64,  # 50%
     (2, "segment"): 80,  # 37.5%
 }

@@ -4,24 +4,25 @@
 // names (nanscope::cuda::device_segments, segment_record, check_segmented_async, finalize_segments,
 // pending_segmented, checker::check with segments) are documented in docs/segments.md#cuda.
 //
-// The kernel (segment_kernel) works in tiles of seg_tile elements (block_threads x seg_per_thread), a block
-// taking tiles grid-stride. Per tile, every thread binary-searches the segments of the tile's first and last
-// element (the same addresses for the whole block: L1 broadcasts). A tile inside one segment (s0 == s1, the
+// The kernel (segment_kernel) works in tiles of seg_tile elements (block_threads x seg_per_thread = 16384), a
+// block taking tiles grid-stride. Per tile, each warp finds the segments of the tile's first and last element
+// (seg_find_warp: 32 probes per round, the same addresses for the whole block: L1 broadcasts). A tile inside one
+// segment (s0 == s1, the
 // common case) is read coalesced (thread t: elements t, t + 256, ...) with no segment lookup at all; its warps
 // merge their accumulators by a shuffle tree and lane 0 folds the warp's record into the segment's record with
 // atomics (integer adds, a max of the encoded first index, a max of the |x| bit pattern: exact and
 // order-free, so results do not depend on the schedule). Only a tile that straddles a boundary splits its work:
-// thread t takes the contiguous run [t * 16, t * 16 + 16) of the tile, finds the segment of its first element
+// thread t takes the contiguous run [t * 64, t * 64 + 64) of the tile, finds the segment of its first element
 // by a binary search limited to [s0, s1], walks forward (one compare per element, in straddling tiles only) and
 // flushes its accumulator whenever the segment changes.
 //
 // A full tile of a 16-byte-aligned contiguous tensor (seg_params::vec; every dtype's tile is a whole number of
 // 16-byte words) is read as 16-byte words instead of elements: inside one segment thread t takes words t,
-// t + 256, ... (coalesced), in a straddling tile its run of 16 elements as consecutive words; a clean word costs
+// t + 256, ... (coalesced), in a straddling tile its run of 64 elements as consecutive words; a clean word costs
 // one compare of its largest |x| pattern (seg_visit_word), and only a word holding NaN/Inf or crossing a
 // boundary goes lane by lane. The kernel runs one body per dtype for such tensors (its own health state only,
 // as the health kernel's contiguous_record) and an element body for strided or misaligned ones and the last,
-// partial tile. fp8 straddling tiles stay on elements (a 16-lane word walked across boundaries spilled).
+// partial tile. fp8 stays on elements (words of 16 lanes spilled at the register budgets).
 //
 // The totals: the non-finite counts and first index are the segment records summed; at level 2 (full_health,
 // segment_kernel<2, ...>) each thread also feeds every element to the health kernel's visit functions, and the
@@ -52,10 +53,12 @@
 #define NANSCOPE_IMPL_SEG_DEV __device__ __forceinline__
 #define NANSCOPE_IMPL_SEG_HD __host__ __device__ inline
 #define NANSCOPE_IMPL_SEG_UNROLL _Pragma("unroll")
+#define NANSCOPE_IMPL_SEG_UNROLL_4 _Pragma("unroll 4")
 #else
 #define NANSCOPE_IMPL_SEG_DEV inline
 #define NANSCOPE_IMPL_SEG_HD inline
 #define NANSCOPE_IMPL_SEG_UNROLL
+#define NANSCOPE_IMPL_SEG_UNROLL_4
 #endif
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -121,7 +124,7 @@ struct segment_record {
 
 namespace detail {
 
-inline constexpr int seg_per_thread = 16;  // elements per thread per tile
+inline constexpr int seg_per_thread = 64;  // elements per thread per tile
 inline constexpr unsigned long long seg_tile = static_cast<unsigned long long>(block_threads) * seg_per_thread;
 
 /// Error bits of the status record.
@@ -151,7 +154,7 @@ struct seg_params {
   strided_layout layout;           // rank 0: contiguous
 };
 
-/// A thread's (or warp's) accumulator for one segment piece. Counts fit 32 bits (a thread sees 16 elements per
+/// A thread's (or warp's) accumulator for one segment piece. Counts fit 32 bits (a thread sees 64 elements per
 /// tile and flushes per tile).
 struct seg_acc {
   unsigned nan = 0, pinf = 0, ninf = 0;
@@ -204,12 +207,41 @@ NANSCOPE_IMPL_SEG_DEV unsigned long long seg_find(const seg_params& p, unsigned 
 struct seg_tile_span {
   unsigned long long b, e, s0, s1;
 };
+#if defined(__CUDACC__)
+/// seg_find by the 32 lanes of a warp together (every lane calls it with the same arguments and gets seg_find's
+/// answer): each round probes 32 evenly spaced segments at once and keeps the span between the last probe at or
+/// before e and the next one, so 100000 segments take 4 rounds of one load instead of 17 dependent loads.
+__device__ __forceinline__ unsigned long long seg_find_warp(const seg_params& p, unsigned long long e,
+                                                            unsigned long long lo, unsigned long long hi) {
+  if (p.offsets == nullptr) return seg_find(p, e, lo, hi);
+  ++hi;  // seg_begin(lo) <= e < seg_begin(hi)
+  const unsigned long long lane = threadIdx.x % 32u;
+  while (hi - lo > 1) {
+    const unsigned long long stride = (hi - lo + 31) / 32;  // probes lo + stride, lo + 2 stride, ... below hi
+    const unsigned long long q = lo + (lane + 1) * stride;
+    const bool at_or_before = q < hi && seg_begin(p, q) <= e;  // true for a prefix of the lanes
+    const auto c = static_cast<unsigned long long>(__popc(__ballot_sync(0xFFFFFFFFu, at_or_before)));
+    const unsigned long long next_hi = lo + (c + 1) * stride;
+    lo += c * stride;
+    hi = next_hi < hi ? next_hi : hi;
+  }
+  return lo;
+}
+#endif
+
+/// The segments of a tile's first and last element. Every thread of the block calls it with the same tile
+/// (the kernel: the warps search together, seg_find_warp; the emulation: seg_find, the same answer).
 NANSCOPE_IMPL_SEG_DEV seg_tile_span seg_tile_of(const seg_params& p, unsigned long long tile) {
   seg_tile_span t;
   t.b = tile * seg_tile;
   t.e = t.b + seg_tile < p.n ? t.b + seg_tile : p.n;
+#if defined(__CUDACC__)
+  t.s0 = seg_find_warp(p, t.b, 0, p.nseg - 1);
+  t.s1 = seg_find_warp(p, t.e - 1, t.s0, p.nseg - 1);
+#else
   t.s0 = seg_find(p, t.b, 0, p.nseg - 1);
   t.s1 = seg_find(p, t.e - 1, t.s0, p.nseg - 1);
+#endif
   return t;
 }
 
@@ -366,22 +398,20 @@ NANSCOPE_IMPL_SEG_DEV void seg_total_word(thread_acc& tot, thread_acc32& tot32, 
   }
 }
 
-/// Words per thread per tile (seg_tile elements = seg_es<T> words for each of the block's threads), loaded
-/// at most seg_words_in_flight<L> at a time (f64: two rounds of four at level 1). Level 2 keeps the health
-/// state too: two at a time (four spilled at its budget, tests/cuda/resource_usage.py).
-template <int L>
-inline constexpr int seg_words_in_flight = L >= 2 ? 2 : 4;
+/// Words per thread per tile: seg_per_thread elements, 4 seg_es<T> words (f32: 16), loaded
+/// seg_words_in_flight at a time: 32 bytes a thread, 24-32 KB a multiprocessor at the kernels' occupancy. Four
+/// at a time spilled (tests/cuda/resource_usage.py).
+inline constexpr int seg_words_in_flight = 2;
 
 /// seg_whole_thread's full tile of a 16-byte-aligned contiguous tensor: words t, t + 256, ... of the tile
 /// (coalesced 16-byte loads), each folded by seg_visit_word.
 template <int L, dtype T>
 NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_words(const seg_params& p, unsigned long long b, unsigned t, thread_acc& tot,
                                              thread_acc32& tot32, unsigned normal) {
-  constexpr int words = seg_es<T>, epv = 16 / seg_es<T>;
-  constexpr int inflight = words < seg_words_in_flight<L> ? words : seg_words_in_flight<L>;
+  constexpr int words = seg_per_thread * seg_es<T> / 16, epv = 16 / seg_es<T>;
+  constexpr int inflight = words < seg_words_in_flight ? words : seg_words_in_flight;
   const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + b * seg_es<T>);
   seg_acc a;
-NANSCOPE_IMPL_SEG_UNROLL
   for (int r = 0; r < words; r += inflight) {
     vec16 v[inflight];
 NANSCOPE_IMPL_SEG_UNROLL
@@ -396,21 +426,20 @@ NANSCOPE_IMPL_SEG_UNROLL
   return a;
 }
 
-/// seg_straddle_thread's full tile of a 16-byte-aligned contiguous tensor: the thread's run of 16 elements is
+/// seg_straddle_thread's full tile of a 16-byte-aligned contiguous tensor: the thread's run of 64 elements is
 /// seg_es<T> consecutive words; a word inside the current segment goes through seg_visit_word, a word that
 /// crosses a boundary lane by lane (flushing at every segment change).
 template <int L, dtype T, class Flush>
 NANSCOPE_IMPL_SEG_DEV void seg_straddle_words(const seg_params& p, unsigned long long b, unsigned t,
                                              unsigned long long s0, unsigned long long s1, thread_acc& tot,
                                              thread_acc32& tot32, unsigned normal, Flush&& flush) {
-  constexpr int words = seg_es<T>, epv = 16 / seg_es<T>;
-  constexpr int inflight = words < seg_words_in_flight<L> ? words : seg_words_in_flight<L>;
+  constexpr int words = seg_per_thread * seg_es<T> / 16, epv = 16 / seg_es<T>;
+  constexpr int inflight = words < seg_words_in_flight ? words : seg_words_in_flight;
   const unsigned long long r0 = b + static_cast<unsigned long long>(t) * seg_per_thread;
   const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + r0 * seg_es<T>);
   unsigned long long s = seg_find(p, r0, s0, s1);
   unsigned long long end = seg_begin(p, s + 1);
   seg_acc a;
-NANSCOPE_IMPL_SEG_UNROLL
   for (int r = 0; r < words; r += inflight) {
     vec16 v[inflight];
 NANSCOPE_IMPL_SEG_UNROLL
@@ -443,9 +472,11 @@ NANSCOPE_IMPL_SEG_UNROLL
 }
 
 /// Whether the tile [b, e) takes the 16-byte-word path: a full tile of a 16-byte-aligned contiguous tensor
-/// (every full tile starts on a 16-byte boundary: seg_tile elements are a multiple of 16 bytes).
+/// (every full tile starts on a 16-byte boundary: seg_tile elements are a multiple of 16 bytes) of a dtype of 2
+/// bytes or more. fp8 stays on elements: words of 16 lanes spilled at both levels' register budgets
+/// (tests/cuda/resource_usage.py), and the kernel runs fp8 tensors in its element body.
 NANSCOPE_IMPL_SEG_DEV bool seg_words_tile(const seg_params& p, unsigned long long b, unsigned long long e) {
-  return p.vec != 0 && e - b == seg_tile;
+  return p.vec != 0 && p.es >= 2 && e - b == seg_tile;
 }
 
 /// Thread t's share of a tile [b, e) inside one segment: elements b + t, b + t + 256, ... (coalesced; a full
@@ -464,15 +495,14 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
           case dtype::f64: a = seg_whole_words<L, dtype::f64>(p, b, t, tot, tot32, normal); break;
           case dtype::f32: a = seg_whole_words<L, dtype::f32>(p, b, t, tot, tot32, normal); break;
           case dtype::f16: a = seg_whole_words<L, dtype::f16>(p, b, t, tot, tot32, normal); break;
-          case dtype::bf16: a = seg_whole_words<L, dtype::bf16>(p, b, t, tot, tot32, normal); break;
-          case dtype::f8_e4m3fn: a = seg_whole_words<L, dtype::f8_e4m3fn>(p, b, t, tot, tot32, normal); break;
-          default: a = seg_whole_words<L, dtype::f8_e5m2>(p, b, t, tot, tot32, normal); break;
+          default: a = seg_whole_words<L, dtype::bf16>(p, b, t, tot, tot32, normal); break;  // no fp8 here
         }
       }
       if (p.need_amax == 0) a.amax = 0;
       return a;
     }
   }
+NANSCOPE_IMPL_SEG_UNROLL_4
   for (int k = 0; k < seg_per_thread; ++k) {
     const unsigned long long i = b + static_cast<unsigned long long>(k) * block_threads + t;
     if (i < e) {
@@ -485,16 +515,14 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
   return a;
 }
 
-/// Thread t's share of a tile [b, e) that straddles segments s0 < s1: the run [b + 16 t, b + 16 t + 16), walked
+/// Thread t's share of a tile [b, e) that straddles segments s0 < s1: the run [b + 64 t, b + 64 t + 64), walked
 /// segment by segment (a full tile of a 16-byte-aligned contiguous tensor as 16-byte words,
 /// seg_straddle_words); flush(s, acc) takes each non-empty piece. K: see seg_any_dtype.
 template <int L, int K = seg_any_dtype, class Flush>
 NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned long long b, unsigned long long e,
                                                unsigned t, unsigned long long s0, unsigned long long s1,
                                                thread_acc& tot, thread_acc32& tot32, unsigned normal, Flush&& flush) {
-  // fp8 straddling tiles take the element path: a word of 16 lanes walked across boundaries spilled at the
-  // level-2 register budget (tests/cuda/resource_usage.py); fp8 tiles inside one segment take words
-  if constexpr (K != seg_generic && !(K >= 0 && seg_es<static_cast<dtype>(K >= 0 ? K : 0)> == 1)) {
+  if constexpr (K != seg_generic) {
     if (seg_words_tile(p, b, e)) {
       if constexpr (K >= 0) {
         seg_straddle_words<L, static_cast<dtype>(K)>(p, b, t, s0, s1, tot, tot32, normal, flush);
@@ -505,7 +533,7 @@ NANSCOPE_IMPL_SEG_DEV void seg_straddle_thread(const seg_params& p, unsigned lon
           case dtype::f32: seg_straddle_words<L, dtype::f32>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
           case dtype::f16: seg_straddle_words<L, dtype::f16>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
           case dtype::bf16: seg_straddle_words<L, dtype::bf16>(p, b, t, s0, s1, tot, tot32, normal, flush); return;
-          default: break;  // fp8: the element path below
+          default: break;  // fp8 never takes words (seg_words_tile)
         }
       }
     }
@@ -761,5 +789,6 @@ NANSCOPE_NAMESPACE_END
 #undef NANSCOPE_IMPL_SEG_DEV
 #undef NANSCOPE_IMPL_SEG_HD
 #undef NANSCOPE_IMPL_SEG_UNROLL
+#undef NANSCOPE_IMPL_SEG_UNROLL_4
 
 #endif  // NANSCOPE_DETAIL_CUDA_SEGMENTS_CUH

@@ -57,8 +57,8 @@ __device__ inline void seg_totals_fold_atomic(seg_totals* r, const device_result
   atomicMax(&r->amin_enc, ~a.amin_nz);
 }
 
-/// Blocks of 256 per SM the segment kernel of level L is compiled for (__launch_bounds__: a cap of 51 registers
-/// a thread at level 1, 64 at level 2; tests/cuda/resource_usage.py checks the budgets, docs/cuda.md).
+/// Blocks of 256 per SM the segment kernel of level L is compiled for (__launch_bounds__: a cap of 64 registers
+/// a thread at level 1, 80 at level 2; tests/cuda/resource_usage.py checks the budgets, docs/cuda.md).
 template <int L>
 inline constexpr int seg_min_blocks_per_sm = L >= 2 ? 3 : 4;
 
@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(block_threads, seg_min_blocks_per_sm<L>) segme
     case dtype::f32: seg_block_tiles<L, static_cast<int>(dtype::f32)>(p); break;
     case dtype::f16: seg_block_tiles<L, static_cast<int>(dtype::f16)>(p); break;
     case dtype::bf16: seg_block_tiles<L, static_cast<int>(dtype::bf16)>(p); break;
-    case dtype::f8_e4m3fn: seg_block_tiles<L, static_cast<int>(dtype::f8_e4m3fn)>(p); break;
-    default: seg_block_tiles<L, static_cast<int>(dtype::f8_e5m2)>(p); break;
+    default: seg_block_tiles<L, seg_generic>(p); break;  // fp8: element loads (see seg_words_tile)
   }
 }
 
@@ -125,9 +124,13 @@ inline void seg_launch(int level, const Params& p, unsigned blocks, cudaStream_t
   else segment_kernel<1, Params><<<blocks, block_threads, 0, stream>>>(p);
 }
 
-/// Blocks of one segment launch: every tile once, no more than the device keeps busy.
-inline unsigned seg_blocks(const seg_params& p, const device_props& props) {
-  unsigned long long full = static_cast<unsigned long long>(props.sm_count) * 8ull;
+/// Blocks of one segment launch: one wave (the blocks the level's register budget lets each multiprocessor
+/// hold, seg_min_blocks_per_sm), never more than there are tiles; the blocks then take tiles grid-stride. A
+/// second, partial wave of blocks (the grid was 8 blocks per multiprocessor before) left most of the device idle
+/// at the end.
+inline unsigned seg_blocks(const seg_params& p, const device_props& props, int level) {
+  const int per_sm = level >= 2 ? seg_min_blocks_per_sm<2> : seg_min_blocks_per_sm<1>;
+  unsigned long long full = static_cast<unsigned long long>(props.sm_count) * static_cast<unsigned long long>(per_sm);
   if (full < 1) full = 1;
   unsigned long long b = p.tiles < full ? p.tiles : full;
   // the offsets check wants a thread per offset at most (it strides otherwise): at least one block
@@ -187,7 +190,8 @@ inline void check_segmented_async(void* temp_storage, std::size_t& temp_storage_
                      v.name, "cudaMemsetAsync (segment records)");
   const detail::seg_params p = detail::seg_make_params(v, s, nseg, extent, unit, records, so);
   const detail::device_props props = detail::current_props(v.name);
-  detail::seg_launch(detail::seg_kernel_level(mode), p, detail::seg_blocks(p, props), b.stream);
+  const int level = detail::seg_kernel_level(mode);
+  detail::seg_launch(level, p, detail::seg_blocks(p, props, level), b.stream);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) detail::cuda_fail(v.name, e, "the segment kernel launch");
 }
