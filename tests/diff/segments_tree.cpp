@@ -7,6 +7,17 @@
 //   DIR/good   every value finite
 //   DIR/nan    attn makes NaN in rows 6 and 9 (request 23, rows 5-11); lm_head carries them and makes -inf in
 //              row 19 (request 8, rows 12-19)
+// Runs to compare with nan (the bad segments of A and B, tests/diff/CMakeLists.txt):
+//   DIR/moved      attn makes NaN in rows 2 (request 17, rows 0-4), 6 and 9; lm_head makes -inf in rows 3 and 10
+//                  (requests 17 and 23), none in request 8
+//   DIR/swapped    attn makes NaN in rows 2 and 9 (requests 17 and 23); lm_head -inf in row 19: nan's counts in
+//                  every tensor, in other requests
+//   DIR/rebatched  nan's values with token rows {0, 5, 13, 13, 20}: request 23 is rows 5-12
+//   DIR/renamed    nan's values with ids 17, 31, 42, 8: rows 5-11 are request 31
+//   DIR/reordered  nan's values with request 42 (no token) first: rows {0, 0, 5, 12, 20}, ids 42, 17, 23, 8
+//   DIR/experts    nan's values and segmentation with the unit "expert"
+//   DIR/added      nan's values over 5 requests, rows {0, 5, 12, 12, 16, 20}, ids 17, 23, 42, 8, 99: row 19 is
+//                  request 99 (rows 16-19)
 // Each run writes Server_debug_tree_SUMMARY.json and _FULL_TENSORS.json in the numeric style with extras. Exit
 // status 0, or 1 with the writer's error on stderr.
 #include <nanscope/nanscope.hpp>
@@ -26,36 +37,42 @@ float bits_f32(std::uint32_t b) {
   return f;
 }
 
-int run(const std::string& dir, bool bad) {
+/// One run: the batch's segmentation and where attn makes NaN (column 1, or 3 for odd rows) and lm_head -inf
+/// (column 2).
+struct run_spec {
+  const char* name;
+  std::vector<std::int64_t> cu, ids;
+  std::vector<std::size_t> nan_rows, ninf_rows;
+  const char* unit = "request";
+};
+
+int run(const std::string& dir, const run_spec& spec) {
   nanscope::recorder_options ro;
   ro.policy = nanscope::on_detect::print_and_continue;
   ro.sink = [](std::string_view) {};
   nanscope::recorder rec(ro);
   nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_rank(0).with_style(nanscope::tree_style::numeric)
                                    .with_pruning(false));
-  const std::vector<std::int64_t> cu = {0, 5, 12, 12, 20};
-  const std::vector<std::int64_t> ids = {17, 23, 42, 8};
+  const std::vector<std::int64_t>& cu = spec.cu;
+  const std::vector<std::int64_t>& ids = spec.ids;
   std::vector<float> x(20 * 4), h(20 * 4), y(20 * 4);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.125f - 0.25f;
   {
-    NANSCOPE_SEGMENTS_TO(rec, nanscope::segments::rows(cu).with_ids(ids).with_unit("request"));
+    NANSCOPE_SEGMENTS_TO(rec, nanscope::segments::rows(cu).with_ids(ids).with_unit(spec.unit));
     nanscope::scope root(rec, "", "Server");
     root.input(nanscope::view_of(x.data(), {20, 4}, "x"));
     {
       nanscope::scope a(rec, "attn", "Attention");
       a.input(nanscope::view_of(x.data(), {20, 4}, "x"));
       for (std::size_t i = 0; i < h.size(); ++i) h[i] = x[i] * 0.5f;
-      if (bad) {
-        h[6 * 4 + 1] = bits_f32(0x7FC00000u);
-        h[9 * 4 + 3] = bits_f32(0x7FC00000u);
-      }
+      for (const std::size_t r : spec.nan_rows) h[r * 4 + (r % 2 ? 3 : 1)] = bits_f32(0x7FC00000u);
       a.output(nanscope::view_of(h.data(), {20, 4}, "h"));
     }
     {
       nanscope::scope l(rec, "lm_head", "Linear");
       l.input(nanscope::view_of(h.data(), {20, 4}, "h"));
       for (std::size_t i = 0; i < y.size(); ++i) y[i] = h[i] + 1.0f;
-      if (bad) y[19 * 4 + 2] = bits_f32(0xFF800000u);
+      for (const std::size_t r : spec.ninf_rows) y[r * 4 + 2] = bits_f32(0xFF800000u);
       l.output(nanscope::view_of(y.data(), {20, 4}, "y"));
     }
     root.output(nanscope::view_of(y.data(), {20, 4}, "y"));
@@ -76,6 +93,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  if (run(dir + "/good", false) != 0) return 1;
-  return run(dir + "/nan", true);
+  const std::vector<std::int64_t> cu = {0, 5, 12, 12, 20}, ids = {17, 23, 42, 8};
+  const run_spec runs[] = {
+      {"good", cu, ids, {}, {}},
+      {"nan", cu, ids, {6, 9}, {19}},
+      {"moved", cu, ids, {2, 6, 9}, {3, 10}},
+      {"swapped", cu, ids, {2, 9}, {19}},
+      {"rebatched", {0, 5, 13, 13, 20}, ids, {6, 9}, {19}},
+      {"renamed", cu, {17, 31, 42, 8}, {6, 9}, {19}},
+      {"reordered", {0, 0, 5, 12, 20}, {42, 17, 23, 8}, {6, 9}, {19}},
+      {"experts", cu, ids, {6, 9}, {19}, "expert"},
+      {"added", {0, 5, 12, 12, 16, 20}, {17, 23, 42, 8, 99}, {6, 9}, {19}},
+  };
+  for (const run_spec& r : runs)
+    if (run(dir + "/" + r.name, r) != 0) return 1;
+  return 0;
 }

@@ -10,6 +10,10 @@
 // std, min, max), the shown values element by element when both sides show values with the same layout, and
 // health (NaN / ±inf present in one run only, from nanscope's counts or inferred from the statistics). A pair of
 // numbers a, b passes when |a − b| ≤ atol + rtol·max(|a|, |b|); NaN equals NaN, ±inf equals the same inf.
+// When both files record the tensor's bad segments (nanscope_segments), they are compared too (segments.hpp): a
+// segment bad in one run only, or in both with other counts, is a segment difference (report::segment_diffs). It is
+// not a divergence of the tensor (the first divergence and the producer are the values' and health's) and
+// report::diverged leaves it out; nanscope-diff's verdict counts it (main.cpp).
 // When the compared values do not cover every element (torch's print elided some, or a file has no values), mean
 // and std are the only witnesses of the unseen elements: their default atol is divided by min(√numel, 64), so a
 // change hidden in the elided part is not averaged away below the per-element tolerance.
@@ -24,6 +28,7 @@
 #define NANSCOPE_DIFF_DIFF_HPP
 
 #include "producer.hpp"
+#include "segments.hpp"
 #include "tensor_health.hpp"
 #include "tree_model.hpp"
 
@@ -104,6 +109,8 @@ struct tensor_result {
   std::string values_skipped;  ///< why shown values were not compared although both sides have some
   bool has_worst = false;
   field_diff worst;  ///< the failing pair with the largest relative error (largest of all when none fails)
+  bool segments_compared = false;  ///< both files record bad segments of it (nanscope_segments; not --ignore-extras)
+  segment_comparison segments;     ///< its bad segments in A against B (segments_compared)
   bool diverged() const {
     return stats_failed || values_failed || shape_changed || dtype_changed || !health.empty();
   }
@@ -167,6 +174,10 @@ struct report {
   likely_producer likely;  ///< the likely producer of the first divergence
   std::size_t stats_compared = 0, values_compared = 0, tensors_compared = 0, params_compared = 0;
   std::size_t tensors_diverged = 0, health_diffs = 0;
+  /// tensors whose bad segments both files record, and the segments that differ among them (bad in one run only,
+  /// or in both with other counts or another first NaN/Inf; segment_comparison::differences)
+  std::size_t segment_tensors = 0, segment_diffs = 0;
+  std::size_t segment_mismatches = 0;  ///< of segment_tensors: those whose segmentations differ (not compared)
   pruning_info pruning_a, pruning_b;  ///< what each file says and shows about pruning
   bool detection_a = false, detection_b = false;  ///< the file records the recorder's detection
   origin origin_a, origin_b;          ///< each file's first NaN/Inf and its producer (find_origin)
@@ -525,6 +536,14 @@ class differ {
     flag("NaN", fa.nan, fb.nan, fa.counts.nan, fb.counts.nan);
     flag("+inf", fa.pos_inf, fb.pos_inf, fa.counts.pos_inf, fb.counts.pos_inf);
     flag("-inf", fa.neg_inf, fb.neg_inf, fa.counts.neg_inf, fb.counts.neg_inf);
+
+    if (o_.use_extras && !a.segments.empty() && !b.segments.empty()) {  // both runs name their bad segments
+      t.segments_compared = true;
+      t.segments = compare_segments(a, b);
+      ++r_.segment_tensors;
+      r_.segment_diffs += t.segments.differences();
+      if (!t.segments.mismatch.empty()) ++r_.segment_mismatches;
+    }
 
     if (t.param) ++r_.params_compared;
     else ++r_.tensors_compared;

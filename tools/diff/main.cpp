@@ -311,8 +311,12 @@ std::string structural_text(const nsdiff::structural_diff& s) {
   return "tensor vs non-tensor: " + s.module + " " + s.tensor + ": " + s.a + " -> " + s.b;
 }
 
+/// The verdict: the report's divergences, and segments bad in one run only or in both with other counts (tensors
+/// whose bad segments both files record).
+bool diverged(const nsdiff::report& r, const nsdiff::diff_options& o) { return r.diverged(o) || r.segment_diffs > 0; }
+
 std::string verdict_text(const nsdiff::report& r, const nsdiff::diff_options& o) {
-  if (!r.diverged(o))
+  if (!diverged(r, o))
     return "verdict: same within tolerance (" + plural(r.tensors_compared, "tensor", "tensors") +
            (r.params_compared ? " and " + plural(r.params_compared, "parameter", "parameters") : std::string()) + ", " +
            std::to_string(r.stats_compared + r.values_compared) + " numbers compared)";
@@ -323,6 +327,7 @@ std::string verdict_text(const nsdiff::report& r, const nsdiff::diff_options& o)
   if (value_diverged) parts.push_back(plural(value_diverged, "tensor", "tensors") + " beyond tolerance");
   if (!r.structural.empty()) parts.push_back(plural(r.structural.size(), "structural difference", "structural differences"));
   if (r.health_diffs) parts.push_back(plural(r.health_diffs, "health difference", "health differences"));
+  if (r.segment_diffs) parts.push_back(plural(r.segment_diffs, "segment difference", "segment differences"));
   if (o.strict_text && !r.texts.empty()) parts.push_back(plural(r.texts.size(), "argument difference", "argument differences"));
   std::string s = "verdict: DIVERGED (";
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
@@ -446,6 +451,17 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
     for (const auto& t : r.tensors)
       for (const auto& h : t.health) out << "  " << safe(r.nodes[t.node].display + " " + t.label + ": " + h) << "\n";
   }
+  if (r.segment_tensors) {  // tensors whose bad segments both files record: which segments are bad where
+    out << "\nbad segments, A vs B (" << plural(r.segment_tensors, "tensor", "tensors")
+        << " recorded with bad segments in both; " << plural(r.segment_diffs, "segment difference", "segment differences")
+        << (r.segment_mismatches ? "; " + std::to_string(r.segment_mismatches) + " with different segmentations" : std::string())
+        << "):\n";
+    for (const auto& t : r.tensors) {
+      if (!t.segments_compared) continue;
+      for (const std::string& l : nsdiff::comparison_lines(t.segments))
+        out << "  " << safe(r.nodes[t.node].display + " " + t.label + ": " + l) << "\n";
+    }
+  }
   if (!r.texts.empty()) {
     out << "\nnon-tensor arguments that differ (" << r.texts.size()
         << (o.strict_text ? ", counted: --strict-text" : ", not counted; --strict-text counts them") << "):\n";
@@ -507,9 +523,9 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
   j["b"] = file_json(b);
   j["tolerance"] = {{"rtol", o.rtol_set ? json(o.rtol) : json("by dtype")},
                     {"atol", o.atol_set ? json(o.atol) : json("rtol * max(|min|,|max|) of A")}};
-  const bool diverged = r.diverged(o);
-  j["verdict"] = diverged ? "diverged" : "same";
-  j["exit_code"] = diverged ? 1 : 0;
+  const bool differ = diverged(r, o);
+  j["verdict"] = differ ? "diverged" : "same";
+  j["exit_code"] = differ ? 1 : 0;
   j["compared"] = {{"modules", r.nodes.size()},
                    {"tensors", r.tensors_compared},
                    {"parameters", r.params_compared},
@@ -580,6 +596,35 @@ void print_json(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
   for (const auto& t : r.tensors)
     for (const auto& h : t.health) he.push_back({{"module", r.nodes[t.node].display}, {"tensor", t.label}, {"what", h}});
   j["health"] = he;
+  auto segment_json = [](const nsdiff::segment_info& g) {
+    return json{{"unit", g.unit},
+                {"index", g.index},
+                {"id", g.id},
+                {g.rows ? "rows" : "elements", {g.first_unit, g.last_unit}},
+                {"nan", g.nan},
+                {"pos_inf", g.pos_inf},
+                {"neg_inf", g.neg_inf},
+                {"first", g.first},
+                {"text", nsdiff::segment_text(g)}};
+  };
+  json sc = json::array();
+  for (const auto& t : r.tensors) {
+    if (!t.segments_compared) continue;
+    const nsdiff::segment_comparison& c = t.segments;
+    json bo = json::array(), ao = json::array(), both = json::array();
+    for (const auto& g : c.b_only) bo.push_back(segment_json(g));
+    for (const auto& g : c.a_only) ao.push_back(segment_json(g));
+    for (const auto& p : c.both) both.push_back({{"a", segment_json(p.a)}, {"b", segment_json(p.b)}, {"same", p.same}});
+    sc.push_back({{"module", r.nodes[t.node].display},
+                  {"tensor", t.label},
+                  {"segmentations_differ", c.mismatch.empty() ? json(nullptr) : json(c.mismatch)},
+                  {"b_only", bo},
+                  {"a_only", ao},
+                  {"both", both},
+                  {"differences", c.differences()},
+                  {"lines", nsdiff::comparison_lines(c)}});
+  }
+  j["segment_comparison"] = sc;
   json tx = json::array();
   for (const auto& t : r.texts)
     tx.push_back({{"module", t.module}, {"argument", t.label}, {"a", t.missing_a ? json(nullptr) : json(t.a)},
@@ -657,7 +702,7 @@ int main(int argc, char** argv) {
       r.notes.insert(r.notes.end(), pair_notes.begin(), pair_notes.end());
       if (c.json) print_json(out, c, trees[0], trees[1], r);
       else print_text(out, c, trees[0], trees[1], r);
-      status = r.diverged(c.diff) ? 1 : 0;
+      status = diverged(r, c.diff) ? 1 : 0;
     }
     text = out.str();
   } catch (const std::exception& e) {
