@@ -374,16 +374,26 @@ template <dtype T>
 NANSCOPE_IMPL_SEG_DEV void seg_visit_word(seg_acc& a, const seg_params& p, const vec16& v, unsigned long long i0) {
   constexpr int epv = 16 / seg_es<T>;
   unsigned long long m = 0;
+  if constexpr (seg_es<T> <= 4) {  // 32-bit lanes: the masks and the max in 32-bit arithmetic (half the work)
+    const auto mask = static_cast<unsigned>(p.abs_mask);
+    unsigned m32 = 0;
 NANSCOPE_IMPL_SEG_UNROLL
-  for (int j = 0; j < epv; ++j) {
-    const unsigned long long x = seg_lane<T>(v, j) & p.abs_mask;
-    m = x > m ? x : m;
+    for (int j = 0; j < epv; ++j) {
+      const unsigned x = static_cast<unsigned>(seg_lane<T>(v, j)) & mask;
+      m32 = x > m32 ? x : m32;
+    }
+    m = m32;
+  } else {
+NANSCOPE_IMPL_SEG_UNROLL
+    for (int j = 0; j < epv; ++j) {
+      const unsigned long long x = seg_lane<T>(v, j) & p.abs_mask;
+      m = x > m ? x : m;
+    }
   }
   if (m < p.bad_lo) {
     a.amax = m > a.amax ? m : a.amax;
     return;
   }
-NANSCOPE_IMPL_SEG_UNROLL
   for (int j = 0; j < epv; ++j) seg_visit(a, p, seg_lane<T>(v, j), i0 + static_cast<unsigned long long>(j));
 }
 
