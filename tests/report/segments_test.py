@@ -4,6 +4,9 @@ segmentation carries "nanscope_segments" in the layer tree (docs/segments.md); b
 NaN/Inf, one line per bad segment ("request 23 (rows 5-11): 2 NaN, first at row 6") followed by where that segment
 was produced in the file.
 
+`nanscope report A B` also shows nanscope-diff's comparison of A's bad segments with B's ("Server.attn outputs: bad
+in B only: request 17 (rows 0-4): 1 NaN, first at row 2") and counts the segment differences in its verdict.
+
 References, independent of the C++ code: the lines are written here from the JSON fields, and each segment's
 producer is found here by walking the tree in call order (a node's parameters and inputs when entered, its children,
 its outputs when left): the first node whose outputs hold the segment while its inputs and parameters do not, else
@@ -15,6 +18,7 @@ Usage: segments_test.py --nanscope PATH --work DIR [--nanscope-diff PATH] [--seg
 tree writer under a NANSCOPE_SEGMENTS guard. Exit status 0 when every check passed, 1 otherwise.
 """
 import argparse
+import html
 import json
 import os
 import re
@@ -139,6 +143,69 @@ def expected_lines(root):
         o = origin(root, s["unit"], s["id"])
         lines.append(seg_line(s) + ("; " + o if o else ""))
     return lines
+
+
+def comparison_reference(root_a, root_b):
+    """The bad segments of A against B, written here from the two trees' JSON (the trees have the same modules and
+    one segmentation): for each tensor with bad segments in both, in call order, the segments bad in B only, in A
+    only, then in both (each group by index), as "<module> <tensor>: <line>"."""
+    out = []
+    for (na, enter), (nb, _) in zip(call_order(root_a), call_order(root_b)):
+        for p in (("parameters", "inputs") if enter else ("outputs",)):
+            for (label, ta), (_, tb) in zip(slots(na, p), slots(nb, p)):
+                sa = ta.get("nanscope_segments", []) if isinstance(ta, dict) else []
+                sb = tb.get("nanscope_segments", []) if isinstance(tb, dict) else []
+                if not sa or not sb:
+                    continue
+                a_ids = {x["id"]: x for x in sa}
+                b_ids = {y["id"] for y in sb}
+                lines = [f"bad in B only: {seg_line(y)}" for y in sorted(sb, key=lambda s: s["index"]) if y["id"] not in a_ids]
+                lines += [f"bad in A only: {seg_line(x)}" for x in sorted(sa, key=lambda s: s["index"]) if x["id"] not in b_ids]
+                for y in sorted(sb, key=lambda s: s["index"]):
+                    x = a_ids.get(y["id"])
+                    if x is None:
+                        continue
+                    name, counts_b = seg_line(y).split(": ", 1)
+                    counts_a = seg_line(x).split(": ", 1)[1]
+                    if all(x[k] == y[k] for k in ("nan", "pos_inf", "neg_inf", "first")):
+                        lines.append(f"bad in both: {name}: {counts_b} (the same in A and B)")
+                    else:
+                        lines.append(f"bad in both: {name}: A: {counts_a}; B: {counts_b}")
+                out += [f"{na['module_path']} {label}: {l}" for l in lines]
+    return out
+
+
+def report_diff(nanscope, tree_a, tree_b, out_html):
+    """`nanscope report A B`: the page's diff data, or None."""
+    p = subprocess.run([nanscope, "report", tree_a, tree_b, "-o", out_html], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if not expect(p.returncode == 0, f"report {tree_a} {tree_b}: exit {p.returncode}: {p.stderr}"):
+        return None
+    d = page_data(out_html)
+    if not expect(d is not None and d.get("diff") is not None, f"{out_html}: no diff data"):
+        return None
+    return d["diff"]
+
+
+def page_dom(chromium, html_path, profile):
+    """The page's DOM after its script ran ("" when chromium did not finish)."""
+    try:
+        p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + profile,
+                            "--dump-dom", "file://" + os.path.abspath(html_path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, universal_newlines=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        expect(False, f"chromium timed out on {html_path}")
+        return ""
+    return p.stdout
+
+
+def page_diff_segments(dom):
+    """The diff's verdict, the segment section's heading and its items as the page's script draws them (text)."""
+    v = re.search(r'<div class="verdict" id="diff-verdict">(.*?)</div>', dom, re.S)
+    h = re.search(r'<div class="stats" id="diff-segments-summary">(.*?)</div>', dom, re.S)
+    m = re.search(r'<ul class="segments" id="diff-segments">(.*?)</ul>', dom, re.S)
+    items = [html.unescape(x) for x in re.findall(r"<li>(.*?)</li>", m.group(1))] if m else None
+    return (html.unescape(v.group(1)) if v else None, html.unescape(h.group(1)) if h else None, items)
 
 
 def page_data(path):
@@ -268,6 +335,36 @@ def main():
         expect(rc == 2 and "outputs.nanscope_segments[0].rows: expected [first, last]" in err,
                f"diff malformed: {rc} {err}")
 
+    # `nanscope report A B` with a hostile module name: B lost expert 9; the line names the module as text
+    hostile = "Net.<i class=hostile>x</i>&amp;"  # markup that would show as an element (no script: no dialog)
+    ha, hb = json.loads(json.dumps(trees["experts"])), json.loads(json.dumps(trees["experts"]))
+    for t in (ha, hb):
+        t["children"][1]["module_path"] = hostile
+    for n in (hb["children"][1], hb):
+        n["outputs"]["nanscope_segments"] = n["outputs"]["nanscope_segments"][:1]
+        n["outputs"]["health"].update(neg_inf=0, positive=62)
+    for name, t in (("hostile_a", ha), ("hostile_b", hb)):
+        paths[name] = os.path.join(a.work, f"seg_{name}.json")
+        with open(paths[name], "w") as f:
+            json.dump(t, f, indent=2)
+    want = [f"{hostile} outputs: bad in A only: expert 9 (row 12): 1 -inf, first at row 12",
+            f"{hostile} outputs: bad in both: expert 3 (rows 0-3): 2 NaN, first at row 1 (the same in A and B)",
+            "Net outputs: bad in A only: expert 9 (row 12): 1 -inf, first at row 12",
+            "Net outputs: bad in both: expert 3 (rows 0-3): 2 NaN, first at row 1 (the same in A and B)"]
+    expect(comparison_reference(ha, hb) == want, f"the reference for the hostile pair: {comparison_reference(ha, hb)}")
+    hostile_html = os.path.join(a.work, "seg_hostile.html")
+    d = report_diff(a.nanscope, paths["hostile_a"], paths["hostile_b"], hostile_html)
+    if d is not None:
+        expect(d.get("segments") == want, f"report hostile: segments {d.get('segments')}")
+        expect(d.get("segment_diffs") == 2 and d.get("diverged_flag") is True and "2 segment differences" in d.get("verdict", ""),
+               f"report hostile: {d.get('segment_diffs')} {d.get('diverged_flag')} {d.get('verdict')!r}")
+        expect("<i class" not in open(hostile_html, encoding="utf-8").read(), "report hostile: raw markup in the file")
+        if a.chromium:
+            dom = page_dom(a.chromium, hostile_html, os.path.abspath(os.path.join(a.work, "chromium-profile")))
+            _, _, items = page_diff_segments(dom)
+            expect(items == want, f"page hostile: items {items}")
+            expect("<i class" not in dom, "page hostile: an element made of the module's name")
+
     if a.segments_writer:  # the real recorder and tree writer (tests/diff/segments_tree.cpp)
         real = os.path.join(a.work, "real")
         p = subprocess.run([a.segments_writer, real], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -285,6 +382,49 @@ def main():
                                              "request 8 (rows 12-19): 1 -inf, first at row 19"],
                f"the real lm_head output's segments: {lm}")
         expect(origin(root, "request", 8) == "produced in Server.lm_head outputs", "request 8's producer")
+
+        # `nanscope report A B`: the bad segments of A against B, and the verdict counting them as nanscope-diff does
+        summary = lambda x: os.path.join(real, x, "Server_debug_tree_SUMMARY.json")
+        want_verdict = {
+            # the NaN moved to request 17 with the same counts: no statistic and no health count differs, the
+            # segments alone make the verdict
+            "swapped": "verdict: diverged (0 of 6 tensors, 8 segment differences)",
+            "moved": "verdict: diverged (4 of 6 tensors, 8 segment differences)",
+            "nan": "verdict: same within tolerance (6 tensors compared)",
+        }
+        for other in ("swapped", "moved", "nan"):
+            ra, rb = json.load(open(nan_tree)), json.load(open(summary(other)))
+            want = comparison_reference(ra, rb)
+            out_html = os.path.join(a.work, f"real_nan_{other}.html")
+            d = report_diff(a.nanscope, nan_tree, summary(other), out_html)
+            if d is None:
+                continue
+            ndiff = 0 if other == "nan" else 8
+            expect(d.get("verdict") == want_verdict[other], f"report nan {other}: verdict {d.get('verdict')!r}")
+            expect(d.get("diverged_flag") == (other != "nan"), f"report nan {other}: diverged_flag {d.get('diverged_flag')}")
+            expect(d.get("segment_diffs") == ndiff, f"report nan {other}: segment_diffs {d.get('segment_diffs')}")
+            expect(d.get("segment_summary") == f"4 tensors recorded with bad segments in both; {ndiff} segment differences",
+                   f"report nan {other}: segment_summary {d.get('segment_summary')!r}")
+            expect(d.get("segments") == want, f"report nan {other}: segments\n{d.get('segments')}\n!= reference\n{want}")
+            if a.nanscope_diff:  # the same lines and the same verdict as nanscope-diff --json
+                rc, out, err = diff_json(a.nanscope_diff, nan_tree, summary(other))
+                j = json.loads(out) if out else {}
+                lines = [f"{c['module']} {c['tensor']}: {l}" for c in j.get("segment_comparison", []) for l in c["lines"]]
+                expect(lines == d.get("segments"), f"nan {other}: nanscope-diff's lines {lines} != the report's")
+                expect(rc == (1 if d.get("diverged_flag") else 0) and
+                       j.get("verdict") == ("diverged" if d.get("diverged_flag") else "same"),
+                       f"nan {other}: nanscope-diff exit {rc} verdict {j.get('verdict')} vs the report's {d.get('verdict')}")
+            if a.chromium:  # as the page's script draws them
+                v, h, items = page_diff_segments(page_dom(a.chromium, out_html,
+                                                          os.path.abspath(os.path.join(a.work, "chromium-profile"))))
+                expect(v == want_verdict[other], f"page nan {other}: verdict {v!r}")
+                expect(h == f"bad segments, A vs B ({d.get('segment_summary')}):", f"page nan {other}: heading {h!r}")
+                expect(items == want, f"page nan {other}: items {items}")
+        # the reference's lines, spelled out for the pair whose NaN moved to another request
+        expect(comparison_reference(json.load(open(nan_tree)), json.load(open(summary("swapped"))))[:2] == [
+            "Server.attn outputs: bad in B only: request 17 (rows 0-4): 1 NaN, first at row 2",
+            "Server.attn outputs: bad in both: request 23 (rows 5-11): A: 2 NaN, first at row 6; B: 1 NaN, first at row 9"],
+            "the reference's lines for nan against swapped")
 
     print(f"{CHECKS[0]} checks, {len(FAILURES)} failed")
     return 1 if FAILURES else 0

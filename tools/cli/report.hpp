@@ -4,6 +4,7 @@
 #ifndef NANSCOPE_CLI_REPORT_HPP
 #define NANSCOPE_CLI_REPORT_HPP
 
+#include "../diff/segments.hpp"  // nsdiff::comparison_lines: the bad segments of A against B
 #include "output.hpp"
 #include "report_model.hpp"
 #include "report_page.hpp"
@@ -265,11 +266,16 @@ inline std::string diff_json(model& m) {
   auto node_index = [&](long ni) -> long {
     return ni >= 0 && static_cast<std::size_t>(ni) < r.nodes.size() ? row_b(r.nodes[static_cast<std::size_t>(ni)].b) : -1;
   };
+  // the verdict counts what nanscope-diff's counts: divergences, and segments bad in one run only or in both with
+  // other counts (nsdiff::report::verdict_diverged)
+  const bool diverged = r.verdict_diverged(o);
   std::string verdict;
-  if (r.diverged(o)) {
+  if (diverged) {
     verdict = "verdict: diverged (" + std::to_string(r.tensors_diverged) + " of " +
               std::to_string(r.tensors_compared + r.params_compared) + " tensors";
     if (!r.structural.empty()) verdict += ", " + std::to_string(r.structural.size()) + " structural differences";
+    if (r.segment_diffs)
+      verdict += ", " + std::to_string(r.segment_diffs) + (r.segment_diffs == 1 ? " segment difference" : " segment differences");
     verdict += ")";
   } else {
     verdict = "verdict: same within tolerance (" + std::to_string(r.tensors_compared + r.params_compared) +
@@ -287,7 +293,7 @@ inline std::string diff_json(model& m) {
   }
   std::string s = "{\"a\":" + json_string(a.file) + ",\"b\":" + json_string(b.file) +
                   ",\"tree\":" + std::to_string(m.tree_files[1]) + ",\"verdict\":" + json_string(verdict) +
-                  ",\"diverged_flag\":" + (r.diverged(o) ? "true" : "false") +
+                  ",\"diverged_flag\":" + (diverged ? "true" : "false") +
                   ",\"first_text\":" + json_string(first_text) + ",\"first_node\":" + std::to_string(first_node) +
                   ",\"producer_text\":" + json_string(producer_text) +
                   ",\"producer_module\":" + json_string(producer_module) +
@@ -304,6 +310,18 @@ inline std::string diff_json(model& m) {
     const auto& d = r.structural[i];
     s += (i ? ",[" : "[") + json_string(d.kind) + "," + json_string(d.module) + "," + json_string(d.tensor) + "," +
          json_string(d.a) + "," + json_string(d.b) + "]";
+  }
+  // the bad segments of A against B, as nanscope-diff prints them (tools/diff/segments.hpp): the section's summary
+  // ("" when no tensor's bad segments are recorded in both files) and one line per comparison line
+  s += "],\"segment_diffs\":" + std::to_string(r.segment_diffs) + ",\"segment_summary\":" +
+       json_string(r.segment_tensors ? nsdiff::segment_comparison_summary(r) : std::string()) + ",\"segments\":[";
+  bool seg_comma = false;
+  for (const nsdiff::tensor_result& t : r.tensors) {
+    if (!t.segments_compared) continue;
+    for (const std::string& l : nsdiff::comparison_lines(t.segments)) {
+      s += (seg_comma ? "," : "") + json_string(r.nodes[t.node].display + " " + t.label + ": " + l);
+      seg_comma = true;
+    }
   }
   s += "],\"notes\":[";
   for (std::size_t i = 0; i < r.notes.size(); ++i) s += (i ? "," : "") + json_string(r.notes[i]);

@@ -467,6 +467,15 @@ function drawDiff() {
     for (const s of d.structural.slice(0, 100)) { const tr = el("tr"); for (const c of s) tr.appendChild(el("td", null, c)); tab.appendChild(tr); }
     b.appendChild(tab);
   }
+  if (d.segment_summary) {  // the bad segments of A against B, as nanscope-diff prints them
+    const h = el("div", "stats", "bad segments, A vs B (" + d.segment_summary + "):");
+    h.id = "diff-segments-summary";
+    b.appendChild(h);
+    const ul = el("ul", "segments");
+    ul.id = "diff-segments";
+    for (const line of d.segments) ul.appendChild(el("li", null, line));
+    b.appendChild(ul);
+  }
   for (const n of d.notes) b.appendChild(el("div", "notes", n));
 }
 

@@ -13,7 +13,7 @@
 // When both files record the tensor's bad segments (nanscope_segments), they are compared too (segments.hpp): a
 // segment bad in one run only, or in both with other counts, is a segment difference (report::segment_diffs). It is
 // not a divergence of the tensor (the first divergence and the producer are the values' and health's) and
-// report::diverged leaves it out; nanscope-diff's verdict counts it (main.cpp).
+// report::diverged leaves it out; the verdict of nanscope-diff and of `nanscope report` counts it (verdict_diverged).
 // When the compared values do not cover every element (torch's print elided some, or a file has no values), mean
 // and std are the only witnesses of the unseen elements: their default atol is divided by min(√numel, 64), so a
 // change hidden in the elided part is not averaged away below the per-element tolerance.
@@ -185,7 +185,22 @@ struct report {
   bool diverged(const diff_options& o) const {
     return tensors_diverged > 0 || !structural.empty() || (o.strict_text && !texts.empty());
   }
+  /// The verdict of nanscope-diff and of `nanscope report`: the divergences above, and segments bad in one run only
+  /// or in both with other counts (segment_diffs: tensors whose bad segments both files record).
+  bool verdict_diverged(const diff_options& o) const { return diverged(o) || segment_diffs > 0; }
 };
+
+/// What the section of bad segments, A against B, is about: "4 tensors recorded with bad segments in both; 8 segment
+/// differences" (and "; N with different segmentations"). Shared by nanscope-diff and `nanscope report`.
+inline std::string segment_comparison_summary(const report& r) {
+  auto count = [](std::size_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  std::string s = count(r.segment_tensors, "tensor", "tensors") + " recorded with bad segments in both; " +
+                  count(r.segment_diffs, "segment difference", "segment differences");
+  if (r.segment_mismatches) s += "; " + std::to_string(r.segment_mismatches) + " with different segmentations";
+  return s;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 

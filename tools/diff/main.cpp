@@ -313,7 +313,7 @@ std::string structural_text(const nsdiff::structural_diff& s) {
 
 /// The verdict: the report's divergences, and segments bad in one run only or in both with other counts (tensors
 /// whose bad segments both files record).
-bool diverged(const nsdiff::report& r, const nsdiff::diff_options& o) { return r.diverged(o) || r.segment_diffs > 0; }
+bool diverged(const nsdiff::report& r, const nsdiff::diff_options& o) { return r.verdict_diverged(o); }
 
 std::string verdict_text(const nsdiff::report& r, const nsdiff::diff_options& o) {
   if (!diverged(r, o))
@@ -452,10 +452,7 @@ void print_text(std::ostream& out, const cli& c, const nsdiff::tree_file& a, con
       for (const auto& h : t.health) out << "  " << safe(r.nodes[t.node].display + " " + t.label + ": " + h) << "\n";
   }
   if (r.segment_tensors) {  // tensors whose bad segments both files record: which segments are bad where
-    out << "\nbad segments, A vs B (" << plural(r.segment_tensors, "tensor", "tensors")
-        << " recorded with bad segments in both; " << plural(r.segment_diffs, "segment difference", "segment differences")
-        << (r.segment_mismatches ? "; " + std::to_string(r.segment_mismatches) + " with different segmentations" : std::string())
-        << "):\n";
+    out << "\nbad segments, A vs B (" << nsdiff::segment_comparison_summary(r) << "):\n";
     for (const auto& t : r.tensors) {
       if (!t.segments_compared) continue;
       for (const std::string& l : nsdiff::comparison_lines(t.segments))
