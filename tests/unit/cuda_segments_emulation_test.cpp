@@ -352,6 +352,16 @@ TEST_CASE("cuda segment kernel (emulated): boundaries on every tile edge, one-el
       }
     const nc::device_segments ds = nc::device_segments::elements(off.data(), off.size());
     INFO("dtype " << std::string(ns::name(t)));
+    {  // this case must exercise the kernel's 16-byte-word paths: an aligned buffer, full tiles (fp8: elements)
+      std::uint64_t extent = 0, unit = 1;
+      const ns::segment_options so;
+      const std::uint64_t nseg = nd::seg_host_validate(c.view, ds, so, extent, unit);
+      const nd::seg_params p = nd::seg_make_params(c.view, ds, nseg, extent, unit, nullptr, so);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(c.view.data) % 16u == 0);
+      CHECK(p.vec == 1);
+      CHECK(nd::seg_words_tile(p, 0, nd::seg_tile) == (es >= 2));
+      CHECK_FALSE(nd::seg_words_tile(p, 5 * nd::seg_tile, static_cast<std::uint64_t>(n)));  // the partial tile
+    }
     for (unsigned grid : {1u, 2u, 6u, 100u}) {
       const ns::segment_options so = ns::segment_options{}.with_level(ns::segment_detail::counts).with_threshold(0.5);
       const ns::segmented_result dev = device_check(c.view, ds, ns::check_mode::curt_health, so, grid);

@@ -589,6 +589,10 @@ NANSCOPE_IMPL_DEV void visit_at(thread_acc& t, thread_acc32& t32, const unsigned
   }
 }
 
+/// Element bytes of a float dtype known at compile time.
+template <dtype T>
+inline constexpr int elem_bytes = static_cast<int>(size_of(T));
+
 /// The elements of one 16-byte word.
 template <int L, dtype T>
 NANSCOPE_IMPL_DEV void visit_vec(thread_acc& t, thread_acc32& t32, const vec16& v, unsigned normal,
@@ -638,7 +642,7 @@ NANSCOPE_IMPL_UNROLL_ALL
 template <int L, dtype T>
 NANSCOPE_IMPL_DEV_FN void run_body(thread_acc& t, thread_acc32& t32, const vec16* vec, unsigned long long nvec,
                          long long index0, unsigned long long g, unsigned long long stride) {
-  constexpr int epv = 16 / static_cast<int>(T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1);
+  constexpr int epv = 16 / elem_bytes<T>;
   const unsigned normal = normal32_of(T);
   for (unsigned long long base = g; base < nvec; base += stride * unroll) {
     vec16 v[unroll];
@@ -732,7 +736,7 @@ NANSCOPE_IMPL_DEV_FN device_result element_record(const tensor_desc& d, const st
 template <int L, dtype T>
 NANSCOPE_IMPL_DEV_FN device_result contiguous_record(const tensor_desc& d, unsigned long long g,
                                                      unsigned long long stride) {
-  constexpr int es = T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1;
+  constexpr int es = elem_bytes<T>;
   constexpr auto ues = static_cast<unsigned long long>(es);
   const unsigned normal = normal32_of(T);
   const auto* base = static_cast<const unsigned char*>(d.data);

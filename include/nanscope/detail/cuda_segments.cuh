@@ -53,12 +53,10 @@
 #define NANSCOPE_IMPL_SEG_DEV __device__ __forceinline__
 #define NANSCOPE_IMPL_SEG_HD __host__ __device__ inline
 #define NANSCOPE_IMPL_SEG_UNROLL _Pragma("unroll")
-#define NANSCOPE_IMPL_SEG_UNROLL_4 _Pragma("unroll 4")
 #else
 #define NANSCOPE_IMPL_SEG_DEV inline
 #define NANSCOPE_IMPL_SEG_HD inline
 #define NANSCOPE_IMPL_SEG_UNROLL
-#define NANSCOPE_IMPL_SEG_UNROLL_4
 #endif
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -345,25 +343,21 @@ NANSCOPE_IMPL_SEG_DEV void seg_visit_total(thread_acc& t, thread_acc32& t32, con
   }
 }
 
-/// Element bytes of a float dtype known at compile time.
-template <dtype T>
-inline constexpr int seg_es = T == dtype::f64 ? 8 : T == dtype::f32 ? 4 : (T == dtype::f16 || T == dtype::bf16) ? 2 : 1;
-
 /// Raw bits of lane j of a 16-byte word of dtype T.
 template <dtype T>
 NANSCOPE_IMPL_SEG_DEV unsigned long long seg_lane(const vec16& v, int j) {
   // the word is picked by selects, not by indexing an array: a lane index known only at run time (a boundary
   // inside the word) would otherwise put the word in local memory
-  constexpr int epw = 4 / (seg_es<T> < 4 ? seg_es<T> : 4);  // lanes per 32-bit word (f64: a lane is two words)
-  const int k = seg_es<T> == 8 ? 2 * j : j / epw;
+  constexpr int epw = 4 / (elem_bytes<T> < 4 ? elem_bytes<T> : 4);  // lanes a 32-bit word (f64: two words a lane)
+  const int k = elem_bytes<T> == 8 ? 2 * j : j / epw;
   const unsigned lo = k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-  if constexpr (seg_es<T> == 8) {
+  if constexpr (elem_bytes<T> == 8) {
     const unsigned hi = k == 0 ? v.y : v.w;
     return (static_cast<unsigned long long>(hi) << 32) | lo;
-  } else if constexpr (seg_es<T> == 4) {
+  } else if constexpr (elem_bytes<T> == 4) {
     return lo;
   } else {
-    return (lo >> ((j % epw) * 8 * seg_es<T>)) & ((1u << (8 * seg_es<T>)) - 1u);
+    return (lo >> ((j % epw) * 8 * elem_bytes<T>)) & ((1u << (8 * elem_bytes<T>)) - 1u);
   }
 }
 
@@ -372,9 +366,9 @@ NANSCOPE_IMPL_SEG_DEV unsigned long long seg_lane(const vec16& v, int j) {
 /// a word that holds one goes lane by lane (seg_visit: counts and the first index).
 template <dtype T>
 NANSCOPE_IMPL_SEG_DEV void seg_visit_word(seg_acc& a, const seg_params& p, const vec16& v, unsigned long long i0) {
-  constexpr int epv = 16 / seg_es<T>;
+  constexpr int epv = 16 / elem_bytes<T>;
   unsigned long long m = 0;
-  if constexpr (seg_es<T> <= 4) {  // 32-bit lanes: the masks and the max in 32-bit arithmetic (half the work)
+  if constexpr (elem_bytes<T> <= 4) {  // 32-bit lanes: the masks and the max in 32-bit arithmetic (half the work)
     const auto mask = static_cast<unsigned>(p.abs_mask);
     unsigned m32 = 0;
 NANSCOPE_IMPL_SEG_UNROLL
@@ -408,7 +402,7 @@ NANSCOPE_IMPL_SEG_DEV void seg_total_word(thread_acc& tot, thread_acc32& tot32, 
   }
 }
 
-/// Words per thread per tile: seg_per_thread elements, 4 seg_es<T> words (f32: 16), loaded
+/// Words per thread per tile: seg_per_thread elements, 4 elem_bytes<T> words (f32: 16), loaded
 /// seg_words_in_flight at a time: 32 bytes a thread, 24-32 KB a multiprocessor at the kernels' occupancy. Four
 /// at a time spilled (tests/cuda/resource_usage.py).
 inline constexpr int seg_words_in_flight = 2;
@@ -418,9 +412,9 @@ inline constexpr int seg_words_in_flight = 2;
 template <int L, dtype T>
 NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_words(const seg_params& p, unsigned long long b, unsigned t, thread_acc& tot,
                                              thread_acc32& tot32, unsigned normal) {
-  constexpr int words = seg_per_thread * seg_es<T> / 16, epv = 16 / seg_es<T>;
+  constexpr int words = seg_per_thread * elem_bytes<T> / 16, epv = 16 / elem_bytes<T>;
   constexpr int inflight = words < seg_words_in_flight ? words : seg_words_in_flight;
-  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + b * seg_es<T>);
+  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + b * elem_bytes<T>);
   seg_acc a;
   for (int r = 0; r < words; r += inflight) {
     vec16 v[inflight];
@@ -437,16 +431,16 @@ NANSCOPE_IMPL_SEG_UNROLL
 }
 
 /// seg_straddle_thread's full tile of a 16-byte-aligned contiguous tensor: the thread's run of 64 elements is
-/// seg_es<T> consecutive words; a word inside the current segment goes through seg_visit_word, a word that
+/// elem_bytes<T> consecutive words; a word inside the current segment goes through seg_visit_word, a word that
 /// crosses a boundary lane by lane (flushing at every segment change).
 template <int L, dtype T, class Flush>
 NANSCOPE_IMPL_SEG_DEV void seg_straddle_words(const seg_params& p, unsigned long long b, unsigned t,
                                              unsigned long long s0, unsigned long long s1, thread_acc& tot,
                                              thread_acc32& tot32, unsigned normal, Flush&& flush) {
-  constexpr int words = seg_per_thread * seg_es<T> / 16, epv = 16 / seg_es<T>;
+  constexpr int words = seg_per_thread * elem_bytes<T> / 16, epv = 16 / elem_bytes<T>;
   constexpr int inflight = words < seg_words_in_flight ? words : seg_words_in_flight;
   const unsigned long long r0 = b + static_cast<unsigned long long>(t) * seg_per_thread;
-  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + r0 * seg_es<T>);
+  const auto* base = reinterpret_cast<const vec16*>(static_cast<const unsigned char*>(p.data) + r0 * elem_bytes<T>);
   unsigned long long s = seg_find(p, r0, s0, s1);
   unsigned long long end = seg_begin(p, s + 1);
   seg_acc a;
@@ -512,7 +506,6 @@ NANSCOPE_IMPL_SEG_DEV seg_acc seg_whole_thread(const seg_params& p, unsigned lon
       return a;
     }
   }
-NANSCOPE_IMPL_SEG_UNROLL_4
   for (int k = 0; k < seg_per_thread; ++k) {
     const unsigned long long i = b + static_cast<unsigned long long>(k) * block_threads + t;
     if (i < e) {
@@ -799,6 +792,5 @@ NANSCOPE_NAMESPACE_END
 #undef NANSCOPE_IMPL_SEG_DEV
 #undef NANSCOPE_IMPL_SEG_HD
 #undef NANSCOPE_IMPL_SEG_UNROLL
-#undef NANSCOPE_IMPL_SEG_UNROLL_4
 
 #endif  // NANSCOPE_DETAIL_CUDA_SEGMENTS_CUH
