@@ -3,6 +3,7 @@
 #ifndef NANSCOPE_FRAME_HPP
 #define NANSCOPE_FRAME_HPP
 
+#include "block_scaled_record.hpp"
 #include "config.hpp"
 #include "dtype.hpp"
 #include "health.hpp"
@@ -75,6 +76,8 @@ struct tensor_record {
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
   reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
   recorded_segments segmented;  ///< checked with a segmentation: its bad segments (segment_record.hpp)
+  /// checked against a block-scaled target: per format, what quantizing it would lose (block_scaled_record.hpp)
+  recorded_block_scaled block_scaled;
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.

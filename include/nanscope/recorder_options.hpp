@@ -3,6 +3,7 @@
 #ifndef NANSCOPE_RECORDER_OPTIONS_HPP
 #define NANSCOPE_RECORDER_OPTIONS_HPP
 
+#include "block_scaled_record.hpp"
 #include "config.hpp"
 #include "dtype.hpp"
 #include "frame.hpp"
@@ -34,14 +35,18 @@ struct site_rule {
   // A constructor (not an aggregate) so that `site_rule{pattern, allowed, skip}` stays warning-free under
   // -Wmissing-field-initializers now that cast_to exists.
   site_rule(std::string pattern_, allow allowed_ = allow::none, bool skip_ = false,
-            std::optional<dtype> cast_to_ = std::nullopt)
-      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_) {}
+            std::optional<dtype> cast_to_ = std::nullopt, std::optional<block_target> block_scaled_ = std::nullopt)
+      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_),
+        block_scaled(std::move(block_scaled_)) {}
   std::string pattern;
   allow allowed = allow::none;
   bool skip = false;  ///< do not check tensors here at all
   /// The low-precision dtype these tensors will be cast to: warnings are measured against it (see
   /// recorder_options::cast_to).
   std::optional<dtype> cast_to;
+  /// The block-scaled format(s) these tensors will be quantized to (see recorder_options::block_scaled); an empty
+  /// block_target{} turns the options' target off here.
+  std::optional<block_target> block_scaled;
 };
 
 struct recorder_options {
@@ -75,6 +80,12 @@ struct recorder_options {
   /// Also count, for every float tensor, the values that would overflow, become subnormal or flush to zero if
   /// cast to fp16/bf16/e4m3fn/e5m2 (a second pass, nanscope::margins); shown by the extended report.
   bool count_margins = false;
+  /// The block-scaled format(s) the recorded float tensors will be quantized to (MXFP8, MXFP6, MXFP4, NVFP4): each
+  /// is checked with check_block_scaled in the same read as its health, its per-format statistics are kept
+  /// (tensor_record::block_scaled, the layer tree, `nanscope report`) and a warning names the blocks that would
+  /// lose values (block_target::warn_lossy_fraction). A site_rule's block_scaled overrides it for its modules.
+  /// Host tensors only; a tensor checked with a segmentation or with count_margins gets a second pass for it.
+  std::optional<block_target> block_scaled;
 };
 
 NANSCOPE_NAMESPACE_END

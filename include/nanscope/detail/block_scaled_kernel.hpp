@@ -9,6 +9,7 @@
 #endif
 
 #include "../block_scaled_formats.hpp"
+#include "../block_scaled_result.hpp"
 #include "../config.hpp"
 #include "../dtype.hpp"
 
@@ -17,15 +18,6 @@
 #include <vector>
 
 NANSCOPE_NAMESPACE_BEGIN
-
-/// One block's what-if record (block_scaled_options::keep_blocks): the scale as stored (MX: the E8M0 byte,
-/// exponent + 127, 0xFF NaN; NVFP4: the E4M3 byte, 0x7F NaN) and the block's counts.
-struct block_record {
-  std::uint8_t scale = 0;
-  std::uint8_t clipped = 0;    ///< elements whose magnitude / scale exceeds the format's max (stored as +-max)
-  std::uint8_t flushed = 0;    ///< non-zero elements that quantize to zero
-  std::uint8_t subnormal = 0;  ///< elements that quantize to a subnormal of the element format
-};
 
 namespace detail {
 

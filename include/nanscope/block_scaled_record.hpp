@@ -1,0 +1,139 @@
+// nanscope — block_scaled_record.hpp: the block-scaled target a recorder checks tensors against (MXFP8/MXFP6/MXFP4/
+// NVFP4), what it keeps of each such tensor, and the text that names a loss: "as mxfp4 (ocp scales): 212 of 512
+// blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0; worst block 17 ...". docs/block-scaled.md.
+#ifndef NANSCOPE_BLOCK_SCALED_RECORD_HPP
+#define NANSCOPE_BLOCK_SCALED_RECORD_HPP
+
+#include "block_scaled_formats.hpp"
+#include "block_scaled_result.hpp"
+#include "config.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The block-scaled format(s) tensors will be quantized to (recorder_options::block_scaled, site_rule::block_scaled,
+/// NANSCOPE_DETECT_OVERFLOW_BLOCKS). A recorder checks such a tensor with check_block_scaled in the same read as
+/// its health, keeps the per-format statistics with the tensor (tensor_record::block_scaled: the layer tree and
+/// `nanscope report` show them), and warns once per site and step when more than `warn_lossy_fraction` of its
+/// blocks would lose values (a clipped or flushed element, or a NaN scale).
+/// Chainable: block_target{block_format::mxfp4}.with_rule(scale_rule::round_up).
+struct block_target {
+  block_target() = default;
+  /// One format (implicit: NANSCOPE_DETECT_OVERFLOW_BLOCKS(x, "ctx", nanscope::block_format::nvfp4)).
+  block_target(block_format f) : formats(block_format_set{}.with(f)) {}  // NOLINT(google-explicit-constructor)
+  /// Several formats at once.
+  block_target(block_format_set s) : formats(s) {}  // NOLINT(google-explicit-constructor)
+
+  block_format_set formats;           ///< empty: no block-scaled statistics
+  scale_rule rule = scale_rule::ocp;  ///< how MX block scales are chosen (NVFP4 has its own rule)
+  int axis = -1;                      ///< the dimension blocks run along; negative counts from the end
+  /// NVFP4's per-tensor scale from this magnitude; negative: from the tensor's own abs max (a second read).
+  double nvfp4_tensor_amax = -1.0;
+  /// Warn when more than this fraction of a tensor's blocks lose values (0: any lossy block; negative: never).
+  /// The default, 1%, stays quiet for MXFP8 on ordinary activations; FP4 formats lose small values in most
+  /// blocks of normal data, so a site quantized to them warns unless it is raised.
+  double warn_lossy_fraction = 0.01;
+
+  block_target& with(block_format f) {
+    formats = formats.with(f);
+    return *this;
+  }
+  block_target& with_rule(scale_rule r) {
+    rule = r;
+    return *this;
+  }
+  block_target& with_axis(int a) {
+    axis = a;
+    return *this;
+  }
+  block_target& with_nvfp4_tensor_amax(double a) {
+    nvfp4_tensor_amax = a;
+    return *this;
+  }
+  block_target& with_warn_lossy_fraction(double f) {
+    warn_lossy_fraction = f;
+    return *this;
+  }
+};
+
+/// What a recorder keeps of a tensor checked against a block target: tensor_record::block_scaled.
+struct recorded_block_scaled {
+  bool applied = false;               ///< the tensor was checked against a block target
+  scale_rule rule = scale_rule::ocp;
+  int axis = 0;                       ///< the dimension the blocks ran along (non-negative)
+  double warn_lossy_fraction = 0.01;  ///< the target's threshold
+  std::vector<block_format_stats> formats;  ///< per format, in block_format order (per_block is always empty)
+  unsigned warned = 0;                ///< bit i: the tensor crossed the threshold for block_format i
+
+  const block_format_stats* find(block_format f) const {
+    for (const block_format_stats& s : formats)
+      if (s.format == f) return &s;
+    return nullptr;
+  }
+  /// The statistics of the format that loses the largest fraction of blocks (ties: the first), or null.
+  const block_format_stats* worst_format() const {
+    const block_format_stats* w = nullptr;
+    for (const block_format_stats& s : formats)
+      if (w == nullptr || s.lossy_blocks * w->blocks > w->lossy_blocks * s.blocks) w = &s;
+    return w;
+  }
+};
+
+namespace detail {
+
+/// printf into a std::string (numbers only: the callers pass no user text through the format).
+template <class... A>
+std::string bs_printf(const char* fmt, A... a) {
+  char buf[160];
+  const int n = std::snprintf(buf, sizeof buf, fmt, a...);
+  return n <= 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+}
+
+/// "2^7" for an MX scale byte (E8M0: exponent + 127); NVFP4: the E4M3 block scale's value ("0.875"); NaN scales "NaN".
+inline std::string block_scale_text(block_format f, std::uint8_t scale) {
+  if (info(f).mx) return scale == 0xFF ? std::string("NaN") : "2^" + std::to_string(static_cast<int>(scale) - 127);
+  if ((scale & 0x7F) == 0x7F) return "NaN";
+  return bs_printf("%g", decode(element_format::e4m3, scale));
+}
+
+/// "as mxfp4 (ocp scales): 212 of 512 blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0, 2 NaN-scale blocks;
+/// worst block 17 (elements 544-575, abs max 900, scale 2^7: 1 clipped, 31 flushed, error max 132, rms 23.4);
+/// scale exponents -3..7 (mean -1.20, std 1.50)". One line, no newline.
+inline std::string block_loss_text(const block_format_stats& s) {
+  std::string out = "as ";
+  out += name(s.format);
+  out += info(s.format).mx ? std::string(" (") + name(s.rule) + " scales)" : std::string(" (e4m3 block scales)");
+  out += ": " + std::to_string(s.lossy_blocks) + " of " + std::to_string(s.blocks) + " blocks";
+  out += bs_printf(" (%.1f%%)", 100.0 * s.lossy_fraction());
+  if (s.lossy_blocks == 0) {
+    out += " lose nothing";
+  } else {
+    out += " lose values: " + std::to_string(s.clipped) + " clipped, " + std::to_string(s.flushed) + " flushed to 0";
+    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale blocks";
+    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale blocks";
+  }
+  const block_worst& w = s.worst;
+  if (w.index >= 0) {
+    out += "; worst block " + std::to_string(w.index) + " (elements " + std::to_string(w.first_element) + "-" +
+           std::to_string(w.first_element + w.elements - 1) + bs_printf(", abs max %.4g", w.abs_max) +
+           ", scale " + block_scale_text(s.format, w.scale) + ": " + std::to_string(w.clipped) + " clipped, " +
+           std::to_string(w.flushed) + " flushed";
+    if (std::isfinite(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
+    out += ")";
+  }
+  if (std::isfinite(s.scale_exp_mean))
+    out += bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
+                     s.scale_exp_mean, std::isfinite(s.scale_exp_std) ? s.scale_exp_std : 0.0);
+  return out;
+}
+
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_RECORD_HPP
