@@ -3,6 +3,7 @@
 //   NANSCOPE_SCOPE("encoder.block.2", "T5Block");     // RAII module scope (nests into the module path)
 //   NANSCOPE_INPUT(x);  NANSCOPE_OUTPUT(y);  NANSCOPE_PARAM(w, "weight");
 //   NANSCOPE_DETECT_OVERFLOW(h, "after layer_norm");  // a checkpoint; short alias DETECT_OVERFLOW
+//   NANSCOPE_DETECT_OVERFLOW_BLOCKS(h, "before fc2", nanscope::block_format::mxfp4);  // + what MXFP4 would lose
 //
 // All use nanscope::default_recorder(); the *_TO variants take a recorder. With NANSCOPE_CONFIG_LEVEL 0 every
 // macro still parses its arguments (no unused-variable warnings, no rot) but never evaluates them and
@@ -59,6 +60,8 @@
   ::nanscope::detail::macro_output_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) \
   static_cast<void>((rec).checkpoint((x), (context), (seg), NANSCOPE_IMPL_HERE()))
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, x, context, target) \
+  static_cast<void>((rec).checkpoint((x), (context), ::nanscope::block_target(target), NANSCOPE_IMPL_HERE()))
 
 #else
 
@@ -73,6 +76,7 @@
 #define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
 #define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) NANSCOPE_IMPL_UNUSED(rec, x, context, seg)
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, x, context, target) NANSCOPE_IMPL_UNUSED(rec, x, context, target)
 
 #endif
 
@@ -91,6 +95,11 @@
 #define NANSCOPE_OUTPUT_SEGMENTS(x, seg) NANSCOPE_OUTPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS(x, context, seg) \
   NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(::nanscope::default_recorder(), x, context, seg)
+// A checkpoint against a block-scaled target (block_scaled_record.hpp, docs/block-scaled.md): what quantizing the
+// tensor to it would lose, warned about past the target's threshold and kept for the layer tree and the report.
+//   NANSCOPE_DETECT_OVERFLOW_BLOCKS(h, "before the fp4 GEMM", nanscope::block_format::nvfp4);
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS(x, context, target) \
+  NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(::nanscope::default_recorder(), x, context, target)
 
 #if !defined(NANSCOPE_CONFIG_NO_SHORT_MACROS)
 #define DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW(x, context)

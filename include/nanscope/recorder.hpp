@@ -180,6 +180,12 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint checked against a block-scaled target (NANSCOPE_DETECT_OVERFLOW_BLOCKS): besides the health, what
+  /// quantizing it to MXFP8/MXFP6/MXFP4/NVFP4 would lose, kept with the frame and warned about past
+  /// block_target::warn_lossy_fraction (block_scaled_record.hpp). A float tensor in host memory; else health only.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, const block_target& target,
+                           source_location where = {}, allow allowed = allow::none);
   /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
@@ -208,8 +214,11 @@ class recorder {
   /// `seg`: a segmentation given with this call (scope::output(x, seg)): it must fit the tensor (else check()'s
   /// nanscope::error). Without one, the innermost NANSCOPE_SEGMENTS guard of this thread for this recorder applies
   /// to inputs, outputs and checkpoints when it fits (segments_guard.hpp).
+  /// `target`: a block-scaled target given with this call (a checkpoint's); without one, the first matching
+  /// site_rule's block_scaled, else recorder_options::block_scaled.
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr);
+                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr,
+                       const block_target* target = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -250,7 +259,8 @@ class recorder {
   /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
-                                const health_result* known, const segments* seg = nullptr);
+                                const health_result* known, const segments* seg = nullptr,
+                                const block_target* target = nullptr);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -267,6 +277,18 @@ class recorder {
       }
     }
     return a;
+  }
+  /// The block-scaled target of a tensor at `path`: the first matching rule's block_scaled, else the options'
+  /// (null when neither names a format).
+  const block_target* block_target_locked(const std::string& path) const {
+    const block_target* t = nullptr;
+    for (const auto& r : opts_.rules)
+      if (r.block_scaled && detail::glob_match(r.pattern, path)) {
+        t = &*r.block_scaled;
+        break;
+      }
+    if (t == nullptr && opts_.block_scaled) t = &*opts_.block_scaled;
+    return t != nullptr && !t->formats.empty() ? t : nullptr;
   }
   /// The dtype a tensor at `path` of dtype `own` will be cast to: the first matching rule's cast_to, else the
   /// options' cast_to, else its own dtype.
@@ -320,6 +342,11 @@ template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where,
                                    allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, &s);
+}
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, const block_target& target,
+                                   source_location where, allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, nullptr, &target);
 }
 
 NANSCOPE_NAMESPACE_END

@@ -202,7 +202,8 @@ inline scope* current_scope(recorder& r) {
 }  // namespace detail
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
-                                               allow allowed, const health_result* known, const segments* seg) {
+                                               allow allowed, const health_result* known, const segments* seg,
+                                               const block_target* target) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -227,7 +228,7 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg, target);
 }
 
 NANSCOPE_NAMESPACE_END

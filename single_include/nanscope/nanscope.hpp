@@ -9198,6 +9198,572 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_FRAME_HPP
 #define NANSCOPE_FRAME_HPP
 
+// ---- begin nanscope/block_scaled_record.hpp ----
+// nanscope — block_scaled_record.hpp: the block-scaled target a recorder checks tensors against (MXFP8/MXFP6/MXFP4/
+// NVFP4), what it keeps of each such tensor, and the text that names a loss: "as mxfp4 (ocp scales): 212 of 512
+// blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0; worst block 17 ...". docs/block-scaled.md.
+#ifndef NANSCOPE_BLOCK_SCALED_RECORD_HPP
+#define NANSCOPE_BLOCK_SCALED_RECORD_HPP
+
+// ---- begin nanscope/block_scaled_formats.hpp ----
+// nanscope — block_scaled_formats.hpp: the element and scale formats of block-scaled low precision (OCP MX, NVFP4):
+// exact decode, round-to-nearest-even encode with saturation, and the block scale rules. docs/block-scaled.md.
+//
+//   double v = nanscope::decode(nanscope::element_format::e2m1, 0x7);          // 6.0
+//   unsigned c = nanscope::encode(nanscope::element_format::e4m3, 500.0);     // 0x7E (448: saturated)
+//   std::uint8_t x = nanscope::mx_scale_code(nanscope::element_format::e2m1, nanscope::scale_rule::ocp, 5.0);
+//                                                                              // E8M0 0x7F: 2^0 (floor(log2 5) - 2)
+//
+// Everything here is exact and uses no floating-point division and no NaN comparisons: the answers do not change
+// under -ffast-math. Needs only the standard library.
+#ifndef NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+#define NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+
+#include <cstdint>
+#include <cstring>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The element formats of OCP Microscaling v1.0 (E2M1 also for NVFP4). e4m3 is the OCP E4M3 (max 448, no
+/// infinities, NaN = S.1111.111), the same encoding as dtype::f8_e4m3fn.
+enum class element_format : std::uint8_t { e2m1, e2m3, e3m2, e4m3, e5m2 };
+inline constexpr int element_format_count = 5;
+
+/// The facts of one element format.
+struct element_format_info {
+  element_format id;
+  const char* name;     ///< "e2m1", ...
+  int bits;             ///< storage bits (sign included): 4, 6 or 8
+  int exponent_bits;
+  int mantissa_bits;
+  int bias;
+  int emax;             ///< exponent of the largest normal binade (OCP's emax_elem)
+  bool has_inf;         ///< e5m2 only
+  bool has_nan;         ///< e4m3 (S.1111.111) and e5m2 (IEEE-like); e2m1, e2m3, e3m2 have neither
+  unsigned max_code;    ///< positive code of the largest finite value
+  double max_finite;
+  double min_normal;
+  double min_subnormal;
+};
+
+namespace detail {
+inline constexpr element_format_info element_format_table[element_format_count] = {
+    {element_format::e2m1, "e2m1", 4, 2, 1, 1, 2, false, false, 0x7, 6.0, 1.0, 0.5},
+    {element_format::e2m3, "e2m3", 6, 2, 3, 1, 2, false, false, 0x1F, 7.5, 1.0, 0.125},
+    {element_format::e3m2, "e3m2", 6, 3, 2, 3, 4, false, false, 0x1F, 28.0, 0.25, 0.0625},
+    {element_format::e4m3, "e4m3", 8, 4, 3, 7, 8, false, true, 0x7E, 448.0, 0.015625, 0.001953125},
+    {element_format::e5m2, "e5m2", 8, 5, 2, 15, 15, true, true, 0x7B, 57344.0, 6.103515625e-05, 1.52587890625e-05},
+};
+
+/// 2^e as a double from its bits (-1022 <= e <= 1023): exact, no arithmetic.
+inline double bs_pow2(int e) { return bits_to_double(static_cast<std::uint64_t>(e + 1023) << 52); }
+
+/// floor(log2(a)) of a positive finite double, from its bits (subnormal doubles included).
+inline int bs_floor_log2(double a) {
+  const std::uint64_t b = double_to_bits(a) & 0x7FFFFFFFFFFFFFFFull;
+  const int field = static_cast<int>(b >> 52);
+  if (field != 0) return field - 1023;
+  return -1074 + (63 - __builtin_clzll(b));  // subnormal double: the top set bit of the fraction
+}
+
+/// The bits of the f32 nearest to a non-negative finite double (ties to even; f32 subnormals included; beyond the
+/// largest f32: +inf), with integer operations only.
+inline std::uint32_t bs_f32_bits_rne(double a) {
+  const std::uint64_t b = double_to_bits(a) & 0x7FFFFFFFFFFFFFFFull;
+  const int field = static_cast<int>(b >> 52);
+  if (field == 0) return 0;  // zero or a subnormal double: far below half the smallest f32
+  const int e = field - 1023;
+  if (e > 127) return 0x7F800000u;
+  const std::uint64_t sig = (b & 0x000FFFFFFFFFFFFFull) | (std::uint64_t{1} << 52);
+  const int q = (e < -126 ? -126 : e) - 23;  // the f32 quantum of a's binade
+  const int sh = 52 + q - e;
+  if (sh >= 60) return 0;
+  std::uint64_t n = sig >> sh;
+  const std::uint64_t rest = sig & ((std::uint64_t{1} << sh) - 1u), half = std::uint64_t{1} << (sh - 1);
+  if (rest > half || (rest == half && (n & 1u) != 0)) ++n;
+  // subnormal quantum: the bits are n (2^23 is the smallest normal); normal: field e + 127 plus n - 2^23
+  if (q == -149) return static_cast<std::uint32_t>(n);
+  return (static_cast<std::uint32_t>(e + 127) << 23) + static_cast<std::uint32_t>(n - (std::uint64_t{1} << 23));
+}
+
+/// The significand of a positive finite normal double as an integer in [2^52, 2^53).
+inline std::uint64_t bs_significand(double a) {
+  return (double_to_bits(a) & 0x000FFFFFFFFFFFFFull) | (std::uint64_t{1} << 52);
+}
+}  // namespace detail
+
+constexpr const element_format_info& info(element_format f) {
+  return detail::element_format_table[static_cast<unsigned>(f) < static_cast<unsigned>(element_format_count)
+                                          ? static_cast<unsigned>(f)
+                                          : 0u];
+}
+constexpr const char* name(element_format f) { return info(f).name; }
+
+/// Exact value of an element code (the low `bits` bits of `code`; higher bits are ignored). NaN codes give a
+/// quiet NaN, e5m2's infinity codes give +-inf.
+inline double decode(element_format f, unsigned code) {
+  const element_format_info& fi = info(f);
+  code &= (1u << fi.bits) - 1u;
+  const bool neg = ((code >> (fi.bits - 1)) & 1u) != 0;
+  const unsigned mag = code & ((1u << (fi.bits - 1)) - 1u);
+  const unsigned field = mag >> fi.mantissa_bits;
+  const unsigned mant = mag & ((1u << fi.mantissa_bits) - 1u);
+  const unsigned top = (1u << fi.exponent_bits) - 1u;
+  std::uint64_t out;
+  if (fi.has_inf && field == top) {
+    out = mant == 0 ? 0x7FF0000000000000ull : 0x7FF8000000000000ull;
+  } else if (f == element_format::e4m3 && mag == 0x7F) {
+    out = 0x7FF8000000000000ull;
+  } else if (field == 0) {
+    // mant * 2^(1 - bias - mantissa_bits): exact in a double
+    if (mant == 0) {
+      out = 0;
+    } else {
+      const int msb = 31 - __builtin_clz(mant);
+      const int e = 1 - fi.bias - fi.mantissa_bits + msb;
+      const std::uint64_t frac = (static_cast<std::uint64_t>(mant) << (52 - msb)) & 0x000FFFFFFFFFFFFFull;
+      out = (static_cast<std::uint64_t>(e + 1023) << 52) | frac;
+    }
+  } else {
+    const int e = static_cast<int>(field) - fi.bias;
+    out = (static_cast<std::uint64_t>(e + 1023) << 52) | (static_cast<std::uint64_t>(mant) << (52 - fi.mantissa_bits));
+  }
+  if (neg) out |= 0x8000000000000000ull;
+  return detail::bits_to_double(out);
+}
+
+/// The code of v rounded to nearest, ties to even, as OCP MX conversion does: a finite value beyond the largest
+/// finite magnitude saturates to +-max. Infinities: e5m2 +-inf, e4m3 NaN (it has no infinity), the others +-max;
+/// NaN: e4m3 and e5m2 NaN, the others +0 (they have no NaN: an MX block with a NaN gets a NaN scale instead).
+inline unsigned encode(element_format f, double v) {
+  const element_format_info& fi = info(f);
+  const std::uint64_t vb = detail::double_to_bits(v);
+  const unsigned sign = static_cast<unsigned>(vb >> 63) << (fi.bits - 1);
+  const std::uint64_t ab = vb & 0x7FFFFFFFFFFFFFFFull;
+  const unsigned top_field = (1u << fi.exponent_bits) - 1u;
+  if (ab > 0x7FF0000000000000ull) {  // NaN
+    if (f == element_format::e4m3) return sign | 0x7Fu;
+    if (f == element_format::e5m2) return sign | (top_field << fi.mantissa_bits) | 0x2u;
+    return 0;
+  }
+  if (ab == 0x7FF0000000000000ull) {  // infinity
+    if (f == element_format::e5m2) return sign | (top_field << fi.mantissa_bits);
+    if (f == element_format::e4m3) return sign | 0x7Fu;
+    return sign | fi.max_code;
+  }
+  if (ab == 0) return sign;
+  const double a = detail::bits_to_double(ab);
+  const int e = detail::bs_floor_log2(a);
+  if (e > fi.emax) return sign | fi.max_code;
+  if (e < -1022) return sign;  // a subnormal double: far below every element format's smallest half-step
+  // a = sig * 2^(e - 52), sig in [2^52, 2^53); the quantum of a's binade in the format (the subnormal quantum
+  // below the smallest normal binade) is 2^q; n = a / 2^q rounded to an integer, ties to even
+  const int q = (e < 1 - fi.bias ? 1 - fi.bias : e) - fi.mantissa_bits;
+  const std::uint64_t sig = detail::bs_significand(a);
+  const int sh = 52 + q - e;  // >= 52 - mantissa_bits > 0
+  std::uint64_t n;
+  if (sh >= 60) {
+    n = 0;  // a < 2^(q-7): far below half a quantum
+  } else {
+    n = sig >> sh;
+    const std::uint64_t rest = sig & ((std::uint64_t{1} << sh) - 1u), half = std::uint64_t{1} << (sh - 1);
+    if (rest > half || (rest == half && (n & 1u) != 0)) ++n;
+  }
+  // subnormal quantum: the code is n itself (n = 2^M is field 1, mantissa 0); normal: field (e + bias) plus the
+  // mantissa n - 2^M, where a carry (n = 2^(M+1)) moves to the next field
+  unsigned code = q == 1 - fi.bias - fi.mantissa_bits && n <= (1u << fi.mantissa_bits)
+                      ? static_cast<unsigned>(n)
+                      : (static_cast<unsigned>(e + fi.bias) << fi.mantissa_bits) +
+                            static_cast<unsigned>(n - (std::uint64_t{1} << fi.mantissa_bits));
+  if (code > fi.max_code) code = fi.max_code;  // saturation (and e4m3's NaN code above 448)
+  return sign | code;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Scales
+// ---------------------------------------------------------------------------------------------------------
+
+/// Exact value of an E8M0 scale byte: 2^(code - 127); 0xFF is NaN.
+inline double decode_e8m0(std::uint8_t code) {
+  if (code == 0xFF) return detail::bits_to_double(0x7FF8000000000000ull);
+  return detail::bs_pow2(static_cast<int>(code) - 127);
+}
+
+/// How an MX block's E8M0 scale 2^X is chosen from the block's largest magnitude A (docs/block-scaled.md):
+///   ocp       X = floor(log2 A) - emax: OCP MX v1.0's conversion (section 6.3). The top element can exceed the
+///             format's max (its binade is 2^emax wide, the format's max is below 2^(emax+1)) and is clipped.
+///   round_up  the smallest X with A / 2^X <= max: never clips (the scale of the MXFP8 training recipes).
+///   even      A first rounded to the element format's mantissa width (nearest, ties to even), then the ocp
+///             rule: X is one more than ocp's when A's significand is at least 2 - 2^-(M+1).
+/// Every rule clamps X to E8M0's range: below -127 gives -127; above 127 the NaN scale.
+enum class scale_rule : std::uint8_t { ocp, round_up, even };
+
+constexpr const char* name(scale_rule r) {
+  return r == scale_rule::ocp ? "ocp" : r == scale_rule::round_up ? "round_up" : "even";
+}
+
+/// The E8M0 code (X + 127; 0xFF: NaN) of an MX block whose largest magnitude is `amax` (>= 0). A block of
+/// zeros gets 0x00 (2^-127, the smallest scale: what an encoder computing floor(log2) of the smallest positive
+/// normal f32 writes), a block with NaN or infinity (amax not finite) the NaN scale.
+inline std::uint8_t mx_scale_code(element_format f, scale_rule rule, double amax) {
+  const std::uint64_t ab = detail::double_to_bits(amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab >= 0x7FF0000000000000ull) return 0xFF;
+  if (ab == 0) return 0;
+  const element_format_info& fi = info(f);
+  const double a = detail::bits_to_double(ab);
+  const int e = detail::bs_floor_log2(a);
+  int x = e - fi.emax;
+  if (e >= -1022) {  // normal double: its significand decides the rules' +1
+    const std::uint64_t sig = detail::bs_significand(a);  // A / 2^e in units of 2^-52
+    if (rule == scale_rule::even) {
+      // A rounds up to 2^(e+1) at M mantissa bits when sig >= 2^53 - 2^(52 - M - 1)
+      if (sig >= (std::uint64_t{1} << 53) - (std::uint64_t{1} << (51 - fi.mantissa_bits))) ++x;
+    } else if (rule == scale_rule::round_up) {
+      // A / 2^x <= max  <=>  sig <= max / 2^emax in units of 2^-52
+      const std::uint64_t max_sig = detail::bs_significand(fi.max_finite);
+      if (sig > max_sig) ++x;
+    }
+  }
+  if (x < -127) x = -127;
+  if (x > 127) return 0xFF;
+  return static_cast<std::uint8_t>(x + 127);
+}
+
+/// NVFP4's per-tensor scale (the decode factor stored beside an NVFP4 tensor, e.g. ModelOpt's `weight_scale_2`):
+/// the tensor's largest finite magnitude divided by 6 * 448 (E2M1's max times E4M3's), rounded to the nearest
+/// f32 (ties to even). 0 when amax is 0; amax must be finite and >= 0.
+inline float nvfp4_tensor_scale(double tensor_amax) {
+  const std::uint64_t ab = detail::double_to_bits(tensor_amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab == 0 || ab >= 0x7FF0000000000000ull) return 0.0f;
+  const double a = detail::bits_to_double(ab);
+  // a candidate from a division (any rounding), rounded to f32 with integer operations, then corrected with
+  // exact products: c * 2688 is exact in a double
+  std::uint32_t c = detail::bs_f32_bits_rne(a / 2688.0);
+  auto dist = [&](std::uint32_t b) {
+    const double d = detail::f32_bits_to_double(b) * 2688.0 - a;
+    return d < 0.0 ? -d : d;
+  };
+  // the f32 nearest to a / 2688: c such that |c * 2688 - a| is smallest (ties: even significand)
+  for (int guard = 0; guard < 8; ++guard) {
+    const double dc = dist(c), du = dist(c + 1);
+    const double dd = c != 0 ? dist(c - 1) : dc;
+    if (du < dc || (du == dc && ((c + 1) & 1u) == 0)) ++c;
+    else if (c != 0 && (dd < dc || (dd == dc && ((c - 1) & 1u) == 0))) --c;
+    else break;
+  }
+  return detail::bits_to_float(c);
+}
+
+/// NVFP4's E4M3 block scale (code 0x00..0x7E): the block's largest magnitude divided by 6 * tensor_scale, rounded
+/// to the nearest E4M3 value (ties to even, E4M3 subnormals included) and saturated at 448. A block of zeros, or
+/// a tensor scale of 0, gives 0 (a zero scale: the block's non-zero elements all decode to 0).
+inline std::uint8_t nvfp4_block_scale(double block_amax, float tensor_scale) {
+  const std::uint64_t ab = detail::double_to_bits(block_amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab >= 0x7FF0000000000000ull) return 0x7F;  // not finite: NaN
+  const std::uint32_t tb = detail::float_to_bits(tensor_scale) & 0x7FFFFFFFu;
+  if (ab == 0 || tb == 0 || tb >= 0x7F800000u) return 0;
+  const double a = detail::bits_to_double(ab);
+  const double q = 6.0 * detail::f32_bits_to_double(tb);  // exact (no f32 -> f64 conversion: subnormals survive DAZ)
+  // the rounding interval of code c in units of q: [mid(c - 1, c), mid(c, c + 1)]; mid * q is exact (a midpoint
+  // has at most 5 significant bits, q at most 26), so the code is found with exact compares
+  auto val = [](unsigned c) { return decode(element_format::e4m3, c); };
+  auto fits = [&](unsigned c, int& dir) {
+    if (c > 0) {
+      const double lo = (val(c - 1) + val(c)) * 0.5 * q;
+      if (a < lo || (a == lo && (c & 1u) != 0)) {
+        dir = -1;
+        return false;
+      }
+    }
+    if (c < 0x7E) {
+      const double hi = (val(c) + val(c + 1)) * 0.5 * q;
+      if (a > hi || (a == hi && (c & 1u) != 0)) {
+        dir = 1;
+        return false;
+      }
+    }
+    return true;
+  };
+  unsigned c = encode(element_format::e4m3, a / q) & 0x7Fu;  // a guess (any rounding of the division)
+  if (c > 0x7E) c = 0x7E;
+  for (int guard = 0; guard < 256; ++guard) {
+    int dir = 0;
+    if (fits(c, dir)) break;
+    c = static_cast<unsigned>(static_cast<int>(c) + dir);
+  }
+  return static_cast<std::uint8_t>(c);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Block formats
+// ---------------------------------------------------------------------------------------------------------
+
+/// The block-scaled formats: OCP MX (32 elements, E8M0 scale) and NVFP4 (16 E2M1 elements, E4M3 scale, f32
+/// per-tensor scale).
+enum class block_format : std::uint8_t { mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4, nvfp4 };
+inline constexpr int block_format_count = 6;
+
+struct block_format_info {
+  block_format id;
+  const char* name;  ///< "mxfp8_e4m3", ..., "mxfp4", "nvfp4"
+  element_format element;
+  int block_size;    ///< 32 (MX) or 16 (NVFP4)
+  bool mx;           ///< E8M0 scale (else NVFP4's E4M3 block scale and f32 tensor scale)
+};
+
+namespace detail {
+inline constexpr block_format_info block_format_table[block_format_count] = {
+    {block_format::mxfp8_e4m3, "mxfp8_e4m3", element_format::e4m3, 32, true},
+    {block_format::mxfp8_e5m2, "mxfp8_e5m2", element_format::e5m2, 32, true},
+    {block_format::mxfp6_e2m3, "mxfp6_e2m3", element_format::e2m3, 32, true},
+    {block_format::mxfp6_e3m2, "mxfp6_e3m2", element_format::e3m2, 32, true},
+    {block_format::mxfp4, "mxfp4", element_format::e2m1, 32, true},
+    {block_format::nvfp4, "nvfp4", element_format::e2m1, 16, false},
+};
+}  // namespace detail
+
+constexpr const block_format_info& info(block_format f) {
+  return detail::block_format_table[static_cast<unsigned>(f) < static_cast<unsigned>(block_format_count)
+                                        ? static_cast<unsigned>(f)
+                                        : 0u];
+}
+constexpr const char* name(block_format f) { return info(f).name; }
+
+/// A set of block formats (a bit per block_format). Chainable: block_format_set{}.with(block_format::mxfp4).
+struct block_format_set {
+  std::uint8_t bits = 0;
+  static constexpr block_format_set all() { return block_format_set{(1u << block_format_count) - 1u}; }
+  constexpr block_format_set with(block_format f) const {
+    return block_format_set{static_cast<std::uint8_t>(bits | (1u << static_cast<unsigned>(f)))};
+  }
+  constexpr bool has(block_format f) const { return ((bits >> static_cast<unsigned>(f)) & 1u) != 0; }
+  constexpr bool empty() const { return bits == 0; }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+// ---- end nanscope/block_scaled_formats.hpp ----
+// ---- begin nanscope/block_scaled_result.hpp ----
+// nanscope — block_scaled_result.hpp: what the block-scaled what-if statistics report (per format: blocks that lose
+// values, clipped / flushed counts, the scale-exponent spread, the worst block), without the pass itself
+// (block_scaled.hpp), and the block-scaled target a recorder checks its tensors against (docs/block-scaled.md).
+#ifndef NANSCOPE_BLOCK_SCALED_RESULT_HPP
+#define NANSCOPE_BLOCK_SCALED_RESULT_HPP
+
+// #include "block_scaled_formats.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// One block's what-if record (block_scaled_options::keep_blocks): the scale as stored (MX: the E8M0 byte,
+/// exponent + 127, 0xFF NaN; NVFP4: the E4M3 byte, 0x7F NaN) and the block's counts.
+struct block_record {
+  std::uint8_t scale = 0;
+  std::uint8_t clipped = 0;    ///< elements whose magnitude / scale exceeds the format's max (stored as +-max)
+  std::uint8_t flushed = 0;    ///< non-zero elements that quantize to zero
+  std::uint8_t subnormal = 0;  ///< elements that quantize to a subnormal of the element format
+};
+
+/// The block that loses the most elements (clipped + flushed; ties: the lowest index). index -1: no block loses any.
+struct block_worst {
+  std::int64_t index = -1;          ///< block index (row-major in the scale tensor's shape)
+  std::int64_t first_element = -1;  ///< flat (row-major) index of its first element in the tensor
+  int elements = 0;
+  double abs_max = detail::qnan;    ///< its largest |x|
+  std::uint8_t scale = 0;           ///< its scale byte (E8M0, or NVFP4's E4M3)
+  std::uint32_t clipped = 0, flushed = 0;
+  double error_max_abs = detail::qnan;  ///< max |dequantize(quantize(x)) - x| over the block
+  double error_rms = detail::qnan;      ///< root mean square of that error over the block
+};
+
+/// What quantizing the tensor to one block format would do.
+struct block_format_stats {
+  block_format format = block_format::mxfp4;
+  scale_rule rule = scale_rule::ocp;  ///< MX formats; NVFP4's block scale is always its own rule
+  int block_size = 32;
+  std::uint64_t blocks = 0;             ///< blocks (a row's last one may be shorter)
+  std::uint64_t elements = 0;
+  std::uint64_t zero_blocks = 0;        ///< every element +-0
+  std::uint64_t nan_blocks = 0;         ///< holding a NaN or an infinity: the scale is NaN, every element is lost
+  std::uint64_t zero_scale_blocks = 0;  ///< NVFP4: a block scale that rounds to 0 with non-zero elements
+  std::uint64_t lossy_blocks = 0;       ///< with a clipped or flushed element, or a NaN scale
+  std::uint64_t clipped = 0;            ///< |x| / scale above the format's max: stored as +-max
+  std::uint64_t flushed = 0;            ///< non-zero, quantized to 0
+  std::uint64_t subnormal = 0;          ///< quantized to a subnormal of the element format
+  /// Scale exponents (MX: X of 2^X; NVFP4: floor(log2) of the E4M3 block scale) of the blocks with a finite, non-zero
+  /// scale: scale_histogram[X + 127], their mean, (unbiased) std, min and max. Zero and NaN blocks are not in them.
+  std::array<std::uint64_t, 256> scale_histogram{};
+  double scale_exp_mean = detail::qnan;
+  double scale_exp_std = detail::qnan;
+  int scale_exp_min = 0, scale_exp_max = 0;
+  float tensor_scale = 0.0f;  ///< NVFP4: the per-tensor scale used (decode factor)
+  block_worst worst;
+  std::vector<block_record> per_block;  ///< keep_blocks: one record per block, in block index order
+
+  /// Blocks with any loss, over all blocks.
+  double lossy_fraction() const { return blocks == 0 ? 0.0 : static_cast<double>(lossy_blocks) / static_cast<double>(blocks); }
+  /// Blocks whose scale exponent is x.
+  std::uint64_t at(int x) const { return x < -127 || x > 128 ? 0 : scale_histogram[static_cast<std::size_t>(x + 127)]; }
+};
+
+/// The health of a tensor and, per requested format, the what-if statistics of quantizing it.
+struct block_scaled_result {
+  health_result health;  ///< what check() gives for the same view and check options
+  int axis = 0;          ///< the dimension the blocks ran along (non-negative)
+  std::vector<block_format_stats> formats;  ///< the requested formats, in block_format order
+
+  const block_format_stats* find(block_format f) const {
+    for (const block_format_stats& s : formats)
+      if (s.format == f) return &s;
+    return nullptr;
+  }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_RESULT_HPP
+// ---- end nanscope/block_scaled_result.hpp ----
+// #include "config.hpp": inlined above
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The block-scaled format(s) tensors will be quantized to (recorder_options::block_scaled, site_rule::block_scaled,
+/// NANSCOPE_DETECT_OVERFLOW_BLOCKS). A recorder checks such a tensor with check_block_scaled in the same read as
+/// its health, keeps the per-format statistics with the tensor (tensor_record::block_scaled: the layer tree and
+/// `nanscope report` show them), and warns once per site and step when more than `warn_lossy_fraction` of its
+/// blocks would lose values (a clipped or flushed element, or a NaN scale).
+/// Chainable: block_target{block_format::mxfp4}.with_rule(scale_rule::round_up).
+struct block_target {
+  block_target() = default;
+  /// One format (implicit: NANSCOPE_DETECT_OVERFLOW_BLOCKS(x, "ctx", nanscope::block_format::nvfp4)).
+  block_target(block_format f) : formats(block_format_set{}.with(f)) {}  // NOLINT(google-explicit-constructor)
+  /// Several formats at once.
+  block_target(block_format_set s) : formats(s) {}  // NOLINT(google-explicit-constructor)
+
+  block_format_set formats;           ///< empty: no block-scaled statistics
+  scale_rule rule = scale_rule::ocp;  ///< how MX block scales are chosen (NVFP4 has its own rule)
+  int axis = -1;                      ///< the dimension blocks run along; negative counts from the end
+  /// NVFP4's per-tensor scale from this magnitude; negative: from the tensor's own abs max (a second read).
+  double nvfp4_tensor_amax = -1.0;
+  /// Warn when more than this fraction of a tensor's blocks lose values (0: any lossy block; negative: never).
+  /// The default, 1%, stays quiet for MXFP8 on ordinary activations; FP4 formats lose small values in most
+  /// blocks of normal data, so a site quantized to them warns unless it is raised.
+  double warn_lossy_fraction = 0.01;
+
+  block_target& with(block_format f) {
+    formats = formats.with(f);
+    return *this;
+  }
+  block_target& with_rule(scale_rule r) {
+    rule = r;
+    return *this;
+  }
+  block_target& with_axis(int a) {
+    axis = a;
+    return *this;
+  }
+  block_target& with_nvfp4_tensor_amax(double a) {
+    nvfp4_tensor_amax = a;
+    return *this;
+  }
+  block_target& with_warn_lossy_fraction(double f) {
+    warn_lossy_fraction = f;
+    return *this;
+  }
+};
+
+/// What a recorder keeps of a tensor checked against a block target: tensor_record::block_scaled.
+struct recorded_block_scaled {
+  bool applied = false;               ///< the tensor was checked against a block target
+  scale_rule rule = scale_rule::ocp;
+  int axis = 0;                       ///< the dimension the blocks ran along (non-negative)
+  double warn_lossy_fraction = 0.01;  ///< the target's threshold
+  std::vector<block_format_stats> formats;  ///< per format, in block_format order (per_block is always empty)
+  unsigned warned = 0;                ///< bit i: the tensor crossed the threshold for block_format i
+
+  const block_format_stats* find(block_format f) const {
+    for (const block_format_stats& s : formats)
+      if (s.format == f) return &s;
+    return nullptr;
+  }
+  /// The statistics of the format that loses the largest fraction of blocks (ties: the first), or null.
+  const block_format_stats* worst_format() const {
+    const block_format_stats* w = nullptr;
+    for (const block_format_stats& s : formats)
+      if (w == nullptr || s.lossy_blocks * w->blocks > w->lossy_blocks * s.blocks) w = &s;
+    return w;
+  }
+};
+
+namespace detail {
+
+/// printf into a std::string (numbers only: the callers pass no user text through the format).
+template <class... A>
+std::string bs_printf(const char* fmt, A... a) {
+  char buf[160];
+  const int n = std::snprintf(buf, sizeof buf, fmt, a...);
+  return n <= 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+}
+
+/// "2^7" for an MX scale byte (E8M0: exponent + 127); NVFP4: the E4M3 block scale's value ("0.875"); NaN scales "NaN".
+inline std::string block_scale_text(block_format f, std::uint8_t scale) {
+  if (info(f).mx) return scale == 0xFF ? std::string("NaN") : "2^" + std::to_string(static_cast<int>(scale) - 127);
+  if ((scale & 0x7F) == 0x7F) return "NaN";
+  return bs_printf("%g", decode(element_format::e4m3, scale));
+}
+
+/// "as mxfp4 (ocp scales): 212 of 512 blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0, 2 NaN-scale blocks;
+/// worst block 17 (elements 544-575, abs max 900, scale 2^7: 1 clipped, 31 flushed, error max 132, rms 23.4);
+/// scale exponents -3..7 (mean -1.20, std 1.50)". One line, no newline.
+inline std::string block_loss_text(const block_format_stats& s) {
+  std::string out = "as ";
+  out += name(s.format);
+  out += info(s.format).mx ? std::string(" (") + name(s.rule) + " scales)" : std::string(" (e4m3 block scales)");
+  out += ": " + std::to_string(s.lossy_blocks) + " of " + std::to_string(s.blocks) + " blocks";
+  out += bs_printf(" (%.1f%%)", 100.0 * s.lossy_fraction());
+  if (s.lossy_blocks == 0) {
+    out += " lose nothing";
+  } else {
+    out += " lose values: " + std::to_string(s.clipped) + " clipped, " + std::to_string(s.flushed) + " flushed to 0";
+    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale blocks";
+    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale blocks";
+  }
+  const block_worst& w = s.worst;
+  if (w.index >= 0) {
+    out += "; worst block " + std::to_string(w.index) + " (elements " + std::to_string(w.first_element) + "-" +
+           std::to_string(w.first_element + w.elements - 1) + bs_printf(", abs max %.4g", w.abs_max) +
+           ", scale " + block_scale_text(s.format, w.scale) + ": " + std::to_string(w.clipped) + " clipped, " +
+           std::to_string(w.flushed) + " flushed";
+    if (std::isfinite(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
+    out += ")";
+  }
+  if (std::isfinite(s.scale_exp_mean))
+    out += bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
+                     s.scale_exp_mean, std::isfinite(s.scale_exp_std) ? s.scale_exp_std : 0.0);
+  return out;
+}
+
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_RECORD_HPP
+// ---- end nanscope/block_scaled_record.hpp ----
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "health.hpp": inlined above
@@ -9597,6 +10163,8 @@ struct tensor_record {
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
   reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
   recorded_segments segmented;  ///< checked with a segmentation: its bad segments (segment_record.hpp)
+  /// checked against a block-scaled target: per format, what quantizing it would lose (block_scaled_record.hpp)
+  recorded_block_scaled block_scaled;
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -9893,6 +10461,7 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_RECORDER_OPTIONS_HPP
 #define NANSCOPE_RECORDER_OPTIONS_HPP
 
+// #include "block_scaled_record.hpp": inlined above
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "frame.hpp": inlined above
@@ -9924,14 +10493,18 @@ struct site_rule {
   // A constructor (not an aggregate) so that `site_rule{pattern, allowed, skip}` stays warning-free under
   // -Wmissing-field-initializers now that cast_to exists.
   site_rule(std::string pattern_, allow allowed_ = allow::none, bool skip_ = false,
-            std::optional<dtype> cast_to_ = std::nullopt)
-      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_) {}
+            std::optional<dtype> cast_to_ = std::nullopt, std::optional<block_target> block_scaled_ = std::nullopt)
+      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_),
+        block_scaled(std::move(block_scaled_)) {}
   std::string pattern;
   allow allowed = allow::none;
   bool skip = false;  ///< do not check tensors here at all
   /// The low-precision dtype these tensors will be cast to: warnings are measured against it (see
   /// recorder_options::cast_to).
   std::optional<dtype> cast_to;
+  /// The block-scaled format(s) these tensors will be quantized to (see recorder_options::block_scaled); an empty
+  /// block_target{} turns the options' target off here.
+  std::optional<block_target> block_scaled;
 };
 
 struct recorder_options {
@@ -9965,6 +10538,12 @@ struct recorder_options {
   /// Also count, for every float tensor, the values that would overflow, become subnormal or flush to zero if
   /// cast to fp16/bf16/e4m3fn/e5m2 (a second pass, nanscope::margins); shown by the extended report.
   bool count_margins = false;
+  /// The block-scaled format(s) the recorded float tensors will be quantized to (MXFP8, MXFP6, MXFP4, NVFP4): each
+  /// is checked with check_block_scaled in the same read as its health, its per-format statistics are kept
+  /// (tensor_record::block_scaled, the layer tree, `nanscope report`) and a warning names the blocks that would
+  /// lose values (block_target::warn_lossy_fraction). A site_rule's block_scaled overrides it for its modules.
+  /// Host tensors only; a tensor checked with a segmentation or with count_margins gets a second pass for it.
+  std::optional<block_target> block_scaled;
 };
 
 NANSCOPE_NAMESPACE_END
@@ -10460,6 +11039,12 @@ class recorder {
   template <class T>
   health_result checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where = {},
                            allow allowed = allow::none);
+  /// A checkpoint checked against a block-scaled target (NANSCOPE_DETECT_OVERFLOW_BLOCKS): besides the health, what
+  /// quantizing it to MXFP8/MXFP6/MXFP4/NVFP4 would lose, kept with the frame and warned about past
+  /// block_target::warn_lossy_fraction (block_scaled_record.hpp). A float tensor in host memory; else health only.
+  template <class T>
+  health_result checkpoint(const T& tensor, std::string_view context, const block_target& target,
+                           source_location where = {}, allow allowed = allow::none);
   /// A checkpoint whose health was computed elsewhere (a device check resolved later, see deferred.hpp).
   health_result checkpoint_result(const tensor_view& v, const health_result& h, std::string_view context,
                                   source_location where = {}, allow allowed = allow::none);
@@ -10488,8 +11073,11 @@ class recorder {
   /// `seg`: a segmentation given with this call (scope::output(x, seg)): it must fit the tensor (else check()'s
   /// nanscope::error). Without one, the innermost NANSCOPE_SEGMENTS guard of this thread for this recorder applies
   /// to inputs, outputs and checkpoints when it fits (segments_guard.hpp).
+  /// `target`: a block-scaled target given with this call (a checkpoint's); without one, the first matching
+  /// site_rule's block_scaled, else recorder_options::block_scaled.
   health_result record(frame& f, tensor_role role, std::string context, const tensor_view& v, source_location where,
-                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr);
+                       allow allowed, const health_result* known = nullptr, const segments* seg = nullptr,
+                       const block_target* target = nullptr);
   void record_non_tensor(frame& f, tensor_role role, std::string context, bool is_none, std::string repr = {});
 
  private:
@@ -10530,7 +11118,8 @@ class recorder {
   /// Defined in snapshot.hpp (included at the end of this file).
   void write_snapshot(const std::string& dir, const detection& d, const frame& current);
   health_result checkpoint_impl(const tensor_view& v, std::string_view context, source_location where, allow allowed,
-                                const health_result* known, const segments* seg = nullptr);
+                                const health_result* known, const segments* seg = nullptr,
+                                const block_target* target = nullptr);
   std::string stop_text(std::uint64_t batches_done) const {
     return "DebugUnderflowOverflow: aborting after " + std::to_string(batches_done) +
            " batches due to `abort_after_batch_num=" + std::to_string(opts_.abort_after_step) + "` arg";
@@ -10547,6 +11136,18 @@ class recorder {
       }
     }
     return a;
+  }
+  /// The block-scaled target of a tensor at `path`: the first matching rule's block_scaled, else the options'
+  /// (null when neither names a format).
+  const block_target* block_target_locked(const std::string& path) const {
+    const block_target* t = nullptr;
+    for (const auto& r : opts_.rules)
+      if (r.block_scaled && detail::glob_match(r.pattern, path)) {
+        t = &*r.block_scaled;
+        break;
+      }
+    if (t == nullptr && opts_.block_scaled) t = &*opts_.block_scaled;
+    return t != nullptr && !t->formats.empty() ? t : nullptr;
   }
   /// The dtype a tensor at `path` of dtype `own` will be cast to: the first matching rule's cast_to, else the
   /// options' cast_to, else its own dtype.
@@ -10600,6 +11201,11 @@ template <class T>
 health_result recorder::checkpoint(const T& tensor, std::string_view context, const segments& s, source_location where,
                                    allow allowed) {
   return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, &s);
+}
+template <class T>
+health_result recorder::checkpoint(const T& tensor, std::string_view context, const block_target& target,
+                                   source_location where, allow allowed) {
+  return checkpoint_impl(to_view(tensor), context, where, allowed, nullptr, nullptr, &target);
 }
 
 NANSCOPE_NAMESPACE_END
@@ -10811,7 +11417,8 @@ inline scope* current_scope(recorder& r) {
 }  // namespace detail
 
 inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string_view context, source_location where,
-                                               allow allowed, const health_result* known, const segments* seg) {
+                                               allow allowed, const health_result* known, const segments* seg,
+                                               const block_target* target) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -10836,7 +11443,7 @@ inline health_result recorder::checkpoint_impl(const tensor_view& v, std::string
     p.f.module_path = s->module_path();
     p.f.class_name = s->current().class_name;
   }
-  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg);
+  return record(p.f, tensor_role::checkpoint, std::string(context), v, where, allowed, known, seg, target);
 }
 
 NANSCOPE_NAMESPACE_END
@@ -10852,6 +11459,1567 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 #define NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 
+// ---- begin nanscope/block_scaled.hpp ----
+// nanscope — block_scaled.hpp: what quantizing a tensor to MXFP8 / MXFP6 / MXFP4 / NVFP4 would lose, block by block,
+// computed in the same read as its health check. docs/block-scaled.md.
+//
+//   nanscope::block_scaled_result r = nanscope::check_block_scaled(nanscope::to_view(activations));
+//   const nanscope::block_format_stats& fp4 = *r.find(nanscope::block_format::mxfp4);
+//   fp4.clipped;            // elements above the format's max at their block's scale (stored as +-max)
+//   fp4.flushed;            // non-zero elements that would become 0
+//   fp4.lossy_fraction();   // blocks with any clipped or flushed element (or a NaN scale)
+//   fp4.worst.index;        // the block that loses the most elements, with its quantization error
+//
+// Blocks run along the last dimension (block_scaled_options::axis for another one). Counts are integers from exact
+// compares of bit patterns: identical for every instruction set, thread count and -ffast-math.
+#ifndef NANSCOPE_BLOCK_SCALED_HPP
+#define NANSCOPE_BLOCK_SCALED_HPP
+
+// #include "block_scaled_formats.hpp": inlined above
+// #include "block_scaled_result.hpp": inlined above
+// #include "check.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+// #include "health.hpp": inlined above
+// #include "traits.hpp": inlined above
+// #include "view.hpp": inlined above
+
+// ---- begin nanscope/detail/block_scaled_kernel.hpp ----
+// nanscope — detail/block_scaled_kernel.hpp: the per-segment state and the portable per-block arithmetic of the
+// block-scaled what-if statistics (block_scaled.hpp): blocks, scales, clipped / flushed / subnormal counts.
+// Internal: include <nanscope/block_scaled.hpp>.
+#ifndef NANSCOPE_DETAIL_BLOCK_SCALED_KERNEL_HPP
+#define NANSCOPE_DETAIL_BLOCK_SCALED_KERNEL_HPP
+
+#if !defined(NANSCOPE_BLOCK_SCALED_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/block_scaled_kernel.hpp is internal: include <nanscope/block_scaled.hpp>"
+#endif
+
+// #include "../block_scaled_formats.hpp": inlined above
+// #include "../block_scaled_result.hpp": inlined above
+// #include "../config.hpp": inlined above
+// #include "../dtype.hpp": inlined above
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Geometry of the pass: blocks run along the last dimension of the processed view (length L, "a row"); the unit of
+// work is a 32-element stretch of a row ("unit block", the last one of a row may be shorter). An MX block is a
+// unit block, an NVFP4 block is either half of one. Unit blocks of a row are contiguous in the pass's logical order.
+inline constexpr int bs_unit = 32;
+
+/// One requested format, as the kernels see it.
+struct bs_format {
+  block_format id = block_format::mxfp4;
+  element_format el = element_format::e2m1;
+  bool mx = true;
+  // f64 bit patterns of the per-block thresholds at scale 1 (MX: shifted by the block's exponent in the exponent
+  // field): clip (> max), flush (<= min_subnormal / 2), sub (< min_normal - min_subnormal / 2)
+  double clip1 = 0, flush1 = 0, sub1 = 0;
+  // NVFP4: the per-tensor scale and 6 times it (exact in a double)
+  float tensor_scale = 0.0f;
+  block_record* out = nullptr;  // keep_blocks: the records, by output block index
+};
+
+/// The pass-wide setup (built once per check).
+struct bs_setup {
+  dtype type = dtype::f32;
+  scale_rule rule = scale_rule::ocp;
+  std::uint64_t L = 1;            // row length of the processed view
+  std::uint64_t rows = 1;
+  std::uint64_t nb32 = 1, nb16 = 1;  // blocks per row, B = 32 and 16
+  // column-wise: the processed view is the original with the blocked axis moved last; rows of the processed
+  // view are (outer, inner) pairs, and output block indices are in the original's scale-tensor order
+  bool columns = false;
+  std::uint64_t inner = 1;
+  int nf = 0;
+  bs_format f[block_format_count];
+  bool any_mx = false, any_nv = false;
+  bool use_simd = true;  // the vector kernels may run (isa >= avx2); false: the portable loop only
+
+  /// The output index of block j (of size B) of processed row r.
+  std::uint64_t out_index(std::uint64_t r, std::uint64_t j, int B) const {
+    const std::uint64_t nb = B == 32 ? nb32 : nb16;
+    if (!columns) return r * nb + j;
+    const std::uint64_t o = r / inner, i = r % inner;
+    return (o * nb + j) * inner + i;
+  }
+};
+
+/// One format's counters over a segment (or the whole pass).
+struct bs_counts {
+  std::uint64_t blocks = 0, elements = 0, zero_blocks = 0, nan_blocks = 0, zero_scale_blocks = 0, lossy_blocks = 0;
+  std::uint64_t clipped = 0, flushed = 0, subnormal = 0;
+  std::uint64_t n_exp = 0;  // blocks in the exponent statistics (the histogram's total)
+  std::uint64_t hist[256] = {};  // by scale exponent + 127
+  // the worst block: most clipped + flushed, then the lowest output index
+  std::uint32_t worst_loss = 0;
+  std::uint64_t worst_index = ~std::uint64_t{0};
+  std::uint64_t worst_row = 0, worst_col = 0;  // where it starts in the processed view
+  std::uint32_t worst_clipped = 0, worst_flushed = 0;
+  std::uint64_t worst_amax = 0;  // f64 bits
+  std::uint8_t worst_scale = 0;
+  int worst_len = 0;
+
+  void merge(const bs_counts& o) {
+    blocks += o.blocks;
+    elements += o.elements;
+    zero_blocks += o.zero_blocks;
+    nan_blocks += o.nan_blocks;
+    zero_scale_blocks += o.zero_scale_blocks;
+    lossy_blocks += o.lossy_blocks;
+    clipped += o.clipped;
+    flushed += o.flushed;
+    subnormal += o.subnormal;
+    n_exp += o.n_exp;
+    for (int i = 0; i < 256; ++i) hist[i] += o.hist[i];
+    if (o.worst_loss > worst_loss || (o.worst_loss == worst_loss && o.worst_loss != 0 && o.worst_index < worst_index)) {
+      worst_loss = o.worst_loss;
+      worst_index = o.worst_index;
+      worst_row = o.worst_row;
+      worst_col = o.worst_col;
+      worst_clipped = o.worst_clipped;
+      worst_flushed = o.worst_flushed;
+      worst_amax = o.worst_amax;
+      worst_scale = o.worst_scale;
+      worst_len = o.worst_len;
+    }
+  }
+};
+
+/// A segment's state.
+struct bs_local {
+  bs_counts c[block_format_count];
+  std::uint64_t finite_amax = 0;  // f64 bits of the largest finite |x| seen
+  // a unit block cut by a chunk boundary: its first `stash_n` elements (raw bytes), starting at flat stash_at
+  alignas(64) unsigned char stash[bs_unit * 8];
+  int stash_n = 0;
+  std::uint64_t stash_at = 0;
+  std::uint64_t seg_begin = 0, seg_end = 0;
+  std::vector<std::uint64_t> edges;  // flat starts of unit blocks that run past the segment's end
+  void* vsetup = nullptr;  // the vector path's constants and histograms (block_scaled_avx2.hpp), made on first use
+  void* vhist = nullptr;
+};
+
+/// |x| of element i of a raw run as f64 bits (exact; integer operations only, so f32/f16 subnormals survive the
+/// denormals-are-zero mode of -ffast-math).
+inline std::uint64_t bs_abs_bits(const unsigned char* p, dtype t, std::size_t i) {
+  switch (t) {
+    case dtype::f64: {
+      std::uint64_t b;
+      std::memcpy(&b, p + i * 8, 8);
+      return b & 0x7FFFFFFFFFFFFFFFull;
+    }
+    case dtype::f32: {
+      std::uint32_t b;
+      std::memcpy(&b, p + i * 4, 4);
+      return f32_to_f64_bits(b & 0x7FFFFFFFu);
+    }
+    case dtype::bf16: {
+      std::uint16_t b;
+      std::memcpy(&b, p + i * 2, 2);
+      return f32_to_f64_bits((static_cast<std::uint32_t>(b) << 16) & 0x7FFFFFFFu);
+    }
+    case dtype::f16: {
+      std::uint16_t b;
+      std::memcpy(&b, p + i * 2, 2);
+      return f32_to_f64_bits(float_to_bits(decode_small_float<5, 10, true>(b & 0x7FFFu)));
+    }
+    case dtype::f8_e4m3fn: {
+      const std::uint32_t b = p[i] & 0x7Fu;
+      return f32_to_f64_bits(float_to_bits(decode_small_float<4, 3, false>(b)));
+    }
+    default: {  // e5m2
+      const std::uint32_t b = p[i] & 0x7Fu;
+      return f32_to_f64_bits(float_to_bits(decode_small_float<5, 2, true>(b)));
+    }
+  }
+}
+
+inline constexpr std::uint64_t bs_inf_bits = 0x7FF0000000000000ull;
+
+/// The thresholds of one block (f64 bits of |x| values): clipped a > clip, flushed 0 < a <= flush, subnormal
+/// flush < a < sub. `ok` false: the scale is NaN (a block with NaN or infinity).
+struct bs_thresholds {
+  std::uint64_t clip = 0, flush = 0, sub = 0;
+  std::uint8_t scale = 0;
+  int exponent = 0;   // the scale's binary exponent (NVFP4: of the E4M3 block scale)
+  bool nan = false;   // NaN scale
+  bool zero_scale = false;  // NVFP4: a block scale of 0 with non-zero elements (they all flush)
+};
+
+/// 2^x * v for a double v with few significant bits, exactly (both normal).
+inline double bs_scaled(double v, int x) { return v * bs_pow2(x); }
+
+/// The thresholds of a block of format f whose largest |x| has f64 bits amax (finite or not).
+inline bs_thresholds bs_block_thresholds(const bs_setup& s, const bs_format& f, std::uint64_t amax) {
+  bs_thresholds t;
+  if (amax >= bs_inf_bits) {
+    t.nan = true;
+    t.scale = f.mx ? 0xFF : 0x7F;
+    return t;
+  }
+  const double a = bits_to_double(amax);
+  if (f.mx) {
+    t.scale = mx_scale_code(f.el, s.rule, a);
+    if (t.scale == 0xFF) {
+      t.nan = true;
+      return t;
+    }
+    const int x = static_cast<int>(t.scale) - 127;
+    t.exponent = x;
+    t.clip = double_to_bits(bs_scaled(f.clip1, x));
+    t.flush = double_to_bits(bs_scaled(f.flush1, x));
+    t.sub = double_to_bits(bs_scaled(f.sub1, x));
+    return t;
+  }
+  t.scale = nvfp4_block_scale(a, f.tensor_scale);
+  const double sb = decode(element_format::e4m3, t.scale);
+  const double S = sb * f32_bits_to_double(float_to_bits(f.tensor_scale));  // exact: 4 x 24 significant bits
+  if (t.scale == 0 || !(S > 0.0)) {
+    t.zero_scale = amax != 0;
+    t.clip = bs_inf_bits;  // nothing clips
+    t.flush = bs_inf_bits - 1;  // every finite non-zero element flushes
+    t.sub = bs_inf_bits - 1;
+    return t;
+  }
+  t.exponent = bs_floor_log2(sb);
+  t.clip = double_to_bits(6.0 * S);
+  t.flush = double_to_bits(0.25 * S);
+  t.sub = double_to_bits(0.75 * S);
+  return t;
+}
+
+/// Adds one evaluated block to a format's counters and records.
+inline void bs_account(const bs_setup& s, const bs_format& f, bs_counts& c, const bs_thresholds& t, std::uint64_t amax,
+                       int len, unsigned clipped, unsigned flushed, unsigned sub, std::uint64_t out_index,
+                       std::uint64_t row, std::uint64_t col) {
+  (void)s;
+  ++c.blocks;
+  c.elements += static_cast<std::uint64_t>(len);
+  block_record rec;
+  rec.scale = t.scale;
+  if (t.nan) {
+    ++c.nan_blocks;
+    ++c.lossy_blocks;
+  } else if (amax == 0) {
+    ++c.zero_blocks;
+  } else {
+    if (t.zero_scale) {
+      ++c.zero_scale_blocks;
+    } else {
+      ++c.n_exp;
+      ++c.hist[t.exponent + 127];
+    }
+    c.clipped += clipped;
+    c.flushed += flushed;
+    c.subnormal += sub;
+    const unsigned loss = clipped + flushed;
+    if (loss != 0) {
+      ++c.lossy_blocks;
+      if (loss > c.worst_loss || (loss == c.worst_loss && out_index < c.worst_index)) {
+        c.worst_loss = loss;
+        c.worst_index = out_index;
+        c.worst_row = row;
+        c.worst_col = col;
+        c.worst_clipped = clipped;
+        c.worst_flushed = flushed;
+        c.worst_amax = amax;
+        c.worst_scale = t.scale;
+        c.worst_len = len;
+      }
+    }
+    rec.clipped = static_cast<std::uint8_t>(clipped);
+    rec.flushed = static_cast<std::uint8_t>(flushed);
+    rec.subnormal = static_cast<std::uint8_t>(sub);
+  }
+  if (f.out != nullptr) f.out[out_index] = rec;
+}
+
+/// Evaluates one block of len elements (|x| as f64 bits) for format f, and accounts it.
+inline void bs_eval_block(const bs_setup& s, const bs_format& f, bs_counts& c, const std::uint64_t* a, int len,
+                          std::uint64_t out_index, std::uint64_t row, std::uint64_t col) {
+  std::uint64_t amax = 0;
+  for (int i = 0; i < len; ++i) amax = a[i] > amax ? a[i] : amax;
+  const bs_thresholds t = bs_block_thresholds(s, f, amax);
+  unsigned clipped = 0, flushed = 0, sub = 0;
+  if (!t.nan) {
+    for (int i = 0; i < len; ++i) {
+      const std::uint64_t x = a[i];
+      clipped += x > t.clip ? 1u : 0u;
+      flushed += (x != 0 && x <= t.flush) ? 1u : 0u;
+      sub += (x > t.flush && x < t.sub) ? 1u : 0u;
+    }
+  }
+  bs_account(s, f, c, t, amax, len, clipped, flushed, sub, out_index, row, col);
+}
+
+/// One unit block (len <= 32 elements of a row, |x| as f64 bits) starting at column col of processed row `row`:
+/// every requested format.
+inline void bs_unit_block(const bs_setup& s, bs_local& l, const std::uint64_t* a, int len, std::uint64_t row,
+                          std::uint64_t col) {
+  std::uint64_t fin = l.finite_amax;
+  for (int i = 0; i < len; ++i)
+    if (a[i] < bs_inf_bits && a[i] > fin) fin = a[i];
+  l.finite_amax = fin;
+  for (int k = 0; k < s.nf; ++k) {
+    const bs_format& f = s.f[k];
+    bs_counts& c = l.c[static_cast<int>(f.id)];
+    if (f.mx) {
+      bs_eval_block(s, f, c, a, len, s.out_index(row, col / 32, 32), row, col);
+    } else {
+      const int h = len < 16 ? len : 16;
+      bs_eval_block(s, f, c, a, h, s.out_index(row, col / 16, 16), row, col);
+      if (len > 16) bs_eval_block(s, f, c, a + 16, len - 16, s.out_index(row, col / 16 + 1, 16), row, col + 16);
+    }
+  }
+}
+
+/// The portable path for a unit block of raw elements.
+inline void bs_unit_raw(const bs_setup& s, bs_local& l, const unsigned char* p, int len, std::uint64_t row,
+                        std::uint64_t col) {
+  std::uint64_t a[bs_unit];
+  for (int i = 0; i < len; ++i) a[i] = bs_abs_bits(p, s.type, static_cast<std::size_t>(i));
+  bs_unit_block(s, l, a, len, row, col);
+}
+
+/// Runs of whole unit blocks inside one row (or, with L a multiple of 32 and row-wise blocks, across rows): the
+/// vector kernels take them (block_scaled_avx2.hpp); this is the portable loop. p: the raw elements of `units`
+/// unit blocks of 32, the first starting at column col of processed row row.
+inline void bs_units_portable(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units,
+                              std::uint64_t row, std::uint64_t col) {
+  const std::size_t es = size_of(s.type);
+  for (std::uint64_t k = 0; k < units; ++k) {
+    bs_unit_raw(s, l, p + static_cast<std::size_t>(k) * bs_unit * es, bs_unit, row, col);
+    col += bs_unit;
+    if (col >= s.L) {
+      col = 0;
+      ++row;
+    }
+  }
+}
+
+/// The vector path for runs of whole unit blocks (set by block_scaled_avx2.hpp when compiled): returns false when it
+/// does not take the run (the portable loop then does).
+using bs_units_fn = bool (*)(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units,
+                             std::uint64_t row, std::uint64_t col);
+
+/// One chunk of the segment: n raw elements of the processed view, the first at flat index `first` (logical order;
+/// chunks arrive in order and cover the segment).
+inline void bs_chunk(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t first, std::size_t n,
+                     bs_units_fn vec) {
+  const std::size_t es = size_of(s.type);
+  const std::uint64_t end = first + n;
+  std::uint64_t pos = first;
+  auto unit_len = [&](std::uint64_t u) {
+    const std::uint64_t col = u % s.L;
+    return static_cast<int>(s.L - col < bs_unit ? s.L - col : bs_unit);
+  };
+  if (l.stash_n > 0) {  // the rest of a unit block cut by the previous chunk's end
+    const int len = unit_len(l.stash_at);
+    const std::uint64_t take = static_cast<std::uint64_t>(len - l.stash_n) < n ? static_cast<std::uint64_t>(len - l.stash_n) : n;
+    std::memcpy(l.stash + static_cast<std::size_t>(l.stash_n) * es, p, static_cast<std::size_t>(take) * es);
+    l.stash_n += static_cast<int>(take);
+    pos += take;
+    if (l.stash_n < len) return;
+    bs_unit_raw(s, l, l.stash, len, l.stash_at / s.L, l.stash_at % s.L);
+    l.stash_n = 0;
+  }
+  if (pos == l.seg_begin && (pos % s.L) % bs_unit != 0) {
+    // the segment starts inside a unit block: the previous segment hands it to the fix-up (edges)
+    const std::uint64_t col = pos % s.L;
+    const std::uint64_t next = pos - col % bs_unit + static_cast<std::uint64_t>(unit_len(pos - col % bs_unit));
+    pos = next < end ? next : end;
+  }
+  while (pos < end) {
+    const std::uint64_t row = pos / s.L, col = pos % s.L;
+    const int len = unit_len(pos);
+    if (pos + static_cast<std::uint64_t>(len) > l.seg_end) {  // runs into the next segment: the fix-up takes it
+      l.edges.push_back(pos);
+      return;
+    }
+    if (pos + static_cast<std::uint64_t>(len) > end) {  // cut by the chunk's end: stashed
+      l.stash_n = static_cast<int>(end - pos);
+      l.stash_at = pos;
+      std::memcpy(l.stash, p + static_cast<std::size_t>(pos - first) * es, static_cast<std::size_t>(l.stash_n) * es);
+      return;
+    }
+    if (len < bs_unit) {  // a row's short last block
+      bs_unit_raw(s, l, p + static_cast<std::size_t>(pos - first) * es, len, row, col);
+      pos += static_cast<std::uint64_t>(len);
+      continue;
+    }
+    // whole unit blocks from here: to the row's last whole one, or across rows when rows hold whole blocks only
+    std::uint64_t units = (end - pos) / bs_unit;
+    if (s.L % bs_unit != 0 || s.columns) {
+      const std::uint64_t in_row = (s.L - col) / bs_unit;
+      units = units < in_row ? units : in_row;
+    }
+    const unsigned char* q = p + static_cast<std::size_t>(pos - first) * es;
+    if (vec == nullptr || !vec(s, l, q, units, row, col)) bs_units_portable(s, l, q, units, row, col);
+    pos += units * bs_unit;
+  }
+}
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_BLOCK_SCALED_KERNEL_HPP
+// ---- end nanscope/detail/block_scaled_kernel.hpp ----
+// ---- begin nanscope/detail/block_scaled_avx2.hpp ----
+// nanscope — detail/block_scaled_avx2.hpp: the AVX2 kernel of the block-scaled what-if statistics (block_scaled.hpp):
+// groups of 8 MX blocks (16 NVFP4 blocks) of f32, f16 (widened exactly by F16C) or bf16 (16-bit lanes, unwidened).
+// Internal: include <nanscope/block_scaled.hpp>.
+#ifndef NANSCOPE_DETAIL_BLOCK_SCALED_AVX2_HPP
+#define NANSCOPE_DETAIL_BLOCK_SCALED_AVX2_HPP
+
+#if !defined(NANSCOPE_BLOCK_SCALED_HPP) && !defined(NANSCOPE_IMPL_INTERNAL_INCLUDE)
+#error "nanscope/detail/block_scaled_avx2.hpp is internal: include <nanscope/block_scaled.hpp>"
+#endif
+
+// #include "block_scaled_kernel.hpp": inlined above
+// #include "kernel_x86.hpp": inlined above
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+NANSCOPE_NAMESPACE_BEGIN
+namespace detail {
+
+#if NANSCOPE_HAS_X86_SIMD()
+
+// How a group of 256 elements (8 unit blocks) is counted, exactly:
+//   1. |x| patterns (f32 bits; f16 widened by vcvtph2ps, which is exact and ignores denormals-are-zero; bf16 as its
+//      16-bit patterns). Per block, max |x| comes from a transposed max-reduction (lane k = block k), and so does
+//      the smallest non-zero |x| when some requested MX format can skip blocks with nothing near its small thresholds.
+//   2. MX thresholds per block and format: the block's scale exponent X is the exponent field of max |x| minus
+//      (127 + emax), plus the rule's 0 or 1 (a compare of the mantissa); the thresholds are the scale-1 thresholds
+//      (few significant bits) with X added to their exponent field: exact as long as they stay normal f32, which a
+//      "fast" block (max |x| in [2^-63, inf)) guarantees. bf16 compares with the thresholds' top 16 bits (exact:
+//      their low 16 bits are zero).
+//   3. NVFP4: the E4M3 block scale by counting which of 8 exact mantissa boundaries the block's max passes (the
+//      tensor scale is fixed, so the boundaries are too), thresholds from per-mantissa tables of floor / ceil f32
+//      patterns plus the exponent: exact while the scale is a normal E4M3 and the thresholds normal f32.
+//   4. Elements: flushed = #{0 < |x| <= T_flush}, subnormal = #{0 < |x| < T_sub} - flushed, clipped = #{|x| > T_clip}
+//      (only in blocks whose max passes T_clip; MXFP8: small elements only in blocks whose smallest non-zero |x| is
+//      below T_sub). Zeros are kept out with one add: b = |x| + 0x7FFFFFFF (16-bit: + 0x7FFF) maps 0 to the largest
+//      signed value and 1.. to the smallest upward, so signed compares of b count non-zero elements below a
+//      threshold. A block's compare results are packed to bytes (signed saturation keeps -1), one movemask and one
+//      popcount give its count; per-block work beyond that (the worst block, records) only for blocks that may be
+//      the worst or when records are kept.
+// Blocks outside the fast range (zeros aside: counted here; tiny, NaN / inf, E4M3-subnormal NVFP4 scales) go to the
+// portable per-block code, so the counts are the portable loop's for any data.
+
+/// The f32-domain sources (f32; f16 widened) and bf16 (16-bit lanes).
+struct bs_src_f32 {
+  static constexpr int lanes = 8;     // elements per vector
+  static constexpr bool wide = true;  // 32-bit lanes
+  static constexpr std::size_t es = 4;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i abs(const unsigned char* q, int j) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j)), _mm256_set1_epi32(0x7FFFFFFF));
+  }
+};
+struct bs_src_f16 {
+  static constexpr int lanes = 8;
+  static constexpr bool wide = true;
+  static constexpr std::size_t es = 2;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i abs(const unsigned char* q, int j) {
+    const __m128i h = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * j)), _mm_set1_epi16(0x7FFF));
+    return _mm256_castps_si256(_mm256_cvtph_ps(h));
+  }
+};
+struct bs_src_bf16 {
+  static constexpr int lanes = 16;
+  static constexpr bool wide = false;
+  static constexpr std::size_t es = 2;
+  NANSCOPE_IMPL_TARGET_AVX2 static __m256i abs(const unsigned char* q, int j) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j)), _mm256_set1_epi16(0x7FFF));
+  }
+};
+
+/// Horizontal max (signed 32-bit) of 8 vectors: lane k = max of v[k]'s lanes.
+template <bool Min>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_ext(__m256i a, __m256i b) {
+  if constexpr (Min) return _mm256_min_epi32(a, b);
+  else return _mm256_max_epi32(a, b);
+}
+template <bool Min>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_hext8(const __m256i* v) {
+  __m256i p[4], q2[2];
+  NANSCOPE_IMPL_UNROLL(4) for (int i = 0; i < 4; ++i)
+    p[i] = bs_ext<Min>(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  NANSCOPE_IMPL_UNROLL(2) for (int i = 0; i < 2; ++i)
+    q2[i] = bs_ext<Min>(_mm256_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm256_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+  return bs_ext<Min>(_mm256_permute2x128_si256(q2[0], q2[1], 0x20), _mm256_permute2x128_si256(q2[0], q2[1], 0x31));
+}
+
+/// Per-format constants of the vector path.
+struct bs_vfmt {
+  int k = 0;  // index in bs_setup::f
+  bool mx = true;
+  bool precise = true;   // count small elements in every block (FP4 / FP6 / NVFP4) instead of testing the block min
+  bool can_clip = true;  // (MX round_up never clips)
+  // MX: scale-1 thresholds (f32 bits), exponent bias offset, the rule's mantissa switch
+  std::int32_t c_flush = 0, c_sub = 0, c_clip = 0;
+  std::int32_t bias = 0;       // (127 + emax) << 23
+  std::int32_t delta_mant = 0;  // the rule's +1 when (max |x| & 0x7FFFFF) >= this (0x800000: never)
+  int emax = 0;
+  // NVFP4: the tensor scale q = 6 s_t = Mq 2^Kq; boundaries of M' (f32 bits, see bs_nv_scale) and the per-mantissa
+  // threshold tables: floor patterns of 0.25 (1 + j/8) Mt and 6 (1 + j/8) Mt, ceil of 0.75 (1 + j/8) Mt, at exponent 0
+  std::int32_t mq_mant = 0;  // Mq's 23-bit mantissa pattern
+  int kq = 0;
+  std::int32_t g[8] = {};
+  std::int32_t t_flush[8] = {}, t_sub[8] = {}, t_clip[8] = {};
+  int kt = 0;  // s_t = Mt 2^kt
+  bool off = false;  // NVFP4 with a tensor scale of 0 or not finite: every block takes the portable code
+};
+
+/// The per-pass constants of the vector path (built from the setup once per check).
+struct bs_vsetup {
+  int n = 0;
+  bs_vfmt f[block_format_count];
+  bool need_min = false;  // some MX format tests the block min
+  bool any_mx = false, any_nv = false;
+  // the shared MX histogram's mantissa classes: up to 3 switch points (23-bit mantissa patterns; a class counts the
+  // points the max's mantissa reaches)
+  int ncls = 0;
+  std::int32_t cls[3] = {};
+  int nmx = 0, mxi[block_format_count] = {};  // the MX formats (indices in f)
+};
+
+/// floor / ceil f32 bit patterns of a positive double in f32's normal range (integer operations).
+inline std::int32_t bs_f32_floor_bits(double v) {
+  const std::uint64_t b = double_to_bits(v);
+  const int e = static_cast<int>(b >> 52) - 1023;
+  return static_cast<std::int32_t>((static_cast<std::uint32_t>(e + 127) << 23) | static_cast<std::uint32_t>((b >> 29) & 0x7FFFFF));
+}
+inline std::int32_t bs_f32_ceil_bits(double v) {
+  const std::int32_t f = bs_f32_floor_bits(v);
+  return (double_to_bits(v) & 0x1FFFFFFFull) != 0 ? f + 1 : f;
+}
+
+inline bs_vsetup bs_make_vsetup(const bs_setup& s) {
+  bs_vsetup v;
+  for (int k = 0; k < s.nf; ++k) {
+    const bs_format& f = s.f[k];
+    bs_vfmt& vf = v.f[v.n++];
+    vf.k = k;
+    vf.mx = f.mx;
+    const element_format_info& fi = info(f.el);
+    if (f.mx) {
+      v.any_mx = true;
+      v.mxi[v.nmx++] = v.n - 1;
+      vf.precise = f.el == element_format::e2m1 || f.el == element_format::e2m3 || f.el == element_format::e3m2;
+      vf.can_clip = s.rule != scale_rule::round_up;
+      vf.c_flush = static_cast<std::int32_t>(float_to_bits(static_cast<float>(f.flush1)));
+      vf.c_sub = static_cast<std::int32_t>(float_to_bits(static_cast<float>(f.sub1)));
+      vf.c_clip = static_cast<std::int32_t>(float_to_bits(static_cast<float>(f.clip1)));
+      vf.emax = fi.emax;
+      vf.bias = (127 + fi.emax) << 23;
+      if (s.rule == scale_rule::even) vf.delta_mant = 0x800000 - (1 << (22 - fi.mantissa_bits));
+      else if (s.rule == scale_rule::round_up) vf.delta_mant = (float_to_bits(static_cast<float>(fi.max_finite)) & 0x7FFFFF) + 1;
+      else vf.delta_mant = 0x800000;
+      if (!vf.precise) v.need_min = true;
+      if (vf.delta_mant != 0x800000) {
+        bool have = false;
+        for (int i = 0; i < v.ncls; ++i) have = have || v.cls[i] == vf.delta_mant;
+        if (!have) v.cls[v.ncls++] = vf.delta_mant;
+      }
+    } else {
+      v.any_nv = true;
+      vf.precise = true;
+      const std::uint32_t tb = float_to_bits(f.tensor_scale) & 0x7FFFFFFFu;
+      if (tb == 0 || tb >= 0x7F800000u) {
+        vf.off = true;
+        continue;
+      }
+      const double st = f32_bits_to_double(tb);
+      const double q = 6.0 * st;
+      vf.kq = bs_floor_log2(q);
+      const double mq = q * bs_pow2(-vf.kq);
+      vf.mq_mant = static_cast<std::int32_t>(bs_f32_floor_bits(mq) & 0x7FFFFF);
+      // M' = Ma (Ma >= Mq) or 2 Ma (Ma < Mq) lies in [Mq, 2 Mq); the E4M3 mantissa j of M' / Mq rounds up past the
+      // boundary Mq (1 + (2j + 1) / 16); at an exact tie it rounds to the even j, i.e. up when j is odd
+      for (int j = 0; j < 8; ++j) {
+        const double b = mq * (1.0 + (2.0 * j + 1.0) / 16.0);  // exact: 26 + 5 bits
+        const std::int32_t fl = bs_f32_floor_bits(b);
+        const bool exact = (double_to_bits(b) & 0x1FFFFFFFull) == 0;
+        vf.g[j] = exact ? fl + ((j % 2 == 0) ? 1 : 0) : fl + 1;  // M' bits >= g[j]: passes boundary j
+      }
+      vf.kt = bs_floor_log2(st);
+      const double mt = st * bs_pow2(-vf.kt);
+      for (int j = 0; j < 8; ++j) {
+        const double sj = (1.0 + j / 8.0) * mt;  // exact
+        vf.t_flush[j] = bs_f32_floor_bits(0.25 * sj);
+        vf.t_sub[j] = bs_f32_ceil_bits(0.75 * sj);
+        vf.t_clip[j] = bs_f32_floor_bits(6.0 * sj);
+      }
+    }
+  }
+  // the classes in increasing order
+  std::sort(v.cls, v.cls + v.ncls);
+  return v;
+}
+
+/// The NVFP4 block scales of 8 blocks whose max |x| (f32 bits, normal) is a: E4M3 codes, and `ok` lanes (-1) where the
+/// scale is a normal E4M3 (code >= 8; saturation included) and its thresholds normal f32.
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_nv_scale(const bs_vfmt& f, __m256i a, __m256i& ok, __m256i& exp_s) {
+  const __m256i mant = _mm256_and_si256(a, _mm256_set1_epi32(0x7FFFFF));
+  const __m256i ea = _mm256_srli_epi32(a, 23);  // biased
+  // case L: Ma < Mq, M' = 2 Ma (exponent field 128), else M' = Ma (127)
+  const __m256i low = _mm256_cmpgt_epi32(_mm256_set1_epi32(f.mq_mant), mant);
+  const __m256i mp = _mm256_or_si256(mant, _mm256_sub_epi32(_mm256_set1_epi32(127 << 23), _mm256_slli_epi32(low, 23)));
+  __m256i k = _mm256_setzero_si256();
+  for (int j = 0; j < 8; ++j) k = _mm256_sub_epi32(k, _mm256_cmpgt_epi32(mp, _mm256_set1_epi32(f.g[j] - 1)));
+  // E4M3 exponent e = Ea - 127 - Kq - (case L); code = ((e + 7) << 3) + k (k = 8 carries into the exponent)
+  const __m256i e = _mm256_add_epi32(_mm256_sub_epi32(ea, _mm256_set1_epi32(127 + f.kq)), low);  // low is -1 in case L
+  __m256i code = _mm256_add_epi32(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(7)), 3), k);
+  // normal E4M3 only (e >= -6); saturation at 0x7E
+  const __m256i normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(-7));
+  code = _mm256_min_epi32(code, _mm256_set1_epi32(0x7E));
+  // threshold exponent: e_s + kt where e_s = code >> 3 - 7, must keep the thresholds normal f32: the smallest
+  // (0.25 S: field of t_flush plus the shift) >= 1, the largest (6 S) <= 254
+  exp_s = _mm256_sub_epi32(_mm256_srli_epi32(code, 3), _mm256_set1_epi32(7));
+  const __m256i shift = _mm256_add_epi32(exp_s, _mm256_set1_epi32(f.kt));
+  const __m256i lo_ok = _mm256_cmpgt_epi32(shift, _mm256_set1_epi32(-100));
+  const __m256i hi_ok = _mm256_cmpgt_epi32(_mm256_set1_epi32(100), shift);
+  ok = _mm256_and_si256(normal, _mm256_and_si256(lo_ok, hi_ok));
+  return code;
+}
+
+/// The per-segment histogram copies of the vector path (folded into the formats' histograms at the segment's end).
+struct bs_vhist {
+  // MX: by (exponent field of max |x|) * 4 + mantissa class. The bins [w0, w0 + 8) count in vector lanes (acc[j]:
+  // bin w0 + j, a count per lane); bins outside that window in copies per lane (no store-to-load chains)
+  __m256i acc[8];
+  std::int32_t w0 = -1;  // -1: not placed yet (on the first group's first block)
+  std::uint32_t mx[8][256 * 4];  // (zeroed when first used: mx_lo <= mx_hi)
+  int mx_lo = 256 * 4, mx_hi = -1;  // the bins of mx that may be non-zero
+  std::uint32_t fin32 = 0;  // the largest finite |x| of the fast blocks (f32 pattern)
+  // NVFP4: by E4M3 scale exponent field (1..15), 8 copies
+  std::uint32_t nv[8][16];
+  bool used = false;
+};
+
+inline void bs_vhist_fold(const bs_setup& s, const bs_vsetup& vs, bs_vhist& h, bs_local& l) {
+  if (!h.used) return;
+  // the MX bins [lo, hi]: the window and the bins counted outside it
+  std::uint64_t mx[256 * 4], nv[16] = {};
+  int lo = h.mx_lo, hi = h.mx_hi;
+  if (h.w0 >= 0) {
+    lo = h.w0 < lo ? h.w0 : lo;
+    hi = h.w0 + 7 > hi ? h.w0 + 7 : hi;
+  }
+  for (int b = lo; b <= hi; ++b) mx[b] = 0;
+  for (int b = h.mx_lo; b <= h.mx_hi; ++b)
+    for (int cp = 0; cp < 8; ++cp) mx[b] += h.mx[cp][b];
+  if (h.w0 >= 0) {
+    for (int j = 0; j < 8; ++j) {
+      alignas(32) std::uint32_t lanes[8];
+      std::memcpy(lanes, &h.acc[j], sizeof lanes);
+      for (int t = 0; t < 8; ++t) mx[h.w0 + j] += lanes[t];
+      std::memset(&h.acc[j], 0, sizeof h.acc[j]);
+    }
+  }
+  for (int cp = 0; cp < 8; ++cp)
+    for (int b = 0; b < 16; ++b) nv[b] += h.nv[cp][b];
+  for (int i = 0; i < vs.n; ++i) {
+    const bs_vfmt& vf = vs.f[i];
+    bs_counts& c = l.c[static_cast<int>(s.f[vf.k].id)];
+    if (vf.mx) {
+      // the rule's +1 in mantissa class cl: this format's switch point is among the cl points reached
+      int delta[4] = {0, 0, 0, 0};
+      for (int cl = 1; cl < 4; ++cl) delta[cl] = delta[cl - 1] + (cl - 1 < vs.ncls && vs.cls[cl - 1] == vf.delta_mant ? 1 : 0);
+      for (int b = lo; b <= hi; ++b) {
+        if (mx[b] == 0) continue;
+        const int x = (b >> 2) - 127 - vf.emax + delta[b & 3];
+        c.hist[x + 127] += mx[b];
+        c.n_exp += mx[b];
+      }
+    } else {
+      for (int fld = 1; fld < 16; ++fld) {
+        if (nv[fld] == 0) continue;
+        c.hist[fld - 7 + 127] += nv[fld];
+        c.n_exp += nv[fld];
+      }
+    }
+  }
+  h.mx_lo = 256 * 4;
+  h.mx_hi = -1;
+  std::memset(h.nv, 0, sizeof h.nv);
+  h.used = false;
+  const std::uint64_t fin = f32_to_f64_bits(h.fin32);
+  if (fin > l.finite_amax) l.finite_amax = fin;
+  h.fin32 = 0;
+}
+
+/// Compare of signed lanes (32-bit for the f32 domain, 16-bit for bf16): -1 where a > b.
+template <class Src>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_gt(__m256i a, __m256i b) {
+  if constexpr (Src::wide) return _mm256_cmpgt_epi32(a, b);
+  else return _mm256_cmpgt_epi16(a, b);
+}
+
+/// The number of set lanes in V compare results (lanes of -1 / 0) of one block or NVFP4 half: packed to bytes with
+/// signed saturation (-1 stays -1; the order of the bytes does not matter to a count), one movemask, one popcount.
+template <class Src, int V>
+NANSCOPE_IMPL_TARGET_AVX2 inline unsigned bs_popc(const __m256i* m) {
+  if constexpr (Src::wide && V == 4) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(m[0], m[1]), _mm256_packs_epi32(m[2], m[3]));
+    return static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_epi8(p))));
+  } else if constexpr (Src::wide && V == 2) {  // 16-bit lanes: each counted twice
+    const __m256i p = _mm256_packs_epi32(m[0], m[1]);
+    return static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_epi8(p)))) / 2u;
+  } else if constexpr (!Src::wide && V == 2) {
+    const __m256i p = _mm256_packs_epi16(m[0], m[1]);
+    return static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_epi8(p))));
+  } else {  // bf16, one vector: 16-bit lanes, each counted twice
+    static_assert(!Src::wide && V == 1, "block of 32 or 16 elements");
+    return static_cast<unsigned>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_epi8(m[0])))) / 2u;
+  }
+}
+
+/// The element counts of one block (or NVFP4 half: V vectors at q) against its broadcast thresholds in the source's
+/// compare domain: flushed = #{b < tf}, below = #{b < ts} (flushed or subnormal), clipped = #{|x| > tc} (Clip), where
+/// b = |x| + K keeps zeros out of the "below" counts (K maps 0 to the largest signed value, 1.. to the smallest).
+/// No branches: a block without small elements or without a clipped one simply counts 0 there.
+template <class Src, int V, bool Clip>
+NANSCOPE_IMPL_TARGET_AVX2 inline void bs_block_counts(const unsigned char* q, __m256i tf, __m256i ts, __m256i tc, unsigned& fl,
+                                                      unsigned& below, unsigned& cl) {
+  __m256i a[V], m[V], n[V], c[V];
+  NANSCOPE_IMPL_UNROLL(4) for (int v = 0; v < V; ++v) {
+    a[v] = Src::abs(q, v);
+    const __m256i b = Src::wide ? _mm256_add_epi32(a[v], _mm256_set1_epi32(0x7FFFFFFF))
+                                : _mm256_add_epi16(a[v], _mm256_set1_epi16(0x7FFF));
+    m[v] = bs_gt<Src>(tf, b);
+    n[v] = bs_gt<Src>(ts, b);
+    if constexpr (Clip) c[v] = bs_gt<Src>(a[v], tc);
+  }
+  fl = bs_popc<Src, V>(m);
+  below = bs_popc<Src, V>(n);
+  if constexpr (Clip) cl = bs_popc<Src, V>(c);
+  else cl = 0;
+  (void)tc;
+}
+
+/// Threshold vectors (lane = block, f32 patterns) in the source's compare domain, ready for a per-block broadcast by
+/// one vpermd: f32 as they are; bf16: floor (>> 16) or ceil (+ 0xFFFF, >> 16) of the pattern, plus `add` (16-bit
+/// wrap-around), in both 16-bit halves of the lane.
+template <class Src, bool Ceil>
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_dom(__m256i t, std::int32_t add) {
+  if constexpr (Src::wide) {
+    return _mm256_add_epi32(t, _mm256_set1_epi32(add));
+  } else {
+    if constexpr (Ceil) t = _mm256_add_epi32(t, _mm256_set1_epi32(0xFFFF));
+    const __m256i h = _mm256_and_si256(_mm256_add_epi32(_mm256_srli_epi32(t, 16), _mm256_set1_epi32(add)),
+                                       _mm256_set1_epi32(0xFFFF));
+    return _mm256_or_si256(h, _mm256_slli_epi32(h, 16));
+  }
+}
+
+/// A block this path counted whose loss may make it the worst one, or whose record is kept (cold: a division).
+inline void bs_note_block(const bs_setup& s, const bs_format& f, bs_counts& c, std::uint64_t flat, int B, unsigned cl,
+                          unsigned fl, unsigned sub, std::uint32_t amax32, std::uint8_t scale) {
+  const std::uint64_t row = flat / s.L, col = flat % s.L;
+  const std::uint64_t idx = s.out_index(row, col / static_cast<std::uint64_t>(B), B);
+  const unsigned loss = cl + fl;
+  if (loss != 0 && (loss > c.worst_loss || (loss == c.worst_loss && idx < c.worst_index))) {
+    c.worst_loss = loss;
+    c.worst_index = idx;
+    c.worst_row = row;
+    c.worst_col = col;
+    c.worst_clipped = cl;
+    c.worst_flushed = fl;
+    c.worst_amax = f32_to_f64_bits(amax32);
+    c.worst_scale = scale;
+    c.worst_len = B;
+  }
+  if (f.out != nullptr) {
+    block_record& r = f.out[idx];
+    r.scale = scale;
+    r.clipped = static_cast<std::uint8_t>(cl);
+    r.flushed = static_cast<std::uint8_t>(fl);
+    r.subnormal = static_cast<std::uint8_t>(sub);
+  }
+}
+
+/// Zero blocks (every |x| = 0) of one format: counted, recorded.
+inline void bs_zero_blocks(const bs_setup& s, const bs_format& f, bs_counts& c, unsigned zero, int B, std::uint64_t flat0) {
+  if (zero == 0) return;
+  const unsigned nz = static_cast<unsigned>(__builtin_popcount(zero));
+  c.blocks += nz;
+  c.elements += static_cast<std::uint64_t>(nz) * static_cast<std::uint64_t>(B);
+  c.zero_blocks += nz;
+  if (f.out == nullptr) return;
+  for (int k = 0; k < 8; ++k)
+    if (((zero >> k) & 1u) != 0) {
+      const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
+      f.out[s.out_index(flat / s.L, (flat % s.L) / static_cast<std::uint64_t>(B), B)] = block_record{};
+    }
+}
+
+/// Counts and accounts the blocks `todo` of a group (8 lanes: blocks of B elements, block k at q + k * bytes) for one
+/// format, from its threshold vectors in the compare domain. Loss-free blocks outside todo add nothing.
+template <class Src, int V, bool Clip>
+NANSCOPE_IMPL_TARGET_AVX2 inline void bs_count_group(const bs_setup& s, const bs_format& f, bs_counts& c, const unsigned char* q,
+                                                     std::size_t bytes, unsigned todo, __m256i tf, __m256i ts, __m256i tc,
+                                                     __m256i scale, __m256i amax32, int B, std::uint64_t flat0) {
+  unsigned fl_sum = 0, below_sum = 0, cl_sum = 0, lossy = 0;
+  alignas(32) std::int32_t sc[8], am[8];
+  bool stored = false;
+  while (todo != 0) {
+    const int k = __builtin_ctz(todo);
+    todo &= todo - 1u;
+    const __m256i idx = _mm256_set1_epi32(k);
+    unsigned fl, below, cl;
+    bs_block_counts<Src, V, Clip>(q + static_cast<std::size_t>(k) * bytes, _mm256_permutevar8x32_epi32(tf, idx),
+                                  _mm256_permutevar8x32_epi32(ts, idx), _mm256_permutevar8x32_epi32(tc, idx), fl, below, cl);
+    fl_sum += fl;
+    below_sum += below;
+    cl_sum += cl;
+    const unsigned loss = fl + cl;
+    lossy += loss != 0 ? 1u : 0u;
+    if ((loss != 0 && loss >= c.worst_loss) || f.out != nullptr) {
+      if (!stored) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scale);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(am), amax32);
+        stored = true;
+      }
+      bs_note_block(s, f, c, flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B), B, cl, fl, below - fl,
+                    static_cast<std::uint32_t>(am[k]), static_cast<std::uint8_t>(sc[k]));
+    }
+  }
+  c.flushed += fl_sum;
+  c.subnormal += below_sum - fl_sum;
+  c.clipped += cl_sum;
+  c.lossy_blocks += lossy;
+}
+
+/// The largest lane (signed 32-bit) of v.
+NANSCOPE_IMPL_TARGET_AVX2 inline std::int32_t bs_hmax(__m256i m) {
+  m = _mm256_max_epi32(m, _mm256_permute2x128_si256(m, m, 0x01));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0x4E));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
+  return _mm256_cvtsi256_si32(m);
+}
+
+/// The portable code for the blocks `which` (lanes of B elements at q + k * B elements) of one format.
+inline void bs_portable_lanes(const bs_setup& s, const bs_format& f, bs_counts& c, const unsigned char* q, unsigned which,
+                              int B, std::uint64_t flat0) {
+  const std::size_t es = size_of(s.type);
+  while (which != 0) {
+    const int k = __builtin_ctz(which);
+    which &= which - 1u;
+    std::uint64_t ab[32];
+    const unsigned char* bp = q + static_cast<std::size_t>(k) * static_cast<std::size_t>(B) * es;
+    for (int e = 0; e < B; ++e) ab[e] = bs_abs_bits(bp, s.type, static_cast<std::size_t>(e));
+    const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
+    const std::uint64_t row = flat / s.L, col = flat % s.L;
+    bs_eval_block(s, f, c, ab, B, s.out_index(row, col / static_cast<std::uint64_t>(B), B), row, col);
+  }
+}
+
+/// 16-bit values (<= 0x7FFF) to the larger of each 32-bit lane's two.
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_fold16(__m256i m) {
+  return _mm256_max_epi32(_mm256_and_si256(m, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(m, 16));
+}
+
+/// NVFP4 thresholds of 8 halves from a per-mantissa table: t[j] plus the exponent shift sh23.
+NANSCOPE_IMPL_TARGET_AVX2 inline __m256i bs_table(const std::int32_t* t, __m256i j, __m256i sh23) {
+  return _mm256_add_epi32(_mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)), j), sh23);
+}
+
+/// Pass 1 over a group's 8 unit blocks: per block a vector whose lanes' max is the block's max |x| (Nv: per half
+/// too), and (Min) one whose lanes' min is the smallest b = |x| + K; lanes of 32 bits (bf16: the larger of a lane's
+/// two 16-bit values, the smaller b sign-extended).
+template <class Src, bool Nv, bool Min>
+NANSCOPE_IMPL_TARGET_AVX2 inline void bs_pass1(const unsigned char* q, __m256i* mx_half, __m256i* mx_blk, __m256i* mn_blk) {
+  constexpr int VB = 32 / Src::lanes;
+  constexpr std::size_t UB = 32 * Src::es;
+  NANSCOPE_IMPL_UNROLL(8) for (int k = 0; k < 8; ++k) {
+    const unsigned char* bq = q + static_cast<std::size_t>(k) * UB;
+    __m256i x[VB];
+    NANSCOPE_IMPL_UNROLL(4) for (int v = 0; v < VB; ++v) x[v] = Src::abs(bq, v);
+    if constexpr (Src::wide) {
+      const __m256i h0 = _mm256_max_epi32(x[0], x[1]), h1 = _mm256_max_epi32(x[2], x[3]);
+      if constexpr (Nv) {
+        mx_half[2 * k] = h0;
+        mx_half[2 * k + 1] = h1;
+      }
+      mx_blk[k] = _mm256_max_epi32(h0, h1);
+      if constexpr (Min) {
+        const __m256i kk = _mm256_set1_epi32(0x7FFFFFFF);
+        mn_blk[k] = _mm256_min_epi32(_mm256_min_epi32(_mm256_add_epi32(x[0], kk), _mm256_add_epi32(x[1], kk)),
+                                     _mm256_min_epi32(_mm256_add_epi32(x[2], kk), _mm256_add_epi32(x[3], kk)));
+      }
+    } else {
+      if constexpr (Nv) {
+        mx_half[2 * k] = bs_fold16(x[0]);
+        mx_half[2 * k + 1] = bs_fold16(x[1]);
+        mx_blk[k] = _mm256_max_epi32(mx_half[2 * k], mx_half[2 * k + 1]);
+      } else {
+        mx_blk[k] = bs_fold16(_mm256_max_epi16(x[0], x[1]));
+      }
+      if constexpr (Min) {
+        const __m256i kk = _mm256_set1_epi16(0x7FFF);
+        const __m256i mn = _mm256_min_epi16(_mm256_add_epi16(x[0], kk), _mm256_add_epi16(x[1], kk));
+        mn_blk[k] = _mm256_min_epi32(_mm256_srai_epi32(_mm256_slli_epi32(mn, 16), 16), _mm256_srai_epi32(mn, 16));
+      }
+    }
+  }
+}
+
+/// One group of 8 unit blocks of 32 at q (flat index flat0 of the first element; nunits < 8: only the first nunits
+/// are real, the rest of the buffer is zero padding).
+template <class Src>
+NANSCOPE_IMPL_TARGET_AVX2 inline void bs_group(const bs_setup& s, const bs_vsetup& vs, bs_vhist& h, bs_local& l,
+                                               const unsigned char* q, int nunits, std::uint64_t flat0) {
+  constexpr int VB = 32 / Src::lanes;       // vectors per unit block
+  constexpr std::size_t UB = 32 * Src::es;  // bytes per unit block
+  constexpr std::int32_t K = Src::wide ? 0x7FFFFFFF : 0x7FFF;
+  constexpr std::int32_t K1 = static_cast<std::int32_t>(static_cast<std::uint32_t>(K) + 1u);  // (f32: INT32_MIN)
+  // pass 1: per unit block max |x| (and per NVFP4 half), the smallest b = |x| + K when an MXFP8 format wants it
+  __m256i mx_half[16], mx_blk[8], mn_blk[8];
+  if (vs.any_nv) {
+    if (vs.need_min) bs_pass1<Src, true, true>(q, mx_half, mx_blk, mn_blk);
+    else bs_pass1<Src, true, false>(q, mx_half, mx_blk, mn_blk);
+  } else {
+    if (vs.need_min) bs_pass1<Src, false, true>(q, mx_half, mx_blk, mn_blk);
+    else bs_pass1<Src, false, false>(q, mx_half, mx_blk, mn_blk);
+  }
+  const __m256i amax = bs_hext8<false>(mx_blk);
+  const __m256i bmin = vs.need_min ? bs_hext8<true>(mn_blk) : _mm256_setzero_si256();
+  const __m256i amax32 = Src::wide ? amax : _mm256_slli_epi32(amax, 16);  // f32 patterns
+  const unsigned real = (1u << nunits) - 1u;
+  // fast blocks: max |x| in [2^-63, inf): their scales and thresholds are exact in the f32 exponent field
+  const __m256i fast_v = _mm256_and_si256(_mm256_cmpgt_epi32(amax32, _mm256_set1_epi32(0x1FFFFFFF)),
+                                          _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), amax32));
+  const unsigned fast = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(fast_v))) & real;
+  const unsigned zero =
+      static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(amax32, _mm256_setzero_si256())))) & real;
+  const unsigned special = real & ~fast & ~zero;
+  {  // the largest finite |x|: the fast blocks' maxima (folded at the end), the special blocks' elements
+    const auto m32 = static_cast<std::uint32_t>(bs_hmax(_mm256_and_si256(amax32, fast_v)));
+    h.fin32 = m32 > h.fin32 ? m32 : h.fin32;
+    h.used = true;
+    std::uint64_t m64 = 0;
+    for (unsigned m = special; m != 0; m &= m - 1u) {
+      const unsigned char* bp = q + static_cast<std::size_t>(__builtin_ctz(m)) * UB;
+      for (int e = 0; e < 32; ++e) {
+        const std::uint64_t ab = bs_abs_bits(bp, s.type, static_cast<std::size_t>(e));
+        if (ab < bs_inf_bits && ab > m64) m64 = ab;
+      }
+    }
+    if (m64 > l.finite_amax) l.finite_amax = m64;
+  }
+  // the shared MX histogram: (exponent field, mantissa class) of the fast blocks, a copy per lane
+  if (vs.nmx > 0 && fast != 0) {
+    __m256i cls = _mm256_setzero_si256();
+    const __m256i mant = _mm256_and_si256(amax32, _mm256_set1_epi32(0x7FFFFF));
+    for (int t = 0; t < vs.ncls; ++t) cls = _mm256_sub_epi32(cls, _mm256_cmpgt_epi32(mant, _mm256_set1_epi32(vs.cls[t] - 1)));
+    const __m256i bin = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(amax32, 23), 2), cls);
+    alignas(32) std::int32_t bins[8];
+    if (h.w0 < 0) {  // the window around the first block's bin
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bins), bin);
+      const int b0 = bins[__builtin_ctz(fast)] - 3;
+      h.w0 = b0 < 0 ? 0 : b0 > 256 * 4 - 8 ? 256 * 4 - 8 : b0;
+      for (int j = 0; j < 8; ++j) h.acc[j] = _mm256_setzero_si256();
+    }
+    // d = bin - w0, -1 in lanes that are not fast blocks; lanes with d in [0, 8) count in the window
+    const __m256i d = _mm256_or_si256(_mm256_sub_epi32(bin, _mm256_set1_epi32(h.w0)),
+                                      _mm256_andnot_si256(fast_v, _mm256_set1_epi32(-1)));
+    const __m256i inwin = _mm256_cmpeq_epi32(_mm256_min_epu32(d, _mm256_set1_epi32(7)), d);
+    NANSCOPE_IMPL_UNROLL(8) for (int j = 0; j < 8; ++j)
+      h.acc[j] = _mm256_sub_epi32(h.acc[j], _mm256_cmpeq_epi32(d, _mm256_set1_epi32(j)));
+    const unsigned out = fast & ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(inwin)));
+    if (out != 0) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bins), bin);
+      for (unsigned m = out; m != 0; m &= m - 1u) {
+        const int k = __builtin_ctz(m);
+        const int b = bins[k];
+        if (b < h.mx_lo || b > h.mx_hi) {  // widen the range of live bins, zeroing the new ones
+          const int lo = b < h.mx_lo ? b : h.mx_lo, hi = b > h.mx_hi ? b : h.mx_hi;
+          for (int cp = 0; cp < 8; ++cp)
+            for (int t = lo; t <= hi; ++t)
+              if (t < h.mx_lo || t > h.mx_hi) h.mx[cp][t] = 0;
+          h.mx_lo = lo;
+          h.mx_hi = hi;
+        }
+        ++h.mx[k][b];
+      }
+    }
+    h.used = true;
+  }
+
+  // MX formats
+  for (int w = 0; w < vs.nmx; ++w) {
+    const bs_vfmt& vf = vs.f[vs.mxi[w]];
+    const bs_format& f = s.f[vf.k];
+    bs_counts& c = l.c[static_cast<int>(f.id)];
+    bs_zero_blocks(s, f, c, zero, 32, flat0);
+    if (special != 0) bs_portable_lanes(s, f, c, q, special, 32, flat0);
+    if (fast == 0) continue;
+    const unsigned nfast = static_cast<unsigned>(__builtin_popcount(fast));
+    c.blocks += nfast;
+    c.elements += 32u * nfast;  // (their exponents: the shared histogram, folded at the segment's end)
+    // D = X << 23, X = exponent of max |x| - emax (+ 1 where the rule says so)
+    const __m256i mant = _mm256_and_si256(amax32, _mm256_set1_epi32(0x7FFFFF));
+    const __m256i up = _mm256_cmpgt_epi32(mant, _mm256_set1_epi32(vf.delta_mant - 1));
+    const __m256i D = _mm256_sub_epi32(
+        _mm256_sub_epi32(_mm256_and_si256(amax32, _mm256_set1_epi32(0x7F800000)), _mm256_set1_epi32(vf.bias)),
+        _mm256_slli_epi32(up, 23));
+    const __m256i tc32 = _mm256_add_epi32(_mm256_set1_epi32(vf.c_clip), D);
+    const unsigned clip =
+        vf.can_clip ? static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(amax32, tc32)))) & fast
+                    : 0u;
+    const __m256i ts = bs_dom<Src, true>(_mm256_add_epi32(_mm256_set1_epi32(vf.c_sub), D), K);
+    unsigned low = fast;
+    if (!vf.precise) {  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
+      const __m256i ts_c = Src::wide ? ts : _mm256_srai_epi32(_mm256_slli_epi32(ts, 16), 16);
+      low = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ts_c, bmin)))) & fast;
+    }
+    const unsigned todo = f.out != nullptr ? fast : (low | clip);
+    if (todo == 0) continue;
+    const __m256i tf = bs_dom<Src, false>(_mm256_add_epi32(_mm256_set1_epi32(vf.c_flush), D), K1);
+    const __m256i tc = bs_dom<Src, false>(tc32, 0);
+    const __m256i scale = _mm256_add_epi32(_mm256_srai_epi32(D, 23), _mm256_set1_epi32(127));
+    if (clip != 0) bs_count_group<Src, VB, true>(s, f, c, q, UB, todo, tf, ts, tc, scale, amax32, 32, flat0);
+    else bs_count_group<Src, VB, false>(s, f, c, q, UB, todo, tf, ts, tc, scale, amax32, 32, flat0);
+  }
+
+  // NVFP4: 16 halves, two parts of 8
+  if (!vs.any_nv) return;
+  for (int i = 0; i < vs.n; ++i) {
+    const bs_vfmt& vf = vs.f[i];
+    if (vf.mx) continue;
+    const bs_format& f = s.f[vf.k];
+    bs_counts& c = l.c[static_cast<int>(f.id)];
+    for (int part = 0; part < 2; ++part) {
+      const unsigned realh = part == 0 ? (nunits >= 4 ? 0xFFu : (1u << (2 * nunits)) - 1u)
+                                       : (nunits <= 4 ? 0u : (1u << (2 * (nunits - 4))) - 1u);
+      if (realh == 0) continue;
+      const unsigned char* qp = q + static_cast<std::size_t>(part) * 128 * Src::es;
+      const std::uint64_t hflat0 = flat0 + static_cast<std::uint64_t>(part) * 128;
+      const __m256i an = bs_hext8<false>(mx_half + 8 * part);
+      const __m256i a32 = Src::wide ? an : _mm256_slli_epi32(an, 16);
+      const unsigned zh =
+          static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a32, _mm256_setzero_si256())))) & realh;
+      bs_zero_blocks(s, f, c, zh, 16, hflat0);
+      if (vf.off) {
+        bs_portable_lanes(s, f, c, qp, realh & ~zh, 16, hflat0);
+        continue;
+      }
+      const __m256i fastv = _mm256_and_si256(_mm256_cmpgt_epi32(a32, _mm256_set1_epi32(0x1FFFFFFF)),
+                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), a32));
+      __m256i ok, es;
+      const __m256i code = bs_nv_scale(vf, a32, ok, es);
+      const unsigned fh = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(fastv, ok)))) & realh;
+      const unsigned sh = realh & ~fh & ~zh;
+      if (sh != 0) bs_portable_lanes(s, f, c, qp, sh, 16, hflat0);
+      if (fh == 0) continue;
+      const unsigned nfast = static_cast<unsigned>(__builtin_popcount(fh));
+      c.blocks += nfast;
+      c.elements += 16u * nfast;
+      alignas(32) std::int32_t ex[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ex), _mm256_srli_epi32(code, 3));
+      for (unsigned m = fh; m != 0; m &= m - 1u) {
+        const int k = __builtin_ctz(m);
+        ++h.nv[k][ex[k]];
+      }
+      h.used = true;
+      // thresholds: the tables by E4M3 mantissa j, plus (e_s + kt) << 23
+      const __m256i j = _mm256_and_si256(code, _mm256_set1_epi32(7));
+      const __m256i sh23 = _mm256_slli_epi32(_mm256_add_epi32(es, _mm256_set1_epi32(vf.kt)), 23);
+      const __m256i tc32 = bs_table(vf.t_clip, j, sh23);
+      const unsigned clip = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a32, tc32)))) & fh;
+      const __m256i tf = bs_dom<Src, false>(bs_table(vf.t_flush, j, sh23), K1);
+      const __m256i ts = bs_dom<Src, true>(bs_table(vf.t_sub, j, sh23), K);
+      const __m256i tc = bs_dom<Src, false>(tc32, 0);
+      if (clip != 0) bs_count_group<Src, VB / 2, true>(s, f, c, qp, 16 * Src::es, fh, tf, ts, tc, code, a32, 16, hflat0);
+      else bs_count_group<Src, VB / 2, false>(s, f, c, qp, 16 * Src::es, fh, tf, ts, tc, code, a32, 16, hflat0);
+    }
+  }
+}
+
+/// Unit blocks the vector path has taken since the program started (tests: the path really runs).
+inline std::atomic<std::uint64_t>& bs_vector_units() {
+  static std::atomic<std::uint64_t> n{0};
+  return n;
+}
+
+/// The vector path over a run of whole unit blocks (bs_units_fn).
+template <class Src>
+NANSCOPE_IMPL_TARGET_AVX2 inline bool bs_units_avx2(const bs_setup& s, bs_local& l, const unsigned char* p,
+                                                    std::uint64_t units, std::uint64_t row, std::uint64_t col) {
+  if (l.vsetup == nullptr) {
+    l.vsetup = new bs_vsetup(bs_make_vsetup(s));
+    auto* vh = new bs_vhist;
+    std::memset(vh->nv, 0, sizeof vh->nv);
+    l.vhist = vh;
+  }
+  const bs_vsetup& vs = *static_cast<const bs_vsetup*>(l.vsetup);
+  bs_vhist& h = *static_cast<bs_vhist*>(l.vhist);
+  bs_vector_units().fetch_add(units, std::memory_order_relaxed);
+  std::uint64_t flat = row * s.L + col;
+  std::uint64_t u = 0;
+  for (; u + 8 <= units; u += 8) {
+    bs_group<Src>(s, vs, h, l, p + static_cast<std::size_t>(u) * 32 * Src::es, 8, flat);
+    flat += 256;
+  }
+  if (u < units) {  // the last few: padded with zeros (their lanes are not accounted)
+    alignas(32) unsigned char buf[256 * 4] = {};
+    const std::size_t bytes = static_cast<std::size_t>(units - u) * 32 * Src::es;
+    std::memcpy(buf, p + static_cast<std::size_t>(u) * 32 * Src::es, bytes);
+    bs_group<Src>(s, vs, h, l, buf, static_cast<int>(units - u), flat);
+  }
+  return true;
+}
+
+inline bool bs_units_avx2_f32(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units, std::uint64_t row,
+                              std::uint64_t col) {
+  return bs_units_avx2<bs_src_f32>(s, l, p, units, row, col);
+}
+inline bool bs_units_avx2_f16(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units, std::uint64_t row,
+                              std::uint64_t col) {
+  return bs_units_avx2<bs_src_f16>(s, l, p, units, row, col);
+}
+inline bool bs_units_avx2_bf16(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units, std::uint64_t row,
+                               std::uint64_t col) {
+  return bs_units_avx2<bs_src_bf16>(s, l, p, units, row, col);
+}
+
+/// The vector path for a setup (null: the portable loop only): f32, f16, bf16 on CPUs with AVX2.
+inline bs_units_fn bs_units_simd_for(const bs_setup& s) {
+  static const bool avx2 = cpu_has_avx2();  // (cpuid: slow, in a virtual machine very slow)
+  if (!avx2) return nullptr;
+  switch (s.type) {
+    case dtype::f32: return &bs_units_avx2_f32;
+    case dtype::f16: return &bs_units_avx2_f16;
+    case dtype::bf16: return &bs_units_avx2_bf16;
+    default: return nullptr;
+  }
+}
+
+/// Folds the vector path's histograms into the segment's counters and frees its state.
+inline void bs_vector_end(const bs_setup& s, bs_local& l) {
+  if (l.vsetup == nullptr) return;
+  bs_vhist_fold(s, *static_cast<const bs_vsetup*>(l.vsetup), *static_cast<bs_vhist*>(l.vhist), l);
+  delete static_cast<bs_vsetup*>(l.vsetup);
+  delete static_cast<bs_vhist*>(l.vhist);
+  l.vsetup = nullptr;
+  l.vhist = nullptr;
+}
+
+#endif  // NANSCOPE_HAS_X86_SIMD()
+
+}  // namespace detail
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_DETAIL_BLOCK_SCALED_AVX2_HPP
+// ---- end nanscope/detail/block_scaled_avx2.hpp ----
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// Options of check_block_scaled. Chainable: block_scaled_options{}.with_rule(scale_rule::round_up).with_axis(0).
+struct block_scaled_options {
+  block_format_set formats = block_format_set::all();
+  scale_rule rule = scale_rule::ocp;  ///< how MX block scales are chosen (NVFP4 has its own rule)
+  int axis = -1;                      ///< the dimension blocks run along; negative counts from the end (-1: the last)
+  check_options check;                ///< the health pass: mode (FULL_HEALTH or STATS), threads, instruction set, hash
+  bool keep_blocks = false;           ///< fill block_format_stats::per_block (one record per block: allocates)
+  /// NVFP4's per-tensor scale is computed from this magnitude (a known or previous step's abs max). Negative (the
+  /// default): from the tensor's own largest finite |x|, which costs a second read of the tensor for NVFP4.
+  double nvfp4_tensor_amax = -1.0;
+
+  block_scaled_options& with_formats(block_format_set s) {
+    formats = s;
+    return *this;
+  }
+  block_scaled_options& with_rule(scale_rule r) {
+    rule = r;
+    return *this;
+  }
+  block_scaled_options& with_axis(int a) {
+    axis = a;
+    return *this;
+  }
+  block_scaled_options& with_check(const check_options& c) {
+    check = c;
+    return *this;
+  }
+  block_scaled_options& with_keep_blocks(bool on = true) {
+    keep_blocks = on;
+    return *this;
+  }
+  block_scaled_options& with_nvfp4_tensor_amax(double a) {
+    nvfp4_tensor_amax = a;
+    return *this;
+  }
+};
+
+namespace detail {
+
+/// The pass-wide state the hook's segments fold into.
+struct bs_pass {
+  const bs_setup* setup = nullptr;
+  bs_units_fn vec = nullptr;
+  std::mutex mu;
+  bs_counts total[block_format_count];
+  std::uint64_t finite_amax = 0;
+  std::vector<std::uint64_t> edges;
+};
+
+inline void* bs_hook_begin(void* ctx, std::uint64_t seg_begin, std::uint64_t seg_n) {
+  (void)ctx;
+  auto* l = new bs_local;
+  l->seg_begin = seg_begin;
+  l->seg_end = seg_begin + seg_n;
+  return l;
+}
+
+inline void bs_hook_chunk(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) {
+  auto* pass = static_cast<bs_pass*>(ctx);
+  const bs_units_fn vec = isa_code >= 2 ? pass->vec : nullptr;  // 2: isa::avx2, 3: isa::avx512
+  bs_chunk(*pass->setup, *static_cast<bs_local*>(state), static_cast<const unsigned char*>(raw), first, n, vec);
+}
+
+inline void bs_hook_end(void* ctx, void* state) {
+  auto* pass = static_cast<bs_pass*>(ctx);
+  std::unique_ptr<bs_local> l(static_cast<bs_local*>(state));
+#if NANSCOPE_HAS_X86_SIMD()
+  bs_vector_end(*pass->setup, *l);
+#endif
+  std::lock_guard<std::mutex> lock(pass->mu);
+  for (int k = 0; k < block_format_count; ++k) pass->total[k].merge(l->c[k]);
+  if (l->finite_amax > pass->finite_amax) pass->finite_amax = l->finite_amax;
+  pass->edges.insert(pass->edges.end(), l->edges.begin(), l->edges.end());
+}
+
+/// The unit blocks that ran across segment boundaries, from the view (gathered), after the pass.
+inline void bs_fix_edges(const tensor_view& pv, bs_pass& pass) {
+  const bs_setup& s = *pass.setup;
+  const std::size_t es = size_of(s.type);
+  bs_local l;
+  std::sort(pass.edges.begin(), pass.edges.end());
+  for (const std::uint64_t u : pass.edges) {
+    const std::uint64_t col = u % s.L;
+    const int len = static_cast<int>(s.L - col < bs_unit ? s.L - col : bs_unit);
+    alignas(64) unsigned char buf[bs_unit * 8];
+    if (pv.is_contiguous()) std::memcpy(buf, static_cast<const unsigned char*>(pv.data) + static_cast<std::size_t>(u) * es,
+                                        static_cast<std::size_t>(len) * es);
+    else gather(pv, u, static_cast<std::size_t>(len), buf);
+    bs_unit_raw(s, l, buf, len, u / s.L, col);
+  }
+  for (int k = 0; k < block_format_count; ++k) pass.total[k].merge(l.c[k]);
+  if (l.finite_amax > pass.finite_amax) pass.finite_amax = l.finite_amax;
+  pass.edges.clear();
+}
+
+struct bs_drive_ctx {
+  const tensor_view* v;
+  const pass_hook* hook;
+  std::uint8_t isa_code;
+  std::uint64_t n;
+};
+
+inline void bs_drive_segment(void* vctx, std::size_t i) {
+  auto* ctx = static_cast<bs_drive_ctx*>(vctx);
+  const tensor_view& v = *ctx->v;
+  const std::size_t es = size_of(v.type);
+  const std::uint64_t begin = static_cast<std::uint64_t>(i) * segment_elems;
+  const std::uint64_t n = ctx->n - begin < segment_elems ? ctx->n - begin : segment_elems;
+  void* st = ctx->hook->begin(ctx->hook->ctx, begin, n);
+  const bool contiguous = v.is_contiguous();
+  std::unique_ptr<unsigned char[]> buf;
+  if (!contiguous) buf.reset(new unsigned char[chunk_elems * 8]);
+  for (std::uint64_t c = 0; c < n; c += chunk_elems) {
+    const std::size_t m = static_cast<std::size_t>(n - c < chunk_elems ? n - c : chunk_elems);
+    const void* p;
+    if (contiguous) {
+      p = static_cast<const unsigned char*>(v.data) + static_cast<std::size_t>(begin + c) * es;
+    } else {
+      gather(v, begin + c, m, buf.get());
+      p = buf.get();
+    }
+    ctx->hook->chunk(ctx->hook->ctx, st, p, begin + c, m, ctx->isa_code);
+  }
+  ctx->hook->end(ctx->hook->ctx, st);
+}
+
+/// The hook alone over a view (no health kernel): the second read for NVFP4 without a given tensor amax, and the
+/// pass over a column-wise view. Same segments as the health pass; on the pool when large enough.
+inline void bs_drive(const tensor_view& v, const pass_hook& hook, const check_options& opt) {
+  const std::uint64_t n = v.numel();
+  if (n == 0) return;
+  const std::uint64_t nseg = (n + segment_elems - 1) / segment_elems;
+  bs_drive_ctx ctx{&v, &hook, static_cast<std::uint8_t>(resolve_isa(opt.instruction_set)), n};
+  unsigned threads = opt.threads == 0 ? default_thread_count() : opt.threads;
+  const std::uint64_t threshold =
+      opt.parallel_threshold == check_options::use_default_threshold ? default_parallel_threshold() : opt.parallel_threshold;
+  if (n < threshold || nseg < 2) threads = 1;
+  if (threads <= 1) {
+    for (std::uint64_t s = 0; s < nseg; ++s) bs_drive_segment(&ctx, static_cast<std::size_t>(s));
+  } else {
+    default_pool().run(static_cast<std::size_t>(nseg), threads - 1, &bs_drive_segment, &ctx);
+  }
+}
+
+/// Thresholds at scale 1 of an element format: clip above max, flush at or below half the smallest subnormal,
+/// subnormal below the smallest normal minus half the smallest subnormal (a tie there rounds up to the normal).
+inline void bs_set_thresholds(bs_format& f) {
+  const element_format_info& fi = info(f.el);
+  f.clip1 = fi.max_finite;
+  f.flush1 = fi.min_subnormal * 0.5;
+  f.sub1 = fi.min_normal - fi.min_subnormal * 0.5;
+}
+
+/// Exact quantization error of one block for the worst-block report: dequantize(quantize(x)) - x per element.
+inline void bs_block_error(const bs_format& f, const std::uint64_t* a, int len, const bs_thresholds& th, double& max_abs,
+                           double& rms) {
+  double mx = 0.0, s2 = 0.0;
+  const double S = f.mx ? bs_pow2(th.exponent) : decode(element_format::e4m3, th.scale) * f32_bits_to_double(float_to_bits(f.tensor_scale));
+  for (int i = 0; i < len; ++i) {
+    const double x = bits_to_double(a[i]);  // |x|; the error's magnitude does not depend on the sign
+    double q;
+    if (f.mx) {
+      q = decode(f.el, encode(f.el, x * bs_pow2(-th.exponent))) * S;  // x / 2^X is exact
+    } else if (th.zero_scale || S == 0.0) {
+      q = 0.0;
+    } else {
+      // E2M1 of x / S, nearest and ties to even, by exact compares against the midpoints times S
+      static const double mids[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+      unsigned c = 0;
+      while (c < 7 && (x > mids[c] * S || (x == mids[c] * S && (c & 1u) == 0))) ++c;
+      q = decode(element_format::e2m1, c) * S;
+    }
+    const double d = q > x ? q - x : x - q;
+    mx = d > mx ? d : mx;
+    s2 += d * d;
+  }
+  max_abs = mx;
+  rms = len > 0 ? std::sqrt(s2 / len) : 0.0;
+}
+
+}  // namespace detail
+
+/// Checks a tensor (check_options of block_scaled_options::check: mode FULL_HEALTH or STATS) and, in the same read of
+/// memory, what quantizing it to each requested block format would lose (docs/block-scaled.md). Sources: f32, bf16,
+/// f16 (vector kernels), f64 and fp8 (portable loop). Blocks along another axis than the last, and NVFP4 without
+/// nvfp4_tensor_amax, cost a second read (said in the docs). Throws nanscope::error for an invalid view, a
+/// non-floating dtype, another mode, an empty format set or an axis out of range.
+inline block_scaled_result check_block_scaled(const tensor_view& v, const block_scaled_options& opt = {}) {
+  validate(v);
+  const check_options& copt = opt.check;
+  if (copt.mode != check_mode::full_health && copt.mode != check_mode::stats)
+    detail::fail(v.name, std::string("check_block_scaled needs mode FULL_HEALTH or STATS, got ") + name(copt.mode));
+  if (!is_float(v.type))
+    detail::fail(v.name, std::string("check_block_scaled: dtype ") + name(v.type) + " is not a floating type");
+  if (opt.formats.empty()) detail::fail(v.name, "check_block_scaled: no block format requested");
+  const int rank = v.rank;
+  int axis = opt.axis < 0 ? opt.axis + (rank > 0 ? rank : 1) : opt.axis;
+  if (axis < 0 || axis >= (rank > 0 ? rank : 1))
+    detail::fail(v.name, "check_block_scaled: axis " + std::to_string(opt.axis) + " is out of range for rank " +
+                             std::to_string(rank));
+  block_scaled_result r;
+  r.axis = axis;
+  const std::uint64_t n = v.numel();
+
+  // The processed view: the original, or (blocks along another axis) the original with that axis moved last.
+  tensor_view pv = v;
+  const bool columns = rank > 0 && axis != rank - 1;
+  std::uint64_t inner = 1;
+  if (columns) {
+    int k = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (d == axis) continue;
+      pv.shape[k] = v.shape[d];
+      pv.strides[k] = v.strides[d];
+      ++k;
+    }
+    pv.shape[rank - 1] = v.shape[axis];
+    pv.strides[rank - 1] = v.strides[axis];
+    for (int d = axis + 1; d < rank; ++d) inner *= static_cast<std::uint64_t>(v.shape[d]);
+  }
+  detail::bs_setup s;
+  s.type = v.type;
+  s.rule = opt.rule;
+  s.L = rank > 0 ? static_cast<std::uint64_t>(pv.shape[rank - 1]) : 1;
+  if (s.L == 0) s.L = 1;  // (an empty tensor: no rows)
+  s.rows = n / s.L;
+  s.nb32 = (s.L + 31) / 32;
+  s.nb16 = (s.L + 15) / 16;
+  s.columns = columns;
+  s.inner = inner == 0 ? 1 : inner;
+  s.use_simd = resolve_isa(copt.instruction_set) != isa::scalar;
+
+  for (int k = 0; k < block_format_count; ++k) {
+    const auto id = static_cast<block_format>(k);
+    if (!opt.formats.has(id)) continue;
+    block_format_stats st;
+    st.format = id;
+    st.rule = opt.rule;
+    st.block_size = info(id).block_size;
+    const std::uint64_t nb = s.rows * (st.block_size == 32 ? s.nb32 : s.nb16);
+    if (opt.keep_blocks) st.per_block.assign(static_cast<std::size_t>(nb), block_record{});
+    r.formats.push_back(std::move(st));
+  }
+  auto setup_format = [&](block_format_stats& st) {
+    detail::bs_format& f = s.f[s.nf++];
+    f.id = st.format;
+    f.el = info(st.format).element;
+    f.mx = info(st.format).mx;
+    detail::bs_set_thresholds(f);
+    f.tensor_scale = st.tensor_scale;
+    f.out = opt.keep_blocks ? st.per_block.data() : nullptr;
+    (f.mx ? s.any_mx : s.any_nv) = true;
+  };
+
+  block_format_stats* nv = nullptr;
+  for (block_format_stats& st : r.formats)
+    if (st.format == block_format::nvfp4) nv = &st;
+  const bool nv_given = nv != nullptr && opt.nvfp4_tensor_amax >= 0.0;
+  if (nv_given) nv->tensor_scale = nvfp4_tensor_scale(opt.nvfp4_tensor_amax);
+  // the first read: the health pass with MX (and NVFP4 when its tensor scale is known) riding in it
+  for (block_format_stats& st : r.formats)
+    if (st.format != block_format::nvfp4 || nv_given) setup_format(st);
+
+  detail::bs_pass pass;
+  pass.setup = &s;
+#if NANSCOPE_HAS_X86_SIMD()
+  pass.vec = detail::bs_units_simd_for(s);
+#endif
+  detail::pass_hook hook;
+  hook.ctx = &pass;
+  hook.begin = &detail::bs_hook_begin;
+  hook.chunk = &detail::bs_hook_chunk;
+  hook.end = &detail::bs_hook_end;
+
+  const bool second_nv = nv != nullptr && !nv_given;
+  const bool fused = !columns && n != 0 && (s.nf > 0 || second_nv);
+  r.health = detail::check_impl(v, copt, nullptr, fused ? &hook : nullptr);
+  if (n != 0 && columns && s.nf > 0) detail::bs_drive(pv, hook, copt);  // column-wise: a pass of its own
+  if (n != 0) detail::bs_fix_edges(pv, pass);
+  if (second_nv) {
+    // NVFP4's tensor scale from the tensor's largest finite |x|, then NVFP4 alone in a second read
+    nv->tensor_scale = nvfp4_tensor_scale(detail::bits_to_double(pass.finite_amax));
+    s.nf = 0;
+    s.any_mx = s.any_nv = false;
+    setup_format(*nv);
+#if NANSCOPE_HAS_X86_SIMD()
+    pass.vec = detail::bs_units_simd_for(s);
+#endif
+    if (n != 0) {
+      detail::bs_drive(pv, hook, copt);
+      detail::bs_fix_edges(pv, pass);
+    }
+  }
+
+  // Results and the worst blocks' errors.
+  for (block_format_stats& st : r.formats) {
+    const detail::bs_counts& c = pass.total[static_cast<int>(st.format)];
+    st.blocks = c.blocks;
+    st.elements = c.elements;
+    st.zero_blocks = c.zero_blocks;
+    st.nan_blocks = c.nan_blocks;
+    st.zero_scale_blocks = c.zero_scale_blocks;
+    st.lossy_blocks = c.lossy_blocks;
+    st.clipped = c.clipped;
+    st.flushed = c.flushed;
+    st.subnormal = c.subnormal;
+    for (int i = 0; i < 256; ++i) st.scale_histogram[static_cast<std::size_t>(i)] = c.hist[i];
+    if (c.n_exp > 0) {
+      // from the histogram, in bin order: the same bits for every thread count
+      const double ne = static_cast<double>(c.n_exp);
+      double sum = 0.0;
+      for (int i = 0; i < 256; ++i) sum += static_cast<double>(c.hist[i]) * (i - 127);
+      st.scale_exp_mean = sum / ne;
+      if (c.n_exp > 1) {
+        double m2 = 0.0;
+        for (int i = 0; i < 256; ++i) {
+          const double d = (i - 127) - st.scale_exp_mean;
+          m2 += static_cast<double>(c.hist[i]) * d * d;
+        }
+        st.scale_exp_std = std::sqrt(m2 / (ne - 1.0));
+      }
+      int lo = 255, hi = 0;
+      for (int i = 0; i < 256; ++i)
+        if (c.hist[i] != 0) {
+          lo = i < lo ? i : lo;
+          hi = i;
+        }
+      st.scale_exp_min = lo - 127;
+      st.scale_exp_max = hi - 127;
+    }
+    if (c.worst_loss != 0) {
+      block_worst& w = st.worst;
+      w.index = static_cast<std::int64_t>(c.worst_index);
+      w.elements = c.worst_len;
+      w.abs_max = detail::bits_to_double(c.worst_amax);
+      w.scale = c.worst_scale;
+      w.clipped = c.worst_clipped;
+      w.flushed = c.worst_flushed;
+      // its elements, from the processed view, and its first element's flat index in the original
+      const std::uint64_t first_p = c.worst_row * s.L + c.worst_col;
+      const std::size_t es = size_of(v.type);
+      alignas(64) unsigned char buf[detail::bs_unit * 8];
+      if (pv.is_contiguous()) std::memcpy(buf, static_cast<const unsigned char*>(pv.data) + static_cast<std::size_t>(first_p) * es,
+                                          static_cast<std::size_t>(w.elements) * es);
+      else detail::gather(pv, first_p, static_cast<std::size_t>(w.elements), buf);
+      std::uint64_t a[detail::bs_unit];
+      for (int i = 0; i < w.elements; ++i) a[i] = detail::bs_abs_bits(buf, v.type, static_cast<std::size_t>(i));
+      const detail::bs_format* f = nullptr;
+      for (int k = 0; k < s.nf; ++k)
+        if (s.f[k].id == st.format) f = &s.f[k];
+      detail::bs_format fcopy;
+      if (f == nullptr) {  // (a format of the first read, when the setup now holds the second read's)
+        fcopy.id = st.format;
+        fcopy.el = info(st.format).element;
+        fcopy.mx = info(st.format).mx;
+        detail::bs_set_thresholds(fcopy);
+        fcopy.tensor_scale = st.tensor_scale;
+        f = &fcopy;
+      }
+      const detail::bs_thresholds th = detail::bs_block_thresholds(s, *f, c.worst_amax);
+      detail::bs_block_error(*f, a, w.elements, th, w.error_max_abs, w.error_rms);
+      if (!columns) {
+        w.first_element = static_cast<std::int64_t>(first_p);
+      } else {
+        // processed row (outer o, inner i), column along the axis: flat = (o * A + col) * inner + i
+        const std::uint64_t o = c.worst_row / s.inner, i = c.worst_row % s.inner;
+        w.first_element = static_cast<std::int64_t>((o * s.L + c.worst_col) * s.inner + i);
+      }
+    }
+  }
+  return r;
+}
+
+/// check_block_scaled of any supported tensor (see traits.hpp).
+template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tensor_view>::value>>
+block_scaled_result check_block_scaled(const T& tensor, const block_scaled_options& opt = {}) {
+  return check_block_scaled(to_view(tensor), opt);
+}
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_HPP
+// ---- end nanscope/block_scaled.hpp ----
 // #include "../check.hpp": inlined above
 // #include "../config.hpp": inlined above
 // #include "../histogram.hpp": inlined above
@@ -12108,6 +14276,7 @@ NANSCOPE_NAMESPACE_END
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12185,7 +14354,7 @@ NANSCOPE_IMPL_ENTRY void recorder::record_non_tensor(frame& f, tensor_role role,
 
 NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
                                       source_location where, allow allowed, const health_result* known,
-                                      const segments* seg) {
+                                      const segments* seg, const block_target* target) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -12214,6 +14383,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
   bool want_margins;
   bool hf;
   bool warn;
+  std::optional<block_target> bt_copy;
   {
     std::lock_guard<std::mutex> lk(m_);
     allowed = allowed | rule_allow(f.module_path, skip);
@@ -12223,6 +14393,10 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
+    // The block-scaled target: this call's, else the site's or the options' (copied: the options may change).
+    if (target == nullptr) {
+      if (const block_target* t = block_target_locked(f.module_path)) bt_copy = *t;
+    }
   }
   // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
   // attached until this check has been told to it.
@@ -12283,6 +14457,32 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    // The block-scaled target, when there is one and it fits: a float tensor in host memory whose block axis
+    // exists (a target given with this call must fit: check_block_scaled throws nanscope::error naming the tensor).
+    const block_target* bt = target != nullptr ? target : bt_copy ? &*bt_copy : nullptr;
+    if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
+    if (bt != nullptr && target == nullptr) {
+      const int r = v.rank > 0 ? v.rank : 1;
+      if (bt->axis < -r || bt->axis >= r) bt = nullptr;
+    }
+    auto block_options = [&](const check_options& c) {
+      block_scaled_options o;
+      o.formats = bt->formats;
+      o.rule = bt->rule;
+      o.axis = bt->axis;
+      o.nvfp4_tensor_amax = bt->nvfp4_tensor_amax;
+      o.check = c;
+      return o;
+    };
+    auto keep_blocks = [&](block_scaled_result&& br) {
+      recorded_block_scaled& kb = rec.block_scaled;
+      kb.applied = true;
+      kb.rule = bt->rule;
+      kb.axis = br.axis;
+      kb.warn_lossy_fraction = bt->warn_lossy_fraction;
+      kb.formats = std::move(br.formats);
+    };
+    bool block_done = bt == nullptr;
     // The segmentation: the one given with this call (it must fit: check() throws nanscope::error naming the
     // tensor), else this thread's innermost guard for this recorder, for inputs, outputs and checkpoints, when it
     // fits the tensor (else the tensor is checked unsegmented).
@@ -12313,6 +14513,12 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       rec.health = hm.first;
       rec.margins = hm.second;
       rec.has_margins = true;
+    } else if (bt != nullptr && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the block statistics ride in the health pass (block_scaled.hpp)
+      block_scaled_result br = check_block_scaled(v, block_options(copt));
+      rec.health = br.health;
+      keep_blocks(std::move(br));
+      block_done = true;
     } else {
       rec.health = (check)(v, copt);
       if (want_margins) {
@@ -12320,6 +14526,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
         rec.has_margins = true;
       }
     }
+    if (!block_done)  // a pass of its own: after a segmented or margins pass, or in another mode
+      keep_blocks(check_block_scaled(v, block_options(check_options{}.with_mode(check_mode::stats).with_threads(threads))));
   }
   const health_result& h = rec.health;
   const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
@@ -12365,6 +14573,24 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
       if (!marks_.first_warning(std::move(site))) continue;
       warnings_.fetch_add(1, std::memory_order_relaxed);
       if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    // Block-scaled targets: more than warn_lossy_fraction of the blocks would lose values.
+    recorded_block_scaled& kb = rec.block_scaled;
+    for (const block_format_stats& s : kb.formats) {
+      if (!(kb.warn_lossy_fraction >= 0.0) || !(s.lossy_fraction() > kb.warn_lossy_fraction)) continue;
+      kb.warned |= 1u << static_cast<unsigned>(s.format);
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += "#b";
+      site += name(s.format);
+      if (!marks_.first_warning(std::move(site))) continue;
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      text += "nanscope: warning: step " + std::to_string(f.step) + " " +
+              (f.module_path.empty() ? std::string("<root>") : f.module_path) + ": " + f.class_name + ": " +
+              rec.context + " " + detail::block_loss_text(s);
+      if (rec.where.line != 0) text += " at " + detail::short_file(rec.where.file) + ":" + std::to_string(rec.where.line);
+      text += '\n';
     }
     if (!text.empty()) emit(text);
   }
@@ -12658,6 +14884,7 @@ NANSCOPE_NAMESPACE_END
 //   NANSCOPE_SCOPE("encoder.block.2", "T5Block");     // RAII module scope (nests into the module path)
 //   NANSCOPE_INPUT(x);  NANSCOPE_OUTPUT(y);  NANSCOPE_PARAM(w, "weight");
 //   NANSCOPE_DETECT_OVERFLOW(h, "after layer_norm");  // a checkpoint; short alias DETECT_OVERFLOW
+//   NANSCOPE_DETECT_OVERFLOW_BLOCKS(h, "before fc2", nanscope::block_format::mxfp4);  // + what MXFP4 would lose
 //
 // All use nanscope::default_recorder(); the *_TO variants take a recorder. With NANSCOPE_CONFIG_LEVEL 0 every
 // macro still parses its arguments (no unused-variable warnings, no rot) but never evaluates them and
@@ -12714,6 +14941,8 @@ NANSCOPE_NAMESPACE_END
   ::nanscope::detail::macro_output_segments((rec), (x), (seg), NANSCOPE_IMPL_HERE())
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) \
   static_cast<void>((rec).checkpoint((x), (context), (seg), NANSCOPE_IMPL_HERE()))
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, x, context, target) \
+  static_cast<void>((rec).checkpoint((x), (context), ::nanscope::block_target(target), NANSCOPE_IMPL_HERE()))
 
 #else
 
@@ -12728,6 +14957,7 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_INPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
 #define NANSCOPE_OUTPUT_SEGMENTS_TO(rec, x, seg) NANSCOPE_IMPL_UNUSED(rec, x, seg)
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(rec, x, context, seg) NANSCOPE_IMPL_UNUSED(rec, x, context, seg)
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, x, context, target) NANSCOPE_IMPL_UNUSED(rec, x, context, target)
 
 #endif
 
@@ -12746,6 +14976,11 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_OUTPUT_SEGMENTS(x, seg) NANSCOPE_OUTPUT_SEGMENTS_TO(::nanscope::default_recorder(), x, seg)
 #define NANSCOPE_DETECT_OVERFLOW_SEGMENTS(x, context, seg) \
   NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(::nanscope::default_recorder(), x, context, seg)
+// A checkpoint against a block-scaled target (block_scaled_record.hpp, docs/block-scaled.md): what quantizing the
+// tensor to it would lose, warned about past the target's threshold and kept for the layer tree and the report.
+//   NANSCOPE_DETECT_OVERFLOW_BLOCKS(h, "before the fp4 GEMM", nanscope::block_format::nvfp4);
+#define NANSCOPE_DETECT_OVERFLOW_BLOCKS(x, context, target) \
+  NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(::nanscope::default_recorder(), x, context, target)
 
 #if !defined(NANSCOPE_CONFIG_NO_SHORT_MACROS)
 #define DETECT_OVERFLOW(x, context) NANSCOPE_DETECT_OVERFLOW(x, context)
@@ -14177,6 +16412,63 @@ inline std::string tree_segments_json(const recorded_segments& rs) {
   return py_array(items);
 }
 
+/// What quantizing a tensor to its block-scaled target(s) would lose (extras only):
+///   {"rule": "ocp", "axis": 1, "warn_lossy_fraction": 0.01, "formats": [{"format": "mxfp4", "block_size": 32,
+///    "blocks": 32, "elements": 1024, "lossy_blocks": 1, "lossy_fraction": 0.03125, "clipped": 1, "flushed": 31,
+///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true,
+///    "scale_exp": {"min": -9, "max": 7, "mean": -8.5, "std": 2.83, "histogram": [[-9, 31], [7, 1]]},
+///    "worst": {"index": 0, "first_element": 0, "elements": 32, "abs_max": 900, "scale": "2^7", "scale_byte": 134,
+///              "clipped": 1, "flushed": 31, "error_max_abs": 132, "error_rms": 23.3}}]}
+/// "scale_exp" is absent when no block has a finite non-zero scale; "worst" when no block loses a value; NVFP4 adds
+/// "tensor_scale".
+inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
+  std::vector<std::string> formats;
+  for (const block_format_stats& s : kb.formats) {
+    std::vector<std::pair<std::string, std::string>> f = {
+        {"format", py_json_quote(name(s.format))},
+        {"block_size", std::to_string(s.block_size)},
+        {"blocks", std::to_string(s.blocks)},
+        {"elements", std::to_string(s.elements)},
+        {"lossy_blocks", std::to_string(s.lossy_blocks)},
+        {"lossy_fraction", json_number(s.lossy_fraction(), false)},
+        {"clipped", std::to_string(s.clipped)},
+        {"flushed", std::to_string(s.flushed)},
+        {"subnormal", std::to_string(s.subnormal)},
+        {"zero_blocks", std::to_string(s.zero_blocks)},
+        {"nan_blocks", std::to_string(s.nan_blocks)},
+        {"zero_scale_blocks", std::to_string(s.zero_scale_blocks)},
+        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"}};
+    if (!info(s.format).mx) f.emplace_back("tensor_scale", json_number(static_cast<double>(s.tensor_scale), true));
+    if (is_finite_bits(s.scale_exp_mean)) {
+      std::vector<std::string> bins;
+      for (int x = -127; x <= 128; ++x)
+        if (const std::uint64_t c = s.at(x)) bins.push_back(py_array({std::to_string(x), std::to_string(c)}));
+      f.emplace_back("scale_exp", py_object({{"min", std::to_string(s.scale_exp_min)},
+                                             {"max", std::to_string(s.scale_exp_max)},
+                                             {"mean", json_number(s.scale_exp_mean, false)},
+                                             {"std", json_number(s.scale_exp_std, false)},
+                                             {"histogram", py_array(bins)}}));
+    }
+    const block_worst& w = s.worst;
+    if (w.index >= 0)
+      f.emplace_back("worst", py_object({{"index", std::to_string(w.index)},
+                                         {"first_element", std::to_string(w.first_element)},
+                                         {"elements", std::to_string(w.elements)},
+                                         {"abs_max", json_number(w.abs_max, false)},
+                                         {"scale", py_json_quote(block_scale_text(s.format, w.scale))},
+                                         {"scale_byte", std::to_string(w.scale)},
+                                         {"clipped", std::to_string(w.clipped)},
+                                         {"flushed", std::to_string(w.flushed)},
+                                         {"error_max_abs", json_number(w.error_max_abs, false)},
+                                         {"error_rms", json_number(w.error_rms, false)}}));
+    formats.push_back(py_object(f));
+  }
+  return py_object({{"rule", py_json_quote(name(kb.rule))},
+                    {"axis", std::to_string(kb.axis)},
+                    {"warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false)},
+                    {"formats", py_array(formats)}});
+}
+
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
   io.is_tensor = true;
   const tensor_view& v = rec.view;
@@ -14258,6 +16550,7 @@ inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tr
     }
     if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     if (!rec.segmented.bad.empty()) io.fields.emplace_back("nanscope_segments", tree_segments_json(rec.segmented));
+    if (rec.block_scaled.applied) io.fields.emplace_back("nanscope_block_scaled", tree_block_scaled_json(rec.block_scaled));
   } else if (is_finite_bits(h->abs_max)) {
     io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
   }

@@ -4,6 +4,7 @@
 #ifndef NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 #define NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 
+#include "../block_scaled.hpp"
 #include "../check.hpp"
 #include "../config.hpp"
 #include "../histogram.hpp"
@@ -25,6 +26,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -102,7 +104,7 @@ NANSCOPE_IMPL_ENTRY void recorder::record_non_tensor(frame& f, tensor_role role,
 
 NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, std::string context, const tensor_view& v,
                                       source_location where, allow allowed, const health_result* known,
-                                      const segments* seg) {
+                                      const segments* seg, const block_target* target) {
   if (!enabled()) {
     health_result off;
     off.mode = check_mode::no_tensor;
@@ -131,6 +133,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
   bool want_margins;
   bool hf;
   bool warn;
+  std::optional<block_target> bt_copy;
   {
     std::lock_guard<std::mutex> lk(m_);
     allowed = allowed | rule_allow(f.module_path, skip);
@@ -140,6 +143,10 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     threads = opts_.check_threads;
     skip_int = opts_.skip_integer_tensors;
     want_margins = opts_.count_margins;
+    // The block-scaled target: this call's, else the site's or the options' (copied: the options may change).
+    if (target == nullptr) {
+      if (const block_target* t = block_target_locked(f.module_path)) bt_copy = *t;
+    }
   }
   // The gate (control.hpp) may skip this tensor or change its mode; it is told what each check cost. It stays
   // attached until this check has been told to it.
@@ -200,6 +207,32 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     rec.health = (check)(v, check_options{}.with_mode(check_mode::shape));
   } else {
     const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
+    // The block-scaled target, when there is one and it fits: a float tensor in host memory whose block axis
+    // exists (a target given with this call must fit: check_block_scaled throws nanscope::error naming the tensor).
+    const block_target* bt = target != nullptr ? target : bt_copy ? &*bt_copy : nullptr;
+    if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
+    if (bt != nullptr && target == nullptr) {
+      const int r = v.rank > 0 ? v.rank : 1;
+      if (bt->axis < -r || bt->axis >= r) bt = nullptr;
+    }
+    auto block_options = [&](const check_options& c) {
+      block_scaled_options o;
+      o.formats = bt->formats;
+      o.rule = bt->rule;
+      o.axis = bt->axis;
+      o.nvfp4_tensor_amax = bt->nvfp4_tensor_amax;
+      o.check = c;
+      return o;
+    };
+    auto keep_blocks = [&](block_scaled_result&& br) {
+      recorded_block_scaled& kb = rec.block_scaled;
+      kb.applied = true;
+      kb.rule = bt->rule;
+      kb.axis = br.axis;
+      kb.warn_lossy_fraction = bt->warn_lossy_fraction;
+      kb.formats = std::move(br.formats);
+    };
+    bool block_done = bt == nullptr;
     // The segmentation: the one given with this call (it must fit: check() throws nanscope::error naming the
     // tensor), else this thread's innermost guard for this recorder, for inputs, outputs and checkpoints, when it
     // fits the tensor (else the tensor is checked unsegmented).
@@ -230,6 +263,12 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       rec.health = hm.first;
       rec.margins = hm.second;
       rec.has_margins = true;
+    } else if (bt != nullptr && (mode == check_mode::full_health || mode == check_mode::stats)) {
+      // one pass: the block statistics ride in the health pass (block_scaled.hpp)
+      block_scaled_result br = check_block_scaled(v, block_options(copt));
+      rec.health = br.health;
+      keep_blocks(std::move(br));
+      block_done = true;
     } else {
       rec.health = (check)(v, copt);
       if (want_margins) {
@@ -237,6 +276,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
         rec.has_margins = true;
       }
     }
+    if (!block_done)  // a pass of its own: after a segmented or margins pass, or in another mode
+      keep_blocks(check_block_scaled(v, block_options(check_options{}.with_mode(check_mode::stats).with_threads(threads))));
   }
   const health_result& h = rec.health;
   const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
@@ -282,6 +323,24 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
       if (!marks_.first_warning(std::move(site))) continue;
       warnings_.fetch_add(1, std::memory_order_relaxed);
       if (auto fn = detail::warning_formatter().load()) text += fn(f, rec, static_cast<lp_format>(i), thr);
+    }
+    // Block-scaled targets: more than warn_lossy_fraction of the blocks would lose values.
+    recorded_block_scaled& kb = rec.block_scaled;
+    for (const block_format_stats& s : kb.formats) {
+      if (!(kb.warn_lossy_fraction >= 0.0) || !(s.lossy_fraction() > kb.warn_lossy_fraction)) continue;
+      kb.warned |= 1u << static_cast<unsigned>(s.format);
+      std::string site = f.module_path;
+      site += ':';
+      site += rec.context;
+      site += "#b";
+      site += name(s.format);
+      if (!marks_.first_warning(std::move(site))) continue;
+      warnings_.fetch_add(1, std::memory_order_relaxed);
+      text += "nanscope: warning: step " + std::to_string(f.step) + " " +
+              (f.module_path.empty() ? std::string("<root>") : f.module_path) + ": " + f.class_name + ": " +
+              rec.context + " " + detail::block_loss_text(s);
+      if (rec.where.line != 0) text += " at " + detail::short_file(rec.where.file) + ":" + std::to_string(rec.where.line);
+      text += '\n';
     }
     if (!text.empty()) emit(text);
   }

@@ -103,6 +103,63 @@ inline std::string tree_segments_json(const recorded_segments& rs) {
   return py_array(items);
 }
 
+/// What quantizing a tensor to its block-scaled target(s) would lose (extras only):
+///   {"rule": "ocp", "axis": 1, "warn_lossy_fraction": 0.01, "formats": [{"format": "mxfp4", "block_size": 32,
+///    "blocks": 32, "elements": 1024, "lossy_blocks": 1, "lossy_fraction": 0.03125, "clipped": 1, "flushed": 31,
+///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true,
+///    "scale_exp": {"min": -9, "max": 7, "mean": -8.5, "std": 2.83, "histogram": [[-9, 31], [7, 1]]},
+///    "worst": {"index": 0, "first_element": 0, "elements": 32, "abs_max": 900, "scale": "2^7", "scale_byte": 134,
+///              "clipped": 1, "flushed": 31, "error_max_abs": 132, "error_rms": 23.3}}]}
+/// "scale_exp" is absent when no block has a finite non-zero scale; "worst" when no block loses a value; NVFP4 adds
+/// "tensor_scale".
+inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
+  std::vector<std::string> formats;
+  for (const block_format_stats& s : kb.formats) {
+    std::vector<std::pair<std::string, std::string>> f = {
+        {"format", py_json_quote(name(s.format))},
+        {"block_size", std::to_string(s.block_size)},
+        {"blocks", std::to_string(s.blocks)},
+        {"elements", std::to_string(s.elements)},
+        {"lossy_blocks", std::to_string(s.lossy_blocks)},
+        {"lossy_fraction", json_number(s.lossy_fraction(), false)},
+        {"clipped", std::to_string(s.clipped)},
+        {"flushed", std::to_string(s.flushed)},
+        {"subnormal", std::to_string(s.subnormal)},
+        {"zero_blocks", std::to_string(s.zero_blocks)},
+        {"nan_blocks", std::to_string(s.nan_blocks)},
+        {"zero_scale_blocks", std::to_string(s.zero_scale_blocks)},
+        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"}};
+    if (!info(s.format).mx) f.emplace_back("tensor_scale", json_number(static_cast<double>(s.tensor_scale), true));
+    if (is_finite_bits(s.scale_exp_mean)) {
+      std::vector<std::string> bins;
+      for (int x = -127; x <= 128; ++x)
+        if (const std::uint64_t c = s.at(x)) bins.push_back(py_array({std::to_string(x), std::to_string(c)}));
+      f.emplace_back("scale_exp", py_object({{"min", std::to_string(s.scale_exp_min)},
+                                             {"max", std::to_string(s.scale_exp_max)},
+                                             {"mean", json_number(s.scale_exp_mean, false)},
+                                             {"std", json_number(s.scale_exp_std, false)},
+                                             {"histogram", py_array(bins)}}));
+    }
+    const block_worst& w = s.worst;
+    if (w.index >= 0)
+      f.emplace_back("worst", py_object({{"index", std::to_string(w.index)},
+                                         {"first_element", std::to_string(w.first_element)},
+                                         {"elements", std::to_string(w.elements)},
+                                         {"abs_max", json_number(w.abs_max, false)},
+                                         {"scale", py_json_quote(block_scale_text(s.format, w.scale))},
+                                         {"scale_byte", std::to_string(w.scale)},
+                                         {"clipped", std::to_string(w.clipped)},
+                                         {"flushed", std::to_string(w.flushed)},
+                                         {"error_max_abs", json_number(w.error_max_abs, false)},
+                                         {"error_rms", json_number(w.error_rms, false)}}));
+    formats.push_back(py_object(f));
+  }
+  return py_object({{"rule", py_json_quote(name(kb.rule))},
+                    {"axis", std::to_string(kb.axis)},
+                    {"warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false)},
+                    {"formats", py_array(formats)}});
+}
+
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
   io.is_tensor = true;
   const tensor_view& v = rec.view;
@@ -184,6 +241,7 @@ inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tr
     }
     if (h->first_nonfinite >= 0) io.fields.emplace_back("first_nonfinite", std::to_string(h->first_nonfinite));
     if (!rec.segmented.bad.empty()) io.fields.emplace_back("nanscope_segments", tree_segments_json(rec.segmented));
+    if (rec.block_scaled.applied) io.fields.emplace_back("nanscope_block_scaled", tree_block_scaled_json(rec.block_scaled));
   } else if (is_finite_bits(h->abs_max)) {
     io.fields.emplace_back("abs_max", json_number(h->abs_max, false));
   }
