@@ -49,6 +49,10 @@ struct counted {
     ++calls;
     return nanscope::segments::every_rows(1);
   }
+  nanscope::block_format format(int) {
+    ++calls;
+    return nanscope::block_format::mxfp4;
+  }
 };
 
 }  // namespace
@@ -94,6 +98,9 @@ TEST_CASE("macros (level 0): no macro evaluates its arguments, no recorder sees 
     NANSCOPE_OUTPUT_SEGMENTS_TO(c.recorder(counter++), c.tensor(counter++), c.segs(counter++));
     NANSCOPE_DETECT_OVERFLOW_SEGMENTS_TO(c.recorder(counter++), c.tensor(counter++), c.text(counter++),
                                          c.segs(counter++));
+    NANSCOPE_DETECT_OVERFLOW_BLOCKS(c.tensor(counter++), c.text(counter++), c.format(counter++));
+    NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(c.recorder(counter++), c.tensor(counter++), c.text(counter++),
+                                       c.format(counter++));
   }());
   CHECK(counter == 0);
   CHECK(c.calls == 0);
