@@ -114,6 +114,11 @@ Out format_headroom(Out out, const tensor_record& rec) {
         out = fmt::format_to(out, "(over={} sub={} zero={})", m.overflow, m.subnormal, m.underflow_to_zero);
     }
   }
+  // block-scaled targets: the blocks that would lose values, per format ("!": warned)
+  for (const block_format_stats& s : rec.block_scaled.formats) {
+    out = fmt::format_to(out, " {} lossy={}/{}", name(s.format), s.lossy_blocks, s.blocks);
+    if ((rec.block_scaled.warned >> static_cast<unsigned>(s.format)) & 1u) out = fmt::format_to(out, "!");
+  }
   return out;
 }
 

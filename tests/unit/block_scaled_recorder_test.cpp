@@ -351,6 +351,34 @@ TEST_CASE("block-scaled recorder: NANSCOPE_DETECT_OVERFLOW_BLOCKS, with segments
   CHECK(t.health.mode == nanscope::check_mode::curt_health);
 }
 
+TEST_CASE("block-scaled recorder: the extended detection report shows each format's lossy blocks") {
+  nsrec::capture out;
+  nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::print_and_continue);
+  o.block_scaled = block_target{block_format_set{}.with(block_format::mxfp4).with(block_format::mxfp8_e5m2)};
+  recorder rec(o);
+  std::vector<float> a = one_outlier();
+  std::vector<float> b = a;
+  b[600] = nsrec::qnan_f();  // block 18 of 32
+  {
+    scope root(rec, "", "Net");
+    {
+      scope s1(rec, "fc1", "Linear");
+      s1.output(nanscope::view_of(a.data(), {4, 256}, "y"));
+    }
+    {
+      scope s2(rec, "fc2", "Linear");
+      s2.input(nanscope::view_of(a.data(), {4, 256}, "y"));
+      s2.output(nanscope::view_of(b.data(), {4, 256}, "z"));
+    }
+  }
+  REQUIRE(rec.detections() == 1);
+  // fc1's output (and fc2's input) warned for both: E5M2's floor scale is 2^(9 - 15) = 2^-6 and 900 / 2^-6 = 57600
+  // is past E5M2's 57344: it clips too
+  CHECK(nsrec::count_of(out.str(), " mxfp8_e5m2 lossy=1/32! mxfp4 lossy=1/32!") == 2);
+  // fc2's NaN block: a NaN scale, lost whole, in both formats (the detector reports the NaN; no warning)
+  CHECK(nsrec::count_of(out.str(), " mxfp8_e5m2 lossy=2/32 mxfp4 lossy=2/32") == 1);
+}
+
 TEST_CASE("block-scaled recorder: the tree's nanscope_block_scaled key; without extras no byte changes") {
   const std::vector<float> a = one_outlier();
   auto run = [&](const std::string& dir, bool extras, bool target) {
