@@ -132,11 +132,6 @@ inline const char* role_name(tensor_role r) {
   return "?";
 }
 
-inline std::string short_file(const char* file) {
-  std::string s = file != nullptr ? file : "";
-  const std::size_t slash = s.find_last_of("/\\");
-  return slash == std::string::npos ? s : s.substr(slash + 1);
-}
 }  // namespace detail
 
 /// HuggingFace's report (docs/formats.md): preamble, `Last K forward frames:`, header, the frames joined with

@@ -10829,6 +10829,12 @@ inline std::atomic<warn_fn>& warning_formatter() {
   static std::atomic<warn_fn> fn{nullptr};
   return fn;
 }
+/// A source file's name without its directories ("src/model.cpp" -> "model.cpp").
+inline std::string short_file(const char* file) {
+  std::string s = file != nullptr ? file : "";
+  const std::size_t slash = s.find_last_of("/\\");
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
 /// A file-name-safe version of s: letters, digits, '.', '-' kept; everything else '_'.
 inline std::string file_safe(const std::string& s) {
   std::string out;
@@ -13161,11 +13167,6 @@ inline const char* role_name(tensor_role r) {
   return "?";
 }
 
-inline std::string short_file(const char* file) {
-  std::string s = file != nullptr ? file : "";
-  const std::size_t slash = s.find_last_of("/\\");
-  return slash == std::string::npos ? s : s.substr(slash + 1);
-}
 }  // namespace detail
 
 /// HuggingFace's report (docs/formats.md): preamble, `Last K forward frames:`, header, the frames joined with

@@ -116,6 +116,12 @@ inline std::atomic<warn_fn>& warning_formatter() {
   static std::atomic<warn_fn> fn{nullptr};
   return fn;
 }
+/// A source file's name without its directories ("src/model.cpp" -> "model.cpp").
+inline std::string short_file(const char* file) {
+  std::string s = file != nullptr ? file : "";
+  const std::size_t slash = s.find_last_of("/\\");
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
 /// A file-name-safe version of s: letters, digits, '.', '-' kept; everything else '_'.
 inline std::string file_safe(const std::string& s) {
   std::string out;
