@@ -20,6 +20,15 @@
 //                  request 99 (rows 16-19)
 // Each run writes Server_debug_tree_SUMMARY.json and _FULL_TENSORS.json in the numeric style with extras. Exit
 // status 0, or 1 with the writer's error on stderr.
+//
+// nanscope_segments_tree DIR --blocks: instead, two runs of a small model checked against block-scaled targets
+// (recorder_options::block_scaled: mxfp8_e4m3, mxfp4 and nvfp4, warning above 20% of blocks with loss; a checkpoint
+// NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO with nvfp4), for tests/report/blocks_test.py (issue 33 item 3). Model [8, 64]
+// has the children embed, mlp (with fc1 and a child whose name is markup) and the checkpoint "before head":
+//   DIR/blocks_a  embed all 0.5 (no block loses); fc1 an outlier in rows 0, 2, 4 and 6; the markup child an
+//                 outlier in every row
+//   DIR/blocks_b  embed not checked (a site rule turns the target off); fc1 an outlier in row 0 only; the markup
+//                 child as in A
 #include <nanscope/nanscope.hpp>
 #include <nanscope/segments_guard.hpp>
 
@@ -85,11 +94,78 @@ int run(const std::string& dir, const run_spec& spec) {
   return 0;
 }
 
+/// The module name of the markup child (shown as text by `nanscope report`).
+const char* const markup_name = "<img src=x onerror=alert(1)>\"&amp;";
+
+/// One run of the block-scaled model (DIR --blocks); `b` picks run B.
+int run_blocks(const std::string& dir, bool b) {
+  nanscope::recorder_options ro;
+  ro.policy = nanscope::on_detect::print_and_continue;
+  ro.sink = [](std::string_view) {};
+  ro.block_scaled = nanscope::block_target{nanscope::block_format_set{}
+                                               .with(nanscope::block_format::mxfp8_e4m3)
+                                               .with(nanscope::block_format::mxfp4)
+                                               .with(nanscope::block_format::nvfp4)}
+                        .with_warn_lossy_fraction(0.2);
+  if (b) ro.rules.emplace_back("*embed", nanscope::allow::none, false, std::nullopt, nanscope::block_target{});
+  nanscope::recorder rec(ro);
+  nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_rank(0).with_style(nanscope::tree_style::numeric)
+                                   .with_pruning(false));
+  const std::int64_t rows = 8, cols = 64;
+  std::vector<float> x(rows * cols), e(rows * cols, 0.5f), h(rows * cols), g(rows * cols);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.0625f;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      // small values (multiples of 1/256) and outliers: fc1 in rows 0, 2, 4, 6 (B: row 0), the markup child in
+      // every row
+      const float small = static_cast<float>((r * 37 + c * 11) % 97 - 48) / 256.0f;
+      h[static_cast<std::size_t>(r * cols + c)] = small;
+      g[static_cast<std::size_t>(r * cols + c)] = small * 0.5f;
+    }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r % 2 == 0 && (!b || r == 0)) h[static_cast<std::size_t>(r * cols + 5 + 3 * r)] = 300.0f + 100.0f * static_cast<float>(r);
+    g[static_cast<std::size_t>(r * cols + 40)] = 5000.0f;
+  }
+  {
+    nanscope::scope root(rec, "", "Model");
+    root.input(nanscope::view_of(x.data(), {rows, cols}, "x"));
+    {
+      nanscope::scope s(rec, "embed", "Embedding");
+      s.output(nanscope::view_of(e.data(), {rows, cols}, "e"));
+    }
+    {
+      nanscope::scope m(rec, "mlp", "MLP");
+      {
+        nanscope::scope s(rec, "fc1", "Linear");
+        s.input(nanscope::view_of(e.data(), {rows, cols}, "e"));
+        s.output(nanscope::view_of(h.data(), {rows, cols}, "h"));
+      }
+      {
+        nanscope::scope s(rec, markup_name, "Act");
+        s.output(nanscope::view_of(g.data(), {rows, cols}, "g"));
+      }
+    }
+    NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, nanscope::view_of(h.data(), {rows, cols}, "h"), "before head",
+                                       nanscope::block_format::nvfp4);
+    root.output(nanscope::view_of(g.data(), {rows, cols}, "g"));
+  }
+  const std::string err = w.last_error();
+  if (!err.empty()) {
+    std::fprintf(stderr, "nanscope_segments_tree: %s: %s\n", dir.c_str(), err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[2], "--blocks") == 0) {
+    const std::string dir = argv[1];
+    return run_blocks(dir + "/blocks_a", false) != 0 || run_blocks(dir + "/blocks_b", true) != 0 ? 1 : 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: nanscope_segments_tree DIR\n");
+    std::fprintf(stderr, "usage: nanscope_segments_tree DIR [--blocks]\n");
     return 2;
   }
   const std::string dir = argv[1];

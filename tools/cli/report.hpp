@@ -205,6 +205,40 @@ inline std::string heatmap_json(const heatmap& h) {
   return s + "]}";
 }
 
+/// A tensor's block-scaled statistics for the page (docs/report.md, "Blocks with loss"): the file's fields, checked
+/// and written again (numbers as numbers, "inf", or null for NaN; the strings as JSON strings).
+inline std::string block_json(const block_scaled_info& b) {
+  auto i64 = [](std::int64_t x) { return std::to_string(x); };
+  std::string s = "{\"rule\":" + json_string(b.rule) + ",\"axis\":" + i64(b.axis) +
+                  ",\"warn\":" + json_number(b.warn_lossy_fraction) + ",\"formats\":[";
+  for (std::size_t i = 0; i < b.formats.size(); ++i) {
+    const block_format_row& f = b.formats[i];
+    s += (i ? ",{" : "{") + std::string("\"format\":") + json_string(f.format) + ",\"block_size\":" + i64(f.block_size) +
+         ",\"blocks\":" + i64(f.blocks) + ",\"elements\":" + i64(f.elements) + ",\"lossy_blocks\":" + i64(f.lossy_blocks) +
+         ",\"lossy_fraction\":" + json_number(f.lossy_fraction) + ",\"clipped\":" + i64(f.clipped) +
+         ",\"flushed\":" + i64(f.flushed) + ",\"subnormal\":" + i64(f.subnormal) + ",\"zero_blocks\":" +
+         i64(f.zero_blocks) + ",\"nan_blocks\":" + i64(f.nan_blocks) + ",\"zero_scale_blocks\":" +
+         i64(f.zero_scale_blocks) + ",\"warned\":" + (f.warned ? "true" : "false");
+    if (!std::isnan(f.tensor_scale)) s += ",\"tensor_scale\":" + json_number(f.tensor_scale);
+    if (f.has_scale_exp) {
+      s += ",\"scale_exp\":{\"min\":" + i64(f.exp_min) + ",\"max\":" + i64(f.exp_max) + ",\"mean\":" +
+           json_number(f.exp_mean) + ",\"std\":" + json_number(f.exp_std) + ",\"histogram\":[";
+      for (std::size_t k = 0; k < f.histogram.size(); ++k)
+        s += (k ? ",[" : "[") + i64(f.histogram[k].first) + "," + i64(f.histogram[k].second) + "]";
+      s += "]}";
+    }
+    if (f.has_worst)
+      s += ",\"worst\":{\"index\":" + i64(f.worst_index) + ",\"first_element\":" + i64(f.worst_first) +
+           ",\"elements\":" + i64(f.worst_elements) + ",\"abs_max\":" + json_number(f.worst_abs_max) +
+           ",\"scale\":" + json_string(f.worst_scale) + ",\"scale_byte\":" + i64(f.worst_scale_byte) +
+           ",\"clipped\":" + i64(f.worst_clipped) + ",\"flushed\":" + i64(f.worst_flushed) +
+           ",\"error_max_abs\":" + json_number(f.worst_error_max) + ",\"error_rms\":" + json_number(f.worst_error_rms) +
+           "}";
+    s += "}";
+  }
+  return s + "]}";
+}
+
 inline std::string tree_json(const tree_view& v) {
   std::string s = "{\"source\":" + json_string(v.source) + ",\"kind\":" + json_string(v.kind) +
                   ",\"step\":" + std::to_string(v.step) + ",\"rank\":" + std::to_string(v.rank) + ",\"notes\":[";
@@ -214,6 +248,7 @@ inline std::string tree_json(const tree_view& v) {
   s += ",\"producer\":" + std::to_string(v.producer_node) + ",\"producer_text\":" + json_string(v.producer_text) +
        ",\"detection\":" + std::to_string(v.detection_node) + ",\"detection_text\":" + json_string(v.detection_text);
   s += ",\"nodes\":[";
+  std::size_t block_tensors = 0;
   for (std::size_t i = 0; i < v.nodes.size(); ++i) {
     const node_row& n = v.nodes[i];
     s += (i ? ",[" : "[") + std::to_string(n.parent) + "," + json_string(n.path) + ",[";
@@ -227,6 +262,12 @@ inline std::string tree_json(const tree_view& v) {
         s += ",[";
         for (std::size_t q = 0; q < t.segments.size(); ++q) s += (q ? "," : "") + json_string(t.segments[q]);
         s += "]";
+      } else if (t.blocks.present) {
+        s += ",null";
+      }
+      if (t.blocks.present) {  // what a block-scaled target would lose (10th item; none without the key)
+        s += "," + block_json(t.blocks);
+        ++block_tensors;
       }
       s += "]";
     }
@@ -234,7 +275,19 @@ inline std::string tree_json(const tree_view& v) {
     if (n.is_checkpoint) s += ",{\"checkpoint\":" + json_string(n.checkpoint) + "}";
     s += "]";
   }
-  return s + "]}";
+  s += "]";
+  // the tensors with block-scaled statistics (the page's "blocks with loss" column); no key in a tree without them
+  if (block_tensors) s += ",\"blocks\":" + std::to_string(block_tensors);
+  return s + "}";
+}
+
+/// Whether any tree of the page carries block-scaled statistics (the page then has the "blocks with loss" parts).
+inline bool any_block_scaled(const model& m) {
+  for (const tree_view& v : m.trees)
+    for (const node_row& n : v.nodes)
+      for (const tensor_row& t : n.tensors)
+        if (t.blocks.present) return true;
+  return false;
 }
 
 /// Each node of a tree by its pre-order index (the order of tree_view::nodes).
@@ -325,7 +378,49 @@ inline std::string diff_json(model& m) {
   }
   s += "],\"notes\":[";
   for (std::size_t i = 0; i < r.notes.size(); ++i) s += (i ? "," : "") + json_string(r.notes[i]);
-  return s + "]}";
+  s += "]";
+  // the tensors either run checked against a block-scaled target, paired as the diff pairs modules and, in a pair,
+  // by role and label: [module, tensor, A's row, its tensor index, B's row, its tensor index] (-1: not in that run)
+  const tree_view& va = m.trees[m.tree_files[0]];
+  const tree_view& vb = m.trees[m.tree_files[1]];
+  bool blocks_a = false, blocks_b = false;
+  for (const node_row& n : va.nodes)
+    for (const tensor_row& t : n.tensors) blocks_a = blocks_a || t.blocks.present;
+  for (const node_row& n : vb.nodes)
+    for (const tensor_row& t : n.tensors) blocks_b = blocks_b || t.blocks.present;
+  if (blocks_a || blocks_b) {
+    const std::map<const nsdiff::tree_node*, long> rows_a = preorder_index(a.root);
+    s += ",\"blocks\":{\"a\":" + std::to_string(m.tree_files[0]) + ",\"rows\":[";
+    bool bcomma = false;
+    auto emit = [&](const std::string& module, const std::string& label, long ra, long ka, long rb, long kb) {
+      s += (bcomma ? ",[" : "[") + json_string(module) + "," + json_string(label) + "," + std::to_string(ra) + "," +
+           std::to_string(ka) + "," + std::to_string(rb) + "," + std::to_string(kb) + "]";
+      bcomma = true;
+    };
+    for (const nsdiff::node_result& n : r.nodes) {
+      const auto ia = rows_a.find(n.a);
+      const long ra = ia == rows_a.end() ? -1 : ia->second, rb = row_b(n.b);
+      if (ra < 0 || rb < 0 || static_cast<std::size_t>(ra) >= va.nodes.size() ||
+          static_cast<std::size_t>(rb) >= vb.nodes.size())
+        continue;
+      const std::vector<tensor_row>& ta = va.nodes[static_cast<std::size_t>(ra)].tensors;
+      const std::vector<tensor_row>& tb = vb.nodes[static_cast<std::size_t>(rb)].tensors;
+      auto find = [](const std::vector<tensor_row>& ts, const tensor_row& x) -> long {
+        for (std::size_t k = 0; k < ts.size(); ++k)
+          if (ts[k].label == x.label && ts[k].input == x.input && ts[k].param == x.param) return static_cast<long>(k);
+        return -1;
+      };
+      for (std::size_t k = 0; k < ta.size(); ++k) {
+        const long kb = find(tb, ta[k]);
+        if (ta[k].blocks.present || (kb >= 0 && tb[static_cast<std::size_t>(kb)].blocks.present))
+          emit(n.display, ta[k].label, ra, static_cast<long>(k), rb, kb);
+      }
+      for (std::size_t k = 0; k < tb.size(); ++k)
+        if (tb[k].blocks.present && find(ta, tb[k]) < 0) emit(n.display, tb[k].label, ra, -1, rb, static_cast<long>(k));
+    }
+    s += "]}";
+  }
+  return s + "}";
 }
 
 /// The page's data (the JSON between page_head and page_tail, not yet made HTML-safe).
@@ -485,9 +580,11 @@ inline int run_report(const report_args& args, const std::string& version) {
     std::string data = page_data(m, args.inputs, version);
     html_safe_json(data);
     page.reserve(data.size() + 40000);
-    page += page_head;
+    // the block-scaled parts only when a tree carries "nanscope_block_scaled": other pages stay byte for byte
+    const bool blocks = any_block_scaled(m);
+    page += blocks ? block_page_head() : std::string(page_head);
     page += data;
-    page += page_tail;
+    page += blocks ? block_page_tail() : std::string(page_tail);
   } catch (const std::exception& e) {
     return report_failure(std::string("nanscope: report: ") + e.what());
   }

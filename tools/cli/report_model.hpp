@@ -39,6 +39,35 @@ struct input_error : std::runtime_error {
 
 inline constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
 
+/// One format of a tensor checked against a block-scaled target ("nanscope_block_scaled" in a layer tree, written
+/// by the recorder's tree writer; docs/block-scaled.md): what quantizing it would lose.
+struct block_format_row {
+  std::string format;  ///< "mxfp4", "nvfp4", ...
+  std::int64_t block_size = 0, blocks = 0, elements = 0, lossy_blocks = 0;
+  double lossy_fraction = nan_value;
+  std::int64_t clipped = 0, flushed = 0, subnormal = 0, zero_blocks = 0, nan_blocks = 0, zero_scale_blocks = 0;
+  bool warned = false;               ///< the recorder warned: lossy_fraction above the target's threshold
+  double tensor_scale = nan_value;   ///< NVFP4's per-tensor scale (NaN: not in the file)
+  bool has_scale_exp = false;        ///< the spread of the block scale exponents
+  std::int64_t exp_min = 0, exp_max = 0;
+  double exp_mean = nan_value, exp_std = nan_value;
+  std::vector<std::pair<std::int64_t, std::int64_t>> histogram;  ///< (exponent, blocks), ascending
+  bool has_worst = false;  ///< the block that loses the most elements
+  std::int64_t worst_index = 0, worst_first = 0, worst_elements = 0, worst_scale_byte = 0, worst_clipped = 0,
+               worst_flushed = 0;
+  double worst_abs_max = nan_value, worst_error_max = nan_value, worst_error_rms = nan_value;
+  std::string worst_scale;  ///< "2^7", NVFP4's "448"
+};
+
+/// A tensor's "nanscope_block_scaled" (present: the key is in the file).
+struct block_scaled_info {
+  bool present = false;
+  std::string rule;  ///< the MX scale rule: "ocp", "round_up", "even"
+  std::int64_t axis = 0;
+  double warn_lossy_fraction = nan_value;
+  std::vector<block_format_row> formats;
+};
+
 /// One tensor of a node, as the page shows it. Counts are -1 when the file only tells presence (statistics of a
 /// file without nanscope's health counts), -2 when it tells nothing.
 struct tensor_row {
@@ -48,6 +77,7 @@ struct tensor_row {
   std::int64_t nan = -2, pos_inf = -2, neg_inf = -2;
   double abs_max = nan_value;  ///< NaN: unknown
   std::vector<std::string> segments;  ///< its bad segments ("request 23 (rows 5-11): 2 NaN, first at row 6")
+  block_scaled_info blocks;  ///< what a block-scaled target would lose (a layer tree's "nanscope_block_scaled")
   bool nonfinite() const { return nan > 0 || nan == -1 || pos_inf > 0 || pos_inf == -1 || neg_inf > 0 || neg_inf == -1; }
 };
 
@@ -175,26 +205,230 @@ inline tensor_row tensor_of(const nsdiff::slot& s, bool input, bool param = fals
   return t;
 }
 
-/// Adds the rows of a tree (pre-order); `index` gets each node's row.
+// ---------------------------------------------------------------------------------------------------------
+// "nanscope_block_scaled" (a tensor checked against a block-scaled target; include/nanscope/detail/tree_tensor.hpp,
+// tree_block_scaled_json): read with the same strictness as nanscope-diff reads nanscope's other keys: a field that
+// is there must have its type, and a wrong one is refused with its JSON path.
+// ---------------------------------------------------------------------------------------------------------
+
+/// A member of a block-scaled object, or null when it is absent (or JSON null).
+inline const json* block_member(const json& o, const char* key) {
+  const auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+inline std::int64_t block_integer(const json& o, const char* key, const std::string& at, bool non_negative,
+                                  bool required, std::int64_t fallback = 0) {
+  const json* v = block_member(o, key);
+  const std::string p = nsdiff::join_path(at, key);
+  if (v == nullptr) {
+    if (required) nsdiff::fail_at(p, "missing (a block-scaled statistic)");
+    return fallback;
+  }
+  if (!v->is_number_integer() || (non_negative && v->get<std::int64_t>() < 0))
+    nsdiff::fail_at(p, std::string("expected ") + (non_negative ? "a non-negative " : "an ") + "integer, got " +
+                           nsdiff::shown(*v));
+  return v->get<std::int64_t>();
+}
+
+/// A number, or the tree writer's "nan", "inf", "-inf"; NaN when absent.
+inline double block_real(const json& o, const char* key, const std::string& at) {
+  const json* v = block_member(o, key);
+  if (v == nullptr) return nan_value;
+  if (v->is_number()) return v->get<double>();
+  if (v->is_string()) {
+    const std::string& t = v->get_ref<const std::string&>();
+    if (t == "nan") return nan_value;
+    if (t == "inf") return std::numeric_limits<double>::infinity();
+    if (t == "-inf") return -std::numeric_limits<double>::infinity();
+  }
+  nsdiff::fail_at(nsdiff::join_path(at, key), "expected a number, got " + nsdiff::shown(*v));
+}
+
+inline std::string block_text(const json& o, const char* key, const std::string& at, bool required) {
+  const json* v = block_member(o, key);
+  const std::string p = nsdiff::join_path(at, key);
+  if (v == nullptr) {
+    if (required) nsdiff::fail_at(p, "missing (a block-scaled statistic)");
+    return std::string();
+  }
+  if (!v->is_string()) nsdiff::fail_at(p, "expected a string, got " + nsdiff::shown(*v));
+  return v->get<std::string>();
+}
+
+inline const json& block_object(const json& v, const std::string& at, const char* what) {
+  if (!v.is_object()) nsdiff::fail_at(at, std::string("expected an object (") + what + "), got " + nsdiff::shown(v));
+  return v;
+}
+
+/// Reads a tensor's "nanscope_block_scaled" object; `at` is its JSON path (for the messages).
+inline block_scaled_info read_block_scaled(const json& j, const std::string& at) {
+  block_object(j, at, "what a block-scaled target would lose");
+  block_scaled_info b;
+  b.present = true;
+  b.rule = block_text(j, "rule", at, false);
+  b.axis = block_integer(j, "axis", at, true, false);
+  b.warn_lossy_fraction = block_real(j, "warn_lossy_fraction", at);
+  const json* fs = block_member(j, "formats");
+  const std::string fp = nsdiff::join_path(at, "formats");
+  if (fs == nullptr) nsdiff::fail_at(fp, "missing (the statistics of each format)");
+  if (!fs->is_array()) nsdiff::fail_at(fp, "expected an array of formats, got " + nsdiff::shown(*fs));
+  for (std::size_t i = 0; i < fs->size(); ++i) {
+    const std::string ip = nsdiff::index_path(fp, i);
+    const json& f = block_object((*fs)[i], ip, "one format's statistics");
+    block_format_row r;
+    r.format = block_text(f, "format", ip, true);
+    r.block_size = block_integer(f, "block_size", ip, true, false);
+    r.blocks = block_integer(f, "blocks", ip, true, true);
+    r.elements = block_integer(f, "elements", ip, true, false);
+    r.lossy_blocks = block_integer(f, "lossy_blocks", ip, true, true);
+    r.lossy_fraction = block_real(f, "lossy_fraction", ip);
+    if (std::isnan(r.lossy_fraction) && r.blocks > 0)
+      r.lossy_fraction = static_cast<double>(r.lossy_blocks) / static_cast<double>(r.blocks);
+    r.clipped = block_integer(f, "clipped", ip, true, false);
+    r.flushed = block_integer(f, "flushed", ip, true, false);
+    r.subnormal = block_integer(f, "subnormal", ip, true, false);
+    r.zero_blocks = block_integer(f, "zero_blocks", ip, true, false);
+    r.nan_blocks = block_integer(f, "nan_blocks", ip, true, false);
+    r.zero_scale_blocks = block_integer(f, "zero_scale_blocks", ip, true, false);
+    if (const json* w = block_member(f, "warned")) {
+      if (!w->is_boolean()) nsdiff::fail_at(nsdiff::join_path(ip, "warned"), "expected true or false, got " + nsdiff::shown(*w));
+      r.warned = w->get<bool>();
+    }
+    r.tensor_scale = block_real(f, "tensor_scale", ip);
+    if (const json* se = block_member(f, "scale_exp")) {
+      const std::string sp = nsdiff::join_path(ip, "scale_exp");
+      block_object(*se, sp, "the spread of the scale exponents");
+      r.has_scale_exp = true;
+      r.exp_min = block_integer(*se, "min", sp, false, true);
+      r.exp_max = block_integer(*se, "max", sp, false, true);
+      r.exp_mean = block_real(*se, "mean", sp);
+      r.exp_std = block_real(*se, "std", sp);
+      if (const json* h = block_member(*se, "histogram")) {
+        const std::string hp = nsdiff::join_path(sp, "histogram");
+        if (!h->is_array()) nsdiff::fail_at(hp, "expected an array of [exponent, blocks], got " + nsdiff::shown(*h));
+        for (std::size_t k = 0; k < h->size(); ++k) {
+          const json& e = (*h)[k];
+          const std::string ep = nsdiff::index_path(hp, k);
+          if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+              e[1].get<std::int64_t>() < 0)
+            nsdiff::fail_at(ep, "expected [exponent, blocks] (integers), got " + nsdiff::shown(e));
+          r.histogram.emplace_back(e[0].get<std::int64_t>(), e[1].get<std::int64_t>());
+        }
+        std::sort(r.histogram.begin(), r.histogram.end());
+      }
+    }
+    if (const json* w = block_member(f, "worst")) {
+      const std::string wp = nsdiff::join_path(ip, "worst");
+      block_object(*w, wp, "the block that loses the most");
+      r.has_worst = true;
+      r.worst_index = block_integer(*w, "index", wp, true, true);
+      r.worst_first = block_integer(*w, "first_element", wp, true, false);
+      r.worst_elements = block_integer(*w, "elements", wp, true, false);
+      r.worst_abs_max = block_real(*w, "abs_max", wp);
+      r.worst_scale = block_text(*w, "scale", wp, false);
+      r.worst_scale_byte = block_integer(*w, "scale_byte", wp, true, false, -1);
+      r.worst_clipped = block_integer(*w, "clipped", wp, true, false);
+      r.worst_flushed = block_integer(*w, "flushed", wp, true, false);
+      r.worst_error_max = block_real(*w, "error_max_abs", wp);
+      r.worst_error_rms = block_real(*w, "error_rms", wp);
+    }
+    b.formats.push_back(std::move(r));
+  }
+  return b;
+}
+
+/// The values of one input, output or parameter of a node, in the order nanscope-diff's loader makes its slots
+/// (tools/diff/tree_model.hpp, tree_loader::io): depth first, an array's elements and an object's members in order,
+/// stopping at a tensor; a tensor's object, or null for a slot of text. The report pairs them with the slots.
+inline void slot_values(const json& j, std::vector<const json*>& out) {
+  std::vector<const json*> todo{&j};
+  std::vector<const json*> members;
+  while (!todo.empty()) {
+    const json* v = todo.back();
+    todo.pop_back();
+    if (v->is_object() && v->contains("shape") && v->contains("dtype")) {
+      out.push_back(v);
+    } else if (v->is_array() && !v->empty()) {
+      for (std::size_t i = v->size(); i-- > 0;) todo.push_back(&(*v)[i]);
+    } else if (v->is_object() && !v->empty()) {
+      members.clear();
+      for (auto it = v->begin(); it != v->end(); ++it) members.push_back(&it.value());
+      for (std::size_t i = members.size(); i-- > 0;) todo.push_back(members[i]);
+    } else {
+      out.push_back(nullptr);
+    }
+  }
+}
+
+/// The slot values of a node's parameters, inputs and outputs (as the loader reads them: it has refused a node
+/// whose parts have other types).
+struct node_values {
+  std::vector<const json*> params, inputs, outputs;
+};
+inline node_values values_of(const json& n) {
+  node_values v;
+  if (const json* in = block_member(n, "inputs"); in != nullptr && in->is_object()) {
+    if (const json* a = block_member(*in, "args"); a != nullptr && a->is_array())
+      for (const json& x : *a) slot_values(x, v.inputs);
+    if (const json* k = block_member(*in, "kwargs"); k != nullptr && k->is_object())
+      for (auto it = k->begin(); it != k->end(); ++it) slot_values(it.value(), v.inputs);
+  }
+  if (const json* o = block_member(n, "outputs")) slot_values(*o, v.outputs);
+  if (const json* p = block_member(n, "parameters"); p != nullptr && p->is_object())
+    for (auto it = p->begin(); it != p->end(); ++it) slot_values(it.value(), v.params);
+  return v;
+}
+
+/// Reads the block-scaled statistics of the tensors of `slots` from their JSON values (`values`, paired one to one;
+/// nothing when the counts differ, which the loader's order rules out).
+inline void add_block_scaled(std::vector<tensor_row>& rows, std::size_t first, const std::vector<nsdiff::slot>& slots,
+                             const std::vector<const json*>& values) {
+  if (values.size() != slots.size()) return;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    if (values[k] == nullptr || slots[k].kind != nsdiff::slot_kind::tensor) continue;
+    if (const json* b = block_member(*values[k], "nanscope_block_scaled"))
+      rows[first + k].blocks = read_block_scaled(*b, nsdiff::join_path(slots[k].tensor.jpath, "nanscope_block_scaled"));
+  }
+}
+
+/// Adds the rows of a tree (pre-order); `index` gets each node's row. `doc`, the tree's JSON (the loader's input),
+/// gives what the loader does not keep: the block-scaled statistics.
 inline void add_tree_node(tree_view& v, const nsdiff::tree_node& n, long parent,
-                          std::map<const nsdiff::tree_node*, long>& index) {
+                          std::map<const nsdiff::tree_node*, long>& index, const json* doc = nullptr) {
   // iterative pre-order (trees may be deep)
-  std::vector<std::pair<const nsdiff::tree_node*, long>> st{{&n, parent}};
+  struct item {
+    const nsdiff::tree_node* p;
+    long parent;
+    const json* j;  ///< the node's object in the document (null: not known)
+  };
+  std::vector<item> st{{&n, parent, doc}};
   while (!st.empty()) {
-    const auto [p, par] = st.back();
+    const item it = st.back();
     st.pop_back();
+    const nsdiff::tree_node* p = it.p;
     node_row r;
-    r.parent = par;
+    r.parent = it.parent;
     r.path = p->path;
     r.is_checkpoint = p->is_checkpoint;
     r.checkpoint = p->checkpoint;
     for (const auto& s : p->params) r.tensors.push_back(tensor_of(s, false, true));
     for (const auto& s : p->inputs) r.tensors.push_back(tensor_of(s, true));
     for (const auto& s : p->outputs) r.tensors.push_back(tensor_of(s, false));
+    const json* children = nullptr;
+    if (it.j != nullptr && it.j->is_object()) {
+      const node_values nv = values_of(*it.j);
+      add_block_scaled(r.tensors, 0, p->params, nv.params);
+      add_block_scaled(r.tensors, p->params.size(), p->inputs, nv.inputs);
+      add_block_scaled(r.tensors, p->params.size() + p->inputs.size(), p->outputs, nv.outputs);
+      children = block_member(*it.j, "children");
+      if (children != nullptr && (!children->is_array() || children->size() != p->children.size())) children = nullptr;
+    }
     const long me = static_cast<long>(v.nodes.size());
     index[p] = me;
     v.nodes.push_back(std::move(r));
-    for (std::size_t c = p->children.size(); c-- > 0;) st.push_back({&p->children[c], me});
+    for (std::size_t c = p->children.size(); c-- > 0;)
+      st.push_back({&p->children[c], me, children != nullptr ? &(*children)[c] : nullptr});
   }
 }
 
@@ -269,7 +503,11 @@ inline void read_tree(model& m, const std::string& path, const json& doc) {
           if (auto t = e.find("text"); t != e.end() && t->is_string()) v.notes.push_back(t->get<std::string>());
   }
   std::map<const nsdiff::tree_node*, long> index;
-  add_tree_node(v, f.root, -1, index);
+  try {
+    add_tree_node(v, f.root, -1, index, &doc);
+  } catch (const nsdiff::bad_input& e) {  // a malformed "nanscope_block_scaled", named by its JSON path
+    throw input_error("nanscope: file '" + path + "': " + e.what());
+  }
   find_first(v, f, index);
   m.tree_files.push_back(m.trees.size());
   m.trees.push_back(std::move(v));

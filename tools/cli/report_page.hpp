@@ -4,6 +4,10 @@
 #ifndef NANSCOPE_CLI_REPORT_PAGE_HPP
 #define NANSCOPE_CLI_REPORT_PAGE_HPP
 
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
 namespace nanscope_report {
 
 inline constexpr const char* page_head = R"NSHTML(<!DOCTYPE html>
@@ -594,6 +598,248 @@ document.body.dataset.ready = "1";
 </body>
 </html>
 )NSHTML";
+
+// ---------------------------------------------------------------------------------------------------------
+// Block-scaled statistics ("nanscope_block_scaled"; docs/report.md, "Blocks with loss"): the columns "blocks with
+// loss" and "scale exponents", a layer's per-format table and worst block, the warned tensors in the summary, and
+// A against B in the diff. These parts go into the page only when a tree carries the key (with_block_parts): the
+// page of trees without it is byte for byte the page above. Each is inserted at an anchor of page_head or
+// page_tail that must occur there exactly once (else the report fails with a message: a test catches it).
+// ---------------------------------------------------------------------------------------------------------
+
+inline constexpr const char* block_css = R"NSHTML(#tree-section.blocks .thead, #tree-section.blocks .row { grid-template-columns: minmax(260px, 1fr) 56px 56px 56px 84px repeat(4, 92px) 180px 190px; }
+.blk-h { display: none; }
+#tree-section.blocks .blk-h { display: block; }
+.blk { font-size: 11px; font-variant-numeric: tabular-nums; white-space: nowrap; overflow: hidden; line-height: 14px; }
+.blk .lossy { color: #8d4b00; }
+.blk .warned { color: var(--bad); font-weight: 700; }
+.row.blk-warned .blk-loss { background: #fff3e0; }
+.badge.blk { background: var(--warn); }
+.sub-blk { color: var(--warn); font-size: 10px; margin-left: 4px; }
+svg.spark { vertical-align: middle; margin-left: 4px; }
+svg.spark rect { fill: #546e7a; }
+#details h3 { font-size: 13px; margin: 10px 0 4px 0; }
+#details td.worst { color: #4e342e; padding-left: 24px; }
+#diff .delta.worse { color: var(--bad); font-weight: 600; }
+#diff .delta.better { color: var(--ok); font-weight: 600; }
+#diff-blocks tr.changed td { background: #fffde7; }
+#blocks-warned { margin: 2px 0 0 0; padding-left: 18px; }
+)NSHTML";
+
+inline constexpr const char* block_thead =
+    R"NSHTML(<span class="blk-h" title="per format: the percentage of blocks that would lose a value (clipped or flushed to 0, or a NaN scale), (lossy blocks / blocks)">blocks with loss</span><span class="blk-h" title="per format: the block scale exponents, min..max, mean &plusmn; std, and their histogram">scale exponents</span>)NSHTML";
+
+inline constexpr const char* block_script = R"NSHTML(// ------------------------------------------------------------------ block-scaled targets (nanscope_block_scaled)
+// a tensor's 10th item: {rule, axis, warn, formats: [{format, block_size, blocks, lossy_blocks, lossy_fraction, ...}]}
+const blkPct = (f) => { const x = num(f); return Number.isNaN(x) ? "?" : (100 * x).toFixed(1) + "%"; };
+const blkLine = (f) => f.format + " " + blkPct(f.lossy_fraction) + " (" + f.lossy_blocks + "/" + f.blocks + ")";
+const blkFix2 = (v) => { const x = num(v); return Number.isNaN(x) ? "?" : x.toFixed(2); };
+const blkSpread = (f) => (f.scale_exp ? f.scale_exp.min + ".." + f.scale_exp.max + ", " + blkFix2(f.scale_exp.mean) + " \u00b1 " + blkFix2(f.scale_exp.std) : "no scale");
+const blkDelta = (fa, fb) => { const d = 100 * (num(fb.lossy_fraction) - num(fa.lossy_fraction)); return Number.isNaN(d) ? "?" : (d > 0 ? "+" : "") + d.toFixed(1) + " pp"; };
+function blkSpark(f, w, h) { // the histogram of the scale exponents, min..max, as bars
+  const s = f.scale_exp, lo = s.min, n = Math.max(1, s.max - s.min + 1);
+  let top = 1;
+  for (const b of s.histogram) top = Math.max(top, b[1]);
+  const svg = sv("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, class: "spark" });
+  svg.appendChild(sv("rect", { x: 0, y: h - 1, width: w, height: 1, style: "fill:#cfd8dc" }));
+  for (const b of s.histogram) {
+    const bh = Math.max(1, Math.round((b[1] / top) * (h - 1)));
+    svg.appendChild(sv("rect", { x: ((b[0] - lo) * w) / n, y: h - bh, width: Math.max(1, w / n - (n > 1 ? 0.5 : 0)), height: bh }));
+  }
+  const tip = sv("title", {});
+  tip.textContent = f.format + " scale exponents (blocks): " + s.histogram.map((b) => "2^" + b[0] + ": " + b[1]).join(", ");
+  svg.appendChild(tip);
+  return svg;
+}
+function blkPrepare() { // per row: the formats of its tensors with block statistics (its outputs' when it has some)
+  $("tree-section").classList.toggle("blocks", !!P.t.blocks);
+  if (!P.t.blocks || P.blk) return;
+  P.blk = new Array(P.N); P.blkSub = new Uint8Array(P.N);
+  for (let i = 0; i < P.N; i++) {
+    const ts = P.t.nodes[i][2].filter((x) => x[9]);
+    if (!ts.length) continue;
+    const outs = ts.filter((x) => x[3] === 0), use = outs.length ? outs : ts;
+    const by = new Map(); // format -> the tensor that loses the largest fraction of blocks in it
+    for (const x of use) for (const f of x[9].formats) { const o = by.get(f.format); if (!o || num(f.lossy_fraction) > num(o.f.lossy_fraction)) by.set(f.format, { f, label: x[0] }); }
+    const tip = [];
+    for (const x of ts) for (const f of x[9].formats) tip.push(x[0] + ": " + blkLine(f) + (f.warned ? ", warned (above " + blkPct(x[9].warn) + ")" : "") + "; scale exponents " + blkSpread(f));
+    P.blk[i] = { rows: [...by.values()], warned: ts.some((x) => x[9].formats.some((f) => f.warned)), tip: tip.join("\n") };
+  }
+  for (let i = P.N - 1; i > 0; i--) { const p = P.t.nodes[i][0]; if (p >= 0 && (P.blkSub[i] || (P.blk[i] && P.blk[i].warned))) P.blkSub[p] = 1; }
+}
+function blkRow(r, name, i) {
+  if (!P.t.blocks) return;
+  const B = P.blk[i], c1 = el("span", "blk blk-loss"), c2 = el("span", "blk blk-exp");
+  if (B) {
+    for (const x of B.rows) {
+      c1.appendChild(el("div", "blk-line" + (x.f.warned ? " warned" : x.f.lossy_blocks > 0 ? " lossy" : ""), blkLine(x.f)));
+      const d = el("div", "blk-spread");
+      d.appendChild(el("span", "blk-exp-text", blkSpread(x.f)));
+      if (x.f.scale_exp && x.f.scale_exp.histogram.length) d.appendChild(blkSpark(x.f, 44, 11));
+      c2.appendChild(d);
+    }
+    c1.title = B.tip; c2.title = B.tip;
+    if (B.warned) { r.classList.add("blk-warned"); name.appendChild(el("span", "badge blk", "lossy blocks")); }
+  }
+  if (P.blkSub[i] && !(B && B.warned)) name.appendChild(el("span", "sub-blk", "\u25cf lossy blocks inside"));
+  r.appendChild(c1);
+  r.appendChild(c2);
+}
+function blkDetails(body, n) { // a layer's tensors: every format, its spread, and its worst block
+  const ts = n[2].filter((x) => x[9]);
+  if (!ts.length) return;
+  body.appendChild(el("h3", null, "block-scaled targets: what quantizing would lose"));
+  const tab = el("table", "blk-table");
+  tab.id = "blk-details";
+  const hr = el("tr");
+  for (const h of ["tensor", "format", "block", "blocks", "with loss", "clipped", "flushed", "subnormal", "zero / NaN / zero-scale blocks", "scale exponents", "", "tensor scale", "warned"]) hr.appendChild(el("th", null, h));
+  tab.appendChild(hr);
+  for (const x of ts) {
+    const b = x[9];
+    for (const f of b.formats) {
+      const tr = el("tr", "blk-format" + (f.warned ? " warned" : ""));
+      const cells = [x[0], f.format, f.block_size, f.blocks, blkPct(f.lossy_fraction) + " (" + f.lossy_blocks + ")", f.clipped, f.flushed, f.subnormal, f.zero_blocks + " / " + f.nan_blocks + " / " + f.zero_scale_blocks, blkSpread(f)];
+      cells.forEach((c, k) => tr.appendChild(el("td", k >= 2 && k <= 7 ? "n" : null, c)));
+      const sp = el("td");
+      if (f.scale_exp && f.scale_exp.histogram.length) sp.appendChild(blkSpark(f, 90, 14));
+      tr.appendChild(sp);
+      tr.appendChild(el("td", "n", f.tensor_scale === undefined ? "" : fmtNum(num(f.tensor_scale))));
+      tr.appendChild(el("td", null, (f.warned ? "yes" : "no") + " (threshold " + blkPct(b.warn) + ")"));
+      tr.title = x[0] + ": " + (b.rule ? b.rule + " scales, " : "") + "blocks along axis " + b.axis;
+      tab.appendChild(tr);
+      if (f.worst) {
+        const w = f.worst, wr = el("tr", "blk-worst");
+        const td = el("td", "worst", "worst block " + w.index + " (first element " + w.first_element + ", " + w.elements + " elements): |x| max " + fmtNum(num(w.abs_max)) + ", scale " + w.scale + " (byte " + w.scale_byte + "): " + w.clipped + " clipped, " + w.flushed + " flushed, error max " + fmtNum(num(w.error_max_abs)) + ", rms " + fmtNum(num(w.error_rms)));
+        td.colSpan = 13;
+        wr.appendChild(td);
+        tab.appendChild(wr);
+      }
+    }
+  }
+  body.appendChild(tab);
+}
+function blkSummary(b) { // the tensors whose blocks warned, in every tree, each a link to its row
+  let checked = 0;
+  const warned = [];
+  D.trees.forEach((t, ti) => {
+    if (!t.blocks) return;
+    t.nodes.forEach((n, i) => {
+      for (const x of n[2]) {
+        if (!x[9]) continue;
+        checked++;
+        const fs = x[9].formats.filter((f) => f.warned);
+        if (fs.length) warned.push([ti, i, (n[3] && n[3].checkpoint !== undefined ? n[1] + " checkpoint \u201c" + n[3].checkpoint + "\u201d" : n[1]) + " " + x[0] + ": " + fs.map(blkLine).join(", ") + " (above " + blkPct(x[9].warn) + ")" + (D.trees.length > 1 ? " (" + t.source + ")" : "")]);
+      }
+    });
+  });
+  if (!checked) return;
+  const s = el("div", "stats", "block-scaled targets: " + checked + " tensor" + (checked === 1 ? "" : "s") + " checked, " + warned.length + " with more blocks losing values than their threshold");
+  s.id = "blocks-summary";
+  b.appendChild(s);
+  if (!warned.length) return;
+  const ul = el("ul", "notes");
+  ul.id = "blocks-warned";
+  for (const w of warned.slice(0, 50)) {
+    const li = el("li");
+    const a = el("a", "jump", w[2]);
+    a.dataset.path = D.trees[w[0]].nodes[w[1]][1];
+    a.addEventListener("click", () => jump(w[0], w[1]));
+    li.appendChild(a);
+    ul.appendChild(li);
+  }
+  if (warned.length > 50) ul.appendChild(el("li", null, "... and " + (warned.length - 50) + " more"));
+  b.appendChild(ul);
+}
+function blkDiff(b, d) { // A against B, per tensor and format
+  if (!d.blocks) return;
+  const A = D.trees[d.blocks.a], B = D.trees[d.tree], rows = [];
+  for (const [mod, label, ra, ka, rb, kb] of d.blocks.rows) {
+    const fa = ka >= 0 && A.nodes[ra][2][ka][9] ? A.nodes[ra][2][ka][9].formats : [];
+    const fb = kb >= 0 && B.nodes[rb][2][kb][9] ? B.nodes[rb][2][kb][9].formats : [];
+    const names = fa.map((f) => f.format);
+    for (const f of fb) if (!names.includes(f.format)) names.push(f.format);
+    for (const nm of names) rows.push([mod, label, nm, fa.find((f) => f.format === nm) || null, fb.find((f) => f.format === nm) || null, rb]);
+  }
+  let changed = 0, big = null, bigD = -1;
+  for (const r of rows) {
+    if (!r[3] || !r[4]) continue;
+    const dd = Math.abs(num(r[4].lossy_fraction) - num(r[3].lossy_fraction));
+    if (r[3].lossy_fraction !== r[4].lossy_fraction) { changed++; if (dd > bigD) { bigD = dd; big = r; } }
+  }
+  const s = el("div", "stats", "block-scaled targets, A vs B: " + rows.length + " tensor format" + (rows.length === 1 ? "" : "s") + ", " + changed + " with another fraction of blocks with loss" + (big ? "; the largest change: " + big[0] + " " + big[1] + " " + big[2] + " " + blkDelta(big[3], big[4]) : "") + " (not counted in the verdict)");
+  s.id = "diff-blocks-summary";
+  b.appendChild(s);
+  const tab = el("table");
+  tab.id = "diff-blocks";
+  const hr = el("tr");
+  for (const h of ["module", "tensor", "format", "A: blocks with loss", "B: blocks with loss", "B \u2212 A", "A: scale exponents", "B: scale exponents"]) hr.appendChild(el("th", null, h));
+  tab.appendChild(hr);
+  const side = (f) => (f ? blkLine(f).slice(f.format.length + 1) + (f.warned ? " warned" : "") : "not checked");
+  for (const r of rows.slice(0, 1000)) {
+    const tr = el("tr", r[3] && r[4] && r[3].lossy_fraction !== r[4].lossy_fraction ? "changed" : null);
+    const a = el("a", "jump", r[0]);
+    a.addEventListener("click", () => jump(d.tree, r[5]));
+    const td = el("td"); td.appendChild(a); tr.appendChild(td);
+    tr.appendChild(el("td", null, r[1]));
+    tr.appendChild(el("td", null, r[2]));
+    tr.appendChild(el("td", "n", side(r[3])));
+    tr.appendChild(el("td", "n", side(r[4])));
+    const dd = r[3] && r[4] ? num(r[4].lossy_fraction) - num(r[3].lossy_fraction) : NaN;
+    tr.appendChild(el("td", "n delta" + (dd > 0 ? " worse" : dd < 0 ? " better" : ""), r[3] && r[4] ? blkDelta(r[3], r[4]) : ""));
+    tr.appendChild(el("td", null, r[3] ? blkSpread(r[3]) : ""));
+    tr.appendChild(el("td", null, r[4] ? blkSpread(r[4]) : ""));
+    tab.appendChild(tr);
+  }
+  b.appendChild(tab);
+  if (rows.length > 1000) b.appendChild(el("div", "stats", "... and " + (rows.length - 1000) + " more tensor formats"));
+}
+function blkStart() { // nothing selected (no NaN/Inf, no diff producer): open the first row whose blocks warned
+  if (!P || !P.blk || selRow) return;
+  for (let i = 0; i < P.N; i++) if (P.blk[i] && P.blk[i].warned) { reveal(i); return; }
+}
+)NSHTML";
+
+/// One insertion of a block-scaled part: `text` goes before (or after) `anchor`.
+struct page_insert {
+  const char* anchor;
+  const char* text;
+  bool after;
+};
+
+/// `page` with each insertion made at its anchor, which must occur exactly once.
+inline std::string with_inserts(std::string page, const page_insert* ins, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::string anchor = ins[k].anchor;
+    const std::size_t at = page.find(anchor);
+    if (at == std::string::npos || page.find(anchor, at + 1) != std::string::npos)
+      throw std::logic_error("the page's place for its block-scaled part is not in its text exactly once: " + anchor);
+    page.insert(ins[k].after ? at + anchor.size() : at, ins[k].text);
+  }
+  return page;
+}
+
+/// page_head with the block-scaled parts (its style, the columns' heads).
+inline std::string block_page_head() {
+  const page_insert ins[] = {
+      {"</style>\n</head>", block_css, false},
+      {"<span>fp8 e5m2</span>", block_thead, true},  // the last head of the table's header row
+  };
+  return with_inserts(page_head, ins, sizeof ins / sizeof ins[0]);
+}
+
+/// page_tail with the block-scaled parts (the script's functions and their calls).
+inline std::string block_page_tail() {
+  const page_insert ins[] = {
+      {"  for (let f = 0; f < FORMATS.length; f++) r.appendChild(headroomBar(P.amax[i], f));\n", "  blkRow(r, name, i);\n", true},
+      {"  body.appendChild(tab);\n", "  blkDetails(body, n);\n", true},
+      {"  P = prepare(ti);\n", "  blkPrepare();\n", true},
+      {"  const notes = [];\n  for (const t of D.trees) for (const n of t.notes)", "  blkSummary(b);\n", false},
+      {"  for (const n of d.notes) b.appendChild(el(\"div\", \"notes\", n));\n}\n", "  blkDiff(b, d);\n", false},
+      {"window.scrollTo(0, 0);\ndrawHeatmaps();\n", "blkStart();\n", false},
+      {"function makeRow(i) {\n", block_script, false},  // last: the anchors above are not looked for in it
+  };
+  return with_inserts(page_tail, ins, sizeof ins / sizeof ins[0]);
+}
 
 }  // namespace nanscope_report
 
