@@ -14,3 +14,5 @@ template void nanscope::cuda::detail::launch<nanscope::cuda::detail::batch_param
     int, const nanscope::cuda::detail::batch_params&, cudaStream_t);
 template void nanscope::cuda::detail::seg_launch<nanscope::cuda::detail::seg_params>(
     int, const nanscope::cuda::detail::seg_params&, unsigned, cudaStream_t);
+template void nanscope::cuda::detail::bsc_launch<nanscope::cuda::detail::bsc_params>(
+    const nanscope::cuda::detail::bsc_params&, cudaStream_t, const char*);
