@@ -951,17 +951,50 @@ TEST_CASE("block-scaled statistics: check_block_scaled_async in a CUDA graph, fi
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+TEST_CASE("block-scaled statistics: blocks along every axis and strided views") {
+  const std::int64_t A = 6, B = 45, C = 70;
+  for (ns::dtype t : {ns::dtype::f32, ns::dtype::bf16, ns::dtype::f16}) {
+    const auto bytes = block_data(t, static_cast<std::size_t>(A * B * C), static_cast<std::size_t>(C), 91);
+    device_bytes d(bytes.data(), bytes.size());
+    const ns::tensor_view hv = ns::tensor_view::contiguous(bytes.data(), t, {A, B, C}, "x");
+    const ns::tensor_view dv = ns::tensor_view::contiguous(d.ptr(), t, {A, B, C}, "x");
+    for (int axis : {0, 1, 2}) {
+      const auto opt = ns::block_scaled_options{}.with_axis(axis).with_keep_blocks();
+      compare_block_scaled(ns::cuda::check_block_scaled(ns::cuda::device_buffer(dv), opt), ns::check_block_scaled(hv, opt),
+                           std::string(ns::name(t)) + " axis " + std::to_string(axis));
+    }
+    // every other element of the last dimension, then the same transposed (the last two dimensions swapped)
+    auto gaps = [](ns::tensor_view v) {
+      v.shape[2] = 35;
+      v.strides[2] = 2;
+      return v;
+    };
+    auto swapped = [](ns::tensor_view v) {
+      std::swap(v.shape[1], v.shape[2]);
+      std::swap(v.strides[1], v.strides[2]);
+      return v;
+    };
+    for (int which = 0; which < 2; ++which) {
+      const ns::tensor_view h = which == 0 ? gaps(hv) : swapped(gaps(hv));
+      const ns::tensor_view g = which == 0 ? gaps(dv) : swapped(gaps(dv));
+      for (int axis : {-1, 1}) {
+        const auto opt = ns::block_scaled_options{}.with_axis(axis).with_keep_blocks();
+        compare_block_scaled(ns::cuda::check_block_scaled(ns::cuda::device_buffer(g), opt), ns::check_block_scaled(h, opt),
+                             std::string(ns::name(t)) + (which == 0 ? " gaps" : " gaps transposed") + " axis " +
+                                 std::to_string(axis));
+      }
+    }
+  }
+}
+
 TEST_CASE("block-scaled statistics: refusals name the tensor") {
   std::vector<float> host(64, 1.0f);
   device_bytes d(host.data(), host.size() * 4);
   const auto bv = ns::cuda::device_buffer(d.ptr(), ns::dtype::f32, {8, 8}, nullptr, "w");
-  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(bv, ns::block_scaled_options{}.with_axis(0)),
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(bv, ns::block_scaled_options{}.with_axis(2)),
                        doctest::Contains("'w'"), ns::error);
-  ns::tensor_view strided = bv.view;
-  strided.shape[1] = 4;
-  strided.strides[1] = 2;
-  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(ns::cuda::device_buffer(strided)), doctest::Contains("contiguous"),
-                       ns::error);
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(bv, ns::block_scaled_options{}.with_formats(ns::block_format_set{})),
+                       doctest::Contains("no block format"), ns::error);
   CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(ns::cuda::device_buffer(host.data(), ns::dtype::f32, {64}, nullptr, "h")),
                        doctest::Contains("host pointer"), ns::error);
 }

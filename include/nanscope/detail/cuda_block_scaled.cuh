@@ -4,8 +4,10 @@
 // docs/cuda.md#block-scaled-what-if-statistics and docs/block-scaled.md#cuda.
 //
 // The kernel (bsc_kernel, detail/cuda_block_scaled_launch.cuh) gives one warp to each 32-element unit block of a
-// row (the last dimension of a contiguous tensor; a row's last unit may be shorter), warps taking units
-// grid-stride. Lane i holds |x| of element i of the unit as f64 bits (exact, integer decoding: nothing flushes).
+// row (a run along the blocked axis, the last dimension unless block_scaled_options::axis says otherwise; a row's
+// last unit may be shorter), warps taking units grid-stride. Elements are read by their flat row-major index
+// (contiguous tensors: coalesced along the last dimension; strided views through their layout; blocks along
+// another axis step by the product of the dimensions after it). Lane i holds |x| of element i of the unit as f64 bits (exact, integer decoding: nothing flushes).
 // A shuffle tree gives each lane the largest |x| of its half (lanes 0-15, 16-31: NVFP4's blocks of 16) and of the
 // whole unit (MX's blocks of 32). Per requested format each lane computes the block's scale and thresholds from
 // that amax with the host's rules (bsc_mx_thresholds: mx_scale_code's; bsc_nv_thresholds: nvfp4_block_scale's,
@@ -77,10 +79,12 @@ struct bsc_records {
 struct bsc_params {
   const void* data;
   unsigned long long n;              // elements
-  unsigned long long L;              // row length (the blocked, last dimension)
+  unsigned long long L;              // row length (the extent of the blocked axis)
   unsigned long long units;          // unit blocks of 32: rows * units_per_row
   unsigned long long units_per_row;  // ceil(L / 32)
   unsigned long long nb16;           // NVFP4 blocks per row: ceil(L / 16)
+  unsigned long long inner;          // blocks along another axis: the product of the dimensions after it (else 1)
+  strided_layout layout;             // rank 0: contiguous; else the view's shape and strides (elements)
   int type;                          // dtype
   int es;                            // element bytes
   int aligned;                       // data % es == 0: element loads (else byte loads)
@@ -111,9 +115,11 @@ struct bsc_th {
   bool zero_scale = false;
 };
 
-/// Where a unit block lies.
+/// Where a unit block lies: processed row `row` = (o, i) (o: the dimensions before the blocked axis, i: those
+/// after it; row-wise blocks: o = row, i = 0), columns [col, col + len) along the axis; element k of the unit is
+/// the tensor's flat (row-major) element first + k x inner.
 struct bsc_unit {
-  unsigned long long row, col, first;  // first: flat index of its element 0
+  unsigned long long row, col, o, i, first;
   int len;
 };
 
@@ -135,13 +141,37 @@ NANSCOPE_IMPL_BSC_DEV bsc_unit bsc_unit_of(const bsc_params& p, unsigned long lo
   g.col = (u - g.row * p.units_per_row) * 32u;
   const unsigned long long rest = p.L - g.col;
   g.len = rest < 32u ? static_cast<int>(rest) : 32;
-  g.first = g.row * p.L + g.col;
+  if (p.inner == 1) {
+    g.o = g.row;
+    g.i = 0;
+  } else {
+    g.o = g.row / p.inner;
+    g.i = g.row - g.o * p.inner;
+  }
+  g.first = (g.o * p.L + g.col) * p.inner + g.i;
   return g;
+}
+
+/// The flat (row-major) index of element k of a unit.
+NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_elem(const bsc_params& p, const bsc_unit& g, unsigned k) {
+  return g.first + static_cast<unsigned long long>(k) * p.inner;
+}
+
+/// The element offset of flat (row-major) element i of a strided view (its layout: rank > 0).
+NANSCOPE_HOST_DEVICE inline long long bsc_offset(const strided_layout& l, unsigned long long i) {
+  long long off = 0;
+  for (int dim = l.rank - 1; dim >= 0; --dim) {
+    const auto ext = static_cast<unsigned long long>(l.shape[dim]);
+    off += static_cast<long long>(i % ext) * l.strides[dim];
+    i /= ext;
+  }
+  return off;
 }
 
 /// The raw bits of flat element i (element loads when the data is aligned to its element size, else bytes).
 NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_raw(const bsc_params& p, unsigned long long i) {
-  const unsigned char* q = static_cast<const unsigned char*>(p.data) + i * static_cast<unsigned long long>(p.es);
+  const long long off = p.layout.rank > 0 ? bsc_offset(p.layout, i) : static_cast<long long>(i);
+  const unsigned char* q = static_cast<const unsigned char*>(p.data) + off * p.es;
   if (p.aligned != 0) {
     switch (p.es) {
       case 8: return static_cast<unsigned long long>(dev_ldg(reinterpret_cast<const long long*>(q)));
@@ -304,19 +334,19 @@ NANSCOPE_IMPL_BSC_DEV bsc_lane_out bsc_lane_account(const bsc_params& p, int f, 
   unsigned long long index;
   if (f != bsc_nv) {
     if (lane != static_cast<unsigned>(f)) return o;
-    index = g.row * p.units_per_row + g.col / 32u;
+    index = (g.o * p.units_per_row + g.col / 32u) * p.inner + g.i;
   } else {
     // lane 5: the first half (elements 0-15); lane 21: the second, when the unit has one
     if (lane == static_cast<unsigned>(bsc_nv)) {
       clip &= 0xFFFFu;
       flush &= 0xFFFFu;
       sub &= 0xFFFFu;
-      index = g.row * p.nb16 + g.col / 16u;
+      index = (g.o * p.nb16 + g.col / 16u) * p.inner + g.i;
     } else if (lane == static_cast<unsigned>(bsc_nv) + 16u && g.len > 16) {
       clip >>= 16;
       flush >>= 16;
       sub >>= 16;
-      index = g.row * p.nb16 + g.col / 16u + 1u;
+      index = (g.o * p.nb16 + g.col / 16u + 1u) * p.inner + g.i;
     } else {
       return o;
     }
@@ -369,6 +399,8 @@ struct bsc_plan {
   bool keep_blocks = false;
   int axis = 0;
   unsigned long long n = 0, L = 1, rows = 0;
+  unsigned long long inner = 1;  // blocks along another axis than the last: the dimensions after it
+  strided_layout layout{};       // rank 0: contiguous
   bool nv = false, nv_given = false;
   double nv_amax = -1.0;
 };
@@ -387,13 +419,6 @@ inline bsc_plan bsc_make_plan(const tensor_view& v, const block_scaled_options& 
   if (axis < 0 || axis >= (rank > 0 ? rank : 1))
     ::nanscope::detail::fail(v.name, "check_block_scaled: axis " + std::to_string(opt.axis) +
                                          " is out of range for rank " + std::to_string(rank));
-  if (rank > 0 && axis != rank - 1)
-    ::nanscope::detail::fail(v.name, "cuda::check_block_scaled: blocks along axis " + std::to_string(axis) +
-                                         " (not the last dimension) are not supported on the device yet: make that "
-                                         "axis last (a contiguous transpose) or check a host copy");
-  if (!v.is_contiguous())
-    ::nanscope::detail::fail(v.name, "cuda::check_block_scaled: the view is strided; the device path needs a "
-                                     "contiguous tensor (make it contiguous, or check a host copy)");
   bsc_plan pl;
   pl.type = v.type;
   pl.rule = opt.rule;
@@ -401,9 +426,18 @@ inline bsc_plan bsc_make_plan(const tensor_view& v, const block_scaled_options& 
   pl.keep_blocks = opt.keep_blocks;
   pl.axis = axis;
   pl.n = v.numel();
-  pl.L = rank > 0 ? static_cast<unsigned long long>(v.shape[rank - 1]) : 1u;
+  pl.L = rank > 0 ? static_cast<unsigned long long>(v.shape[axis]) : 1u;
   if (pl.L == 0) pl.L = 1;
   pl.rows = pl.n / pl.L;
+  for (int d = axis + 1; d < rank; ++d) pl.inner *= static_cast<unsigned long long>(v.shape[d]);
+  if (pl.inner == 0) pl.inner = 1;  // (an empty tensor: no rows)
+  if (!v.is_contiguous()) {
+    pl.layout.rank = v.rank;
+    for (int d = 0; d < v.rank; ++d) {
+      pl.layout.shape[d] = v.shape[d];
+      pl.layout.strides[d] = v.strides[d];
+    }
+  }
   pl.nv = opt.formats.has(block_format::nvfp4);
   pl.nv_given = pl.nv && opt.nvfp4_tensor_amax >= 0.0;
   pl.nv_amax = opt.nvfp4_tensor_amax;
@@ -430,6 +464,8 @@ inline bsc_params bsc_make_params(const bsc_plan& pl, const void* data, unsigned
   p.units_per_row = (pl.L + 31u) / 32u;
   p.units = pl.rows * p.units_per_row;
   p.nb16 = (pl.L + 15u) / 16u;
+  p.inner = pl.inner;
+  p.layout = pl.layout;
   p.type = static_cast<int>(pl.type);
   p.es = static_cast<int>(size_of(pl.type));
   p.aligned = reinterpret_cast<std::uintptr_t>(data) % size_of(pl.type) == 0 ? 1 : 0;
@@ -480,8 +516,8 @@ float bsc_schedule(const bsc_plan& pl, Launch&& launch, ReadAmax&& read_amax) {
   return ts;
 }
 
-/// The result of a check from the summed records. `fetch(first, len, buf)` copies `len` raw elements starting
-/// at flat index `first` into buf (the worst blocks' elements); `per_block[k]`: the host copies of the block
+/// The result of a check from the summed records. `fetch(first, step, len, buf)` copies the raw elements of flat
+/// (row-major) indices first, first + step, ... (len of them) into buf (the worst blocks' elements); `per_block[k]`: the host copies of the block
 /// records (keep_blocks), moved into the result. `nv_ts`: NVFP4's tensor scale used.
 template <class Fetch>
 block_scaled_result bsc_finalize(const bsc_plan& pl, const bsc_records& rec, float nv_ts, Fetch&& fetch,
@@ -537,13 +573,14 @@ block_scaled_result bsc_finalize(const bsc_plan& pl, const bsc_records& rec, flo
     if (per_block != nullptr) st.per_block = std::move(per_block[k]);
     if (c.worst_key != 0) {
       // the worst block, recomputed from its elements with the host pass's functions
+      // its output index is (o x nb + j) x inner + i (check_block_scaled's order)
       const unsigned long long index = bsc_index_mask - (c.worst_key & bsc_index_mask);
       const auto B = static_cast<unsigned long long>(st.block_size);
-      const unsigned long long row = index / nb, col = (index - row * nb) * B;
+      const unsigned long long in = index % pl.inner, t = index / pl.inner, o = t / nb, col = (t - o * nb) * B;
       const int len = static_cast<int>(pl.L - col < B ? pl.L - col : B);
-      const unsigned long long first = row * pl.L + col;
+      const unsigned long long first = (o * pl.L + col) * pl.inner + in;
       alignas(8) unsigned char buf[32 * 8];
-      fetch(first, len, buf);
+      fetch(first, pl.inner, len, buf);
       std::uint64_t a[32];
       std::uint64_t amax = 0;
       for (int i = 0; i < len; ++i) {

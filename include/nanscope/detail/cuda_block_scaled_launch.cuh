@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
   for (unsigned long long u = static_cast<unsigned long long>(blockIdx.x) * wpb + threadIdx.x / 32u; u < p.units;
        u += nwarps) {  // uniform per warp
     const bsc_unit g = bsc_unit_of(p, u);
-    const unsigned long long a = static_cast<int>(lane) < g.len ? bsc_abs_bits(p, g.first + lane) : 0ull;
+    const unsigned long long a = static_cast<int>(lane) < g.len ? bsc_abs_bits(p, bsc_elem(p, g, lane)) : 0ull;
     if (p.want_amax != 0) {
       const unsigned long long fa = a < bsc_inf ? a : 0ull;
       famax = fa > famax ? fa : famax;
@@ -126,6 +126,27 @@ struct bsc_device_memory {
   }
 };
 
+/// Copies the raw elements of flat indices first, first + step, ... (len of them) of a device view to buf.
+inline void bsc_fetch(const bsc_plan& pl, const buffer_view& b, unsigned long long first, unsigned long long step, int len,
+                      unsigned char* buf) {
+  const tensor_view& v = b.view;
+  const std::size_t es = size_of(v.type);
+  const auto* base = static_cast<const unsigned char*>(v.data);
+  if (step == 1 && pl.layout.rank == 0) {
+    cuda_check(cudaMemcpyAsync(buf, base + first * es, static_cast<std::size_t>(len) * es, cudaMemcpyDeviceToHost, b.stream),
+               v.name, "cudaMemcpyAsync (the worst block)");
+  } else {
+    for (int k = 0; k < len; ++k) {
+      const unsigned long long flat = first + static_cast<unsigned long long>(k) * step;
+      const long long off = pl.layout.rank > 0 ? bsc_offset(pl.layout, flat) : static_cast<long long>(flat);
+      cuda_check(cudaMemcpyAsync(buf + static_cast<std::size_t>(k) * es, base + off * static_cast<long long>(es), es,
+                                 cudaMemcpyDeviceToHost, b.stream),
+                 v.name, "cudaMemcpyAsync (the worst block)");
+    }
+  }
+  cuda_check(cudaStreamSynchronize(b.stream), v.name, "cudaStreamSynchronize");
+}
+
 /// The whole synchronous check but the health part; `health` runs after the launches are queued (it queues the
 /// health pass on the same stream or waits for the checker's).
 template <class Health>
@@ -173,14 +194,10 @@ block_scaled_result bsc_run(const buffer_view& b, const block_scaled_options& op
                                  cudaMemcpyDeviceToHost, b.stream),
                  v.name, "cudaMemcpyAsync (block records)");
   cuda_check(cudaStreamSynchronize(b.stream), v.name, "cudaStreamSynchronize");
-  const std::size_t es = size_of(v.type);
   block_scaled_result r = bsc_finalize(
       pl, host, ts,
-      [&](unsigned long long first, int len, unsigned char* buf) {
-        cuda_check(cudaMemcpyAsync(buf, static_cast<const unsigned char*>(v.data) + first * es,
-                                   static_cast<std::size_t>(len) * es, cudaMemcpyDeviceToHost, b.stream),
-                   v.name, "cudaMemcpyAsync (the worst block)");
-        cuda_check(cudaStreamSynchronize(b.stream), v.name, "cudaStreamSynchronize");
+      [&](unsigned long long first, unsigned long long step, int len, unsigned char* buf) {
+        bsc_fetch(pl, b, first, step, len, buf);
       },
       pl.keep_blocks ? host_pb : nullptr);
   r.health = hr;
@@ -210,9 +227,10 @@ inline health_result bsc_health(const buffer_view& b, check_mode mode) {
 /// The block-scaled what-if statistics of a device tensor (docs/block-scaled.md#cuda): what quantizing it to each
 /// requested MXFP8 / MXFP6 / MXFP4 / NVFP4 format would lose, block by block, field for field what
 /// nanscope::check_block_scaled gives on the host for the same data, and its health (check()'s, from a health
-/// pass on the same stream). Synchronous: queues the launches on the view's stream and waits for them. Blocks run
-/// along the last dimension of a contiguous tensor; another axis or a strided view throws nanscope::error naming
-/// the tensor. NVFP4 without block_scaled_options::nvfp4_tensor_amax takes a first launch for the tensor's amax.
+/// pass on the same stream). Synchronous: queues the launches on the view's stream and waits for them. Any
+/// layout, blocks along any axis (block_scaled_options::axis); contiguous tensors blocked along their last
+/// dimension are read coalesced, the others element by element. NVFP4 without
+/// block_scaled_options::nvfp4_tensor_amax takes a first launch for the tensor's amax.
 inline block_scaled_result check_block_scaled(const buffer_view& b, const block_scaled_options& opt = {}) {
   return detail::bsc_run(b, opt, [&] { return detail::bsc_health(b, opt.check.mode); });
 }
@@ -268,14 +286,10 @@ inline block_scaled_result finalize_block_scaled(const block_scaled_records& rec
   const tensor_view& v = b.view;
   const detail::bsc_plan pl = detail::bsc_make_plan(v, opt);
   const float ts = pl.nv ? nvfp4_tensor_scale(pl.nv_amax) : 0.0f;
-  const std::size_t es = size_of(v.type);
   return detail::bsc_finalize(
       pl, records, ts,
-      [&](unsigned long long first, int len, unsigned char* buf) {
-        detail::cuda_check(cudaMemcpyAsync(buf, static_cast<const unsigned char*>(v.data) + first * es,
-                                           static_cast<std::size_t>(len) * es, cudaMemcpyDeviceToHost, b.stream),
-                           v.name, "cudaMemcpyAsync (the worst block)");
-        detail::cuda_check(cudaStreamSynchronize(b.stream), v.name, "cudaStreamSynchronize");
+      [&](unsigned long long first, unsigned long long step, int len, unsigned char* buf) {
+        detail::bsc_fetch(pl, b, first, step, len, buf);
       },
       pl.keep_blocks ? per_block : nullptr);
 }
