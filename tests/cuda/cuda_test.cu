@@ -909,21 +909,24 @@ TEST_CASE("block-scaled statistics: check_block_scaled_async in a CUDA graph, fi
   const auto opt = ns::block_scaled_options{}.with_rule(ns::scale_rule::even).with_nvfp4_tensor_amax(2688.0).with_keep_blocks();
   ns::cuda::block_scaled_records* rec = nullptr;
   CUDA_OK(cudaMalloc(&rec, sizeof(ns::cuda::block_scaled_records)));
+  // the graph copies into pinned host memory (captured copies to pageable memory are not allowed)
   ns::block_record* pb[ns::block_format_count] = {};
-  std::vector<ns::block_record> host_pb[ns::block_format_count];
+  ns::block_record* host_pb[ns::block_format_count] = {};
+  std::size_t nbs[ns::block_format_count] = {};
   for (int k = 0; k < ns::block_format_count; ++k) {
-    const std::int64_t nb = rows * ((L + ns::info(static_cast<ns::block_format>(k)).block_size - 1) /
-                                    ns::info(static_cast<ns::block_format>(k)).block_size);
-    CUDA_OK(cudaMalloc(&pb[k], static_cast<std::size_t>(nb) * sizeof(ns::block_record)));
-    host_pb[k].resize(static_cast<std::size_t>(nb));
+    const std::int64_t bs = ns::info(static_cast<ns::block_format>(k)).block_size;
+    nbs[k] = static_cast<std::size_t>(rows * ((L + bs - 1) / bs));
+    CUDA_OK(cudaMalloc(&pb[k], nbs[k] * sizeof(ns::block_record)));
+    CUDA_OK(cudaHostAlloc(&host_pb[k], nbs[k] * sizeof(ns::block_record), cudaHostAllocDefault));
   }
-  auto* host_rec = new ns::cuda::block_scaled_records{};
+  ns::cuda::block_scaled_records* host_rec = nullptr;
+  CUDA_OK(cudaHostAlloc(&host_rec, sizeof *host_rec, cudaHostAllocDefault));
   cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   ns::cuda::check_block_scaled_async(bv, opt, rec, pb);
   CUDA_OK(cudaMemcpyAsync(host_rec, rec, sizeof *host_rec, cudaMemcpyDeviceToHost, s));
   for (int k = 0; k < ns::block_format_count; ++k)
-    CUDA_OK(cudaMemcpyAsync(host_pb[k].data(), pb[k], host_pb[k].size() * sizeof(ns::block_record), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaMemcpyAsync(host_pb[k], pb[k], nbs[k] * sizeof(ns::block_record), cudaMemcpyDeviceToHost, s));
   CUDA_OK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -935,7 +938,7 @@ TEST_CASE("block-scaled statistics: check_block_scaled_async in a CUDA graph, fi
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaStreamSynchronize(s));
     std::vector<ns::block_record> moved[ns::block_format_count];
-    for (int k = 0; k < ns::block_format_count; ++k) moved[k] = host_pb[k];
+    for (int k = 0; k < ns::block_format_count; ++k) moved[k].assign(host_pb[k], host_pb[k] + nbs[k]);
     ns::block_scaled_result g = ns::cuda::finalize_block_scaled(*host_rec, bv, opt, moved);
     const ns::tensor_view hv = ns::tensor_view::contiguous(bytes.data(), ns::dtype::bf16, {rows, L}, "kv");
     ns::block_scaled_result h = ns::check_block_scaled(hv, opt);
@@ -945,7 +948,8 @@ TEST_CASE("block-scaled statistics: check_block_scaled_async in a CUDA graph, fi
                        doctest::Contains("nvfp4_tensor_amax"), ns::error);
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
-  delete host_rec;
+  CUDA_OK(cudaFreeHost(host_rec));
+  for (ns::block_record* p : host_pb) CUDA_OK(cudaFreeHost(p));
   for (ns::block_record* p : pb) CUDA_OK(cudaFree(p));
   CUDA_OK(cudaFree(rec));
   CUDA_OK(cudaStreamDestroy(s));

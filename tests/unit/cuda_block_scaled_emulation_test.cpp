@@ -294,8 +294,14 @@ source make(ns::dtype t, std::uint64_t rows, std::uint64_t L, int kind, std::mt1
         case 2: if (c % 32 == r % 32) v = (rng() & 1 ? -1 : 1) * std::ldexp(900.0, static_cast<int>(rng() % 9)); break;
         case 3: {
           if (c % 32 == 0) {
-            top = tops[rng() % (sizeof tops / sizeof tops[0])];
-            pool = boundary_bits(top);
+            static const std::vector<std::vector<std::uint32_t>> pools = [] {
+              std::vector<std::vector<std::uint32_t>> p;
+              for (double x : tops) p.push_back(boundary_bits(x));
+              return p;
+            }();
+            const std::size_t k = static_cast<std::size_t>(rng() % (sizeof tops / sizeof tops[0]));
+            top = tops[k];
+            pool = pools[k];
             plant1 = static_cast<std::size_t>(rng() % 16);
             plant2 = 16 + static_cast<std::size_t>(rng() % 16);
           }
