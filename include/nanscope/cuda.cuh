@@ -22,6 +22,7 @@
 #error "nanscope/cuda.cuh is CUDA code: compile it with nvcc (host-only code includes <nanscope/check.hpp>)"
 #endif
 
+#include "block_scaled.hpp"
 #include "check.hpp"
 #include "deferred.hpp"
 #include "detail/cuda_pass.cuh"
@@ -724,6 +725,10 @@ class checker {
                                              std::size_t count, const check_options& opt = {},
                                              const segment_options& so = {});
 
+  /// The block-scaled what-if statistics of one device tensor (docs/block-scaled.md#cuda), its health from this
+  /// checker's check(). Synchronous (waits for the result); not for graph capture (check_block_scaled_async).
+  block_scaled_result check_block_scaled(const buffer_view& v, const block_scaled_options& opt = {});
+
   /// The step boundary: waits for every check queued so far on every stream this checker has used.
   void synchronize() {
     std::vector<cudaStream_t> streams;
@@ -803,5 +808,6 @@ class deferred_recorder {
 NANSCOPE_NAMESPACE_END
 
 #include "detail/cuda_segments_launch.cuh"  // segmented checks: the kernel, check_segmented_async, pending_segmented
+#include "detail/cuda_block_scaled_launch.cuh"  // block-scaled what-if statistics: check_block_scaled
 
 #endif  // NANSCOPE_CUDA_CUH

@@ -758,6 +758,251 @@ TEST_CASE("segmented checks: bad segmentations are errors naming the tensor") {
                        doctest::Contains("2 ids for 3 segments"), ns::error);
 }
 
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Block-scaled what-if statistics (nanscope::cuda::check_block_scaled): every field against the host's
+// ---------------------------------------------------------------------------------------------------------
+
+/// Every field of a device block-scaled result against the host's check_block_scaled (health: compare()).
+void compare_block_scaled(const ns::block_scaled_result& g, const ns::block_scaled_result& h, const std::string& what) {
+  INFO(what);
+  REQUIRE(g.formats.size() == h.formats.size());
+  CHECK(g.axis == h.axis);
+  for (std::size_t k = 0; k < g.formats.size(); ++k) {
+    const ns::block_format_stats &d = g.formats[k], &c = h.formats[k];
+    INFO(ns::name(c.format));
+    CHECK(d.format == c.format);
+    CHECK(d.rule == c.rule);
+    CHECK(d.block_size == c.block_size);
+    CHECK(d.blocks == c.blocks);
+    CHECK(d.elements == c.elements);
+    CHECK(d.zero_blocks == c.zero_blocks);
+    CHECK(d.nan_blocks == c.nan_blocks);
+    CHECK(d.zero_scale_blocks == c.zero_scale_blocks);
+    CHECK(d.lossy_blocks == c.lossy_blocks);
+    CHECK(d.clipped == c.clipped);
+    CHECK(d.flushed == c.flushed);
+    CHECK(d.subnormal == c.subnormal);
+    CHECK(d.scale_histogram == c.scale_histogram);
+    CHECK(bits_of(d.scale_exp_mean) == bits_of(c.scale_exp_mean));
+    CHECK(bits_of(d.scale_exp_std) == bits_of(c.scale_exp_std));
+    CHECK(d.scale_exp_min == c.scale_exp_min);
+    CHECK(d.scale_exp_max == c.scale_exp_max);
+    CHECK(bits_of(d.tensor_scale) == bits_of(c.tensor_scale));
+    CHECK(d.worst.index == c.worst.index);
+    CHECK(d.worst.first_element == c.worst.first_element);
+    CHECK(d.worst.elements == c.worst.elements);
+    CHECK(bits_of(d.worst.abs_max) == bits_of(c.worst.abs_max));
+    CHECK(d.worst.scale == c.worst.scale);
+    CHECK(d.worst.clipped == c.worst.clipped);
+    CHECK(d.worst.flushed == c.worst.flushed);
+    CHECK(bits_of(d.worst.error_max_abs) == bits_of(c.worst.error_max_abs));
+    CHECK(bits_of(d.worst.error_rms) == bits_of(c.worst.error_rms));
+    REQUIRE(d.per_block.size() == c.per_block.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < d.per_block.size(); ++i) {
+      const ns::block_record &x = d.per_block[i], &y = c.per_block[i];
+      differ += (x.scale != y.scale || x.clipped != y.clipped || x.flushed != y.flushed || x.subnormal != y.subnormal) ? 1 : 0;
+    }
+    CHECK(differ == 0);
+  }
+}
+
+/// f32 bits as a bf16 or f16 pattern (truncated; f16: beyond its range inf, below it subnormals then 0).
+std::uint16_t to_16(std::uint32_t b, ns::dtype t) {
+  if (t == ns::dtype::bf16) return static_cast<std::uint16_t>(b >> 16);
+  const std::uint32_t sign = (b >> 16) & 0x8000u, e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
+  if (e == 0xFF) return static_cast<std::uint16_t>(sign | 0x7C00u | (m != 0 ? 0x200u : 0u));
+  if (e >= 127 + 16) return static_cast<std::uint16_t>(sign | 0x7C00u);
+  if (e >= 127 - 14) return static_cast<std::uint16_t>(sign | ((e - 112u) << 10) | (m >> 13));
+  if (e >= 127 - 25) return static_cast<std::uint16_t>(sign | (((m | 0x800000u) >> (126u - 14u - e + 13u + 1u)) & 0x3FFu));
+  return static_cast<std::uint16_t>(sign);
+}
+
+/// Raw bytes of `n` values of dtype t: N(0,1) at block-varying scales, zero blocks, outliers, NaN/Inf now and
+/// then, subnormal stretches.
+std::vector<unsigned char> block_data(ns::dtype t, std::size_t n, std::size_t L, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<unsigned char> out;
+  int scale = 0, kind = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t col = i % L;
+    if (col % 32 == 0) {
+      scale = static_cast<int>(rng() % 40) - 20;
+      kind = static_cast<int>(rng() % 10);
+    }
+    double v = std::ldexp(g(rng), scale);
+    if (kind == 0) v = 0.0;
+    if (kind == 1 && col % 32 == 7) v = 900.0;
+    if (kind == 2) v = std::ldexp(g(rng), t == ns::dtype::f16 ? -18 : -130);
+    float f = static_cast<float>(v);
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (kind == 3 && rng() % 20 == 0) b = rng() & 1 ? 0x7FC00000u : 0xFF800000u;
+    if (t == ns::dtype::f32) {
+      const auto* q = reinterpret_cast<const unsigned char*>(&b);
+      out.insert(out.end(), q, q + 4);
+    } else if (t == ns::dtype::f64) {
+      double d = ns::detail::bits_to_double(ns::detail::f32_to_f64_bits(b));
+      if (kind == 4) d *= 1e290;
+      const auto* q = reinterpret_cast<const unsigned char*>(&d);
+      out.insert(out.end(), q, q + 8);
+    } else if (t == ns::dtype::f8_e4m3fn || t == ns::dtype::f8_e5m2) {
+      out.push_back(static_cast<unsigned char>(rng()));
+    } else {
+      const std::uint16_t h = to_16(b, t);
+      const auto* q = reinterpret_cast<const unsigned char*>(&h);
+      out.insert(out.end(), q, q + 2);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("block-scaled statistics: the device gives check_block_scaled's result, every dtype, format and rule") {
+  ns::cuda::checker ck;
+  struct shape_case {
+    std::int64_t rows, L;
+  };
+  const shape_case shapes[] = {{64, 256}, {37, 47}, {100, 19}, {3, 1}, {1, 100000}, {4096, 96}};
+  unsigned seed = 1;
+  for (ns::dtype t : {ns::dtype::f32, ns::dtype::bf16, ns::dtype::f16, ns::dtype::f64, ns::dtype::f8_e4m3fn,
+                      ns::dtype::f8_e5m2})
+    for (const shape_case& sc : shapes) {
+      const std::size_t n = static_cast<std::size_t>(sc.rows * sc.L);
+      const auto bytes = block_data(t, n, static_cast<std::size_t>(sc.L), seed++);
+      device_bytes d(bytes.data(), bytes.size());
+      const auto bv = ns::cuda::device_buffer(d.ptr(), t, {sc.rows, sc.L}, nullptr, "acts");
+      const ns::tensor_view hv = ns::tensor_view::contiguous(bytes.data(), t, {sc.rows, sc.L}, "acts");
+      for (ns::scale_rule rule : {ns::scale_rule::ocp, ns::scale_rule::round_up, ns::scale_rule::even}) {
+        const std::string what = std::string(ns::name(t)) + " [" + std::to_string(sc.rows) + ", " +
+                                 std::to_string(sc.L) + "] " + ns::name(rule);
+        auto opt = ns::block_scaled_options{}.with_rule(rule).with_keep_blocks(sc.rows * sc.L < 200000);
+        const ns::block_scaled_result h = ns::check_block_scaled(hv, opt);
+        const ns::block_scaled_result g = ns::cuda::check_block_scaled(bv, opt);
+        compare_block_scaled(g, h, what);
+        compare(g.health, host_ref(hv, opt.check.mode), what + " health");
+        if (rule == ns::scale_rule::ocp) {
+          // through the checker, and NVFP4 with a given tensor amax (one launch)
+          opt.with_nvfp4_tensor_amax(100.0);
+          compare_block_scaled(ck.check_block_scaled(bv, opt), ns::check_block_scaled(hv, opt), what + " checker, amax 100");
+          if (ns::size_of(t) > 1) {  // at an odd address: byte loads
+            device_bytes odd(bytes.data(), bytes.size(), 1);
+            const auto ov = ns::cuda::device_buffer(odd.ptr(), t, {sc.rows, sc.L}, nullptr, "acts");
+            compare_block_scaled(ns::cuda::check_block_scaled(ov, opt), ns::check_block_scaled(hv, opt), what + " misaligned");
+          }
+        }
+      }
+    }
+}
+
+TEST_CASE("block-scaled statistics: check_block_scaled_async in a CUDA graph, finalize_block_scaled") {
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const std::int64_t rows = 512, L = 200;
+  auto bytes = block_data(ns::dtype::bf16, static_cast<std::size_t>(rows * L), static_cast<std::size_t>(L), 77);
+  device_bytes d(bytes.data(), bytes.size());
+  const auto bv = ns::cuda::device_buffer(d.ptr(), ns::dtype::bf16, {rows, L}, s, "kv");
+  const auto opt = ns::block_scaled_options{}.with_rule(ns::scale_rule::even).with_nvfp4_tensor_amax(2688.0).with_keep_blocks();
+  ns::cuda::block_scaled_records* rec = nullptr;
+  CUDA_OK(cudaMalloc(&rec, sizeof(ns::cuda::block_scaled_records)));
+  // the graph copies into pinned host memory (captured copies to pageable memory are not allowed)
+  ns::block_record* pb[ns::block_format_count] = {};
+  ns::block_record* host_pb[ns::block_format_count] = {};
+  std::size_t nbs[ns::block_format_count] = {};
+  for (int k = 0; k < ns::block_format_count; ++k) {
+    const std::int64_t bs = ns::info(static_cast<ns::block_format>(k)).block_size;
+    nbs[k] = static_cast<std::size_t>(rows * ((L + bs - 1) / bs));
+    CUDA_OK(cudaMalloc(&pb[k], nbs[k] * sizeof(ns::block_record)));
+    CUDA_OK(cudaHostAlloc(&host_pb[k], nbs[k] * sizeof(ns::block_record), cudaHostAllocDefault));
+  }
+  ns::cuda::block_scaled_records* host_rec = nullptr;
+  CUDA_OK(cudaHostAlloc(&host_rec, sizeof *host_rec, cudaHostAllocDefault));
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  ns::cuda::check_block_scaled_async(bv, opt, rec, pb);
+  CUDA_OK(cudaMemcpyAsync(host_rec, rec, sizeof *host_rec, cudaMemcpyDeviceToHost, s));
+  for (int k = 0; k < ns::block_format_count; ++k)
+    CUDA_OK(cudaMemcpyAsync(host_pb[k], pb[k], nbs[k] * sizeof(ns::block_record), cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    if (replay == 1) {  // new data between replays: the statistics follow
+      bytes = block_data(ns::dtype::bf16, static_cast<std::size_t>(rows * L), static_cast<std::size_t>(L), 78);
+      CUDA_OK(cudaMemcpy(d.ptr(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<ns::block_record> moved[ns::block_format_count];
+    for (int k = 0; k < ns::block_format_count; ++k) moved[k].assign(host_pb[k], host_pb[k] + nbs[k]);
+    ns::block_scaled_result g = ns::cuda::finalize_block_scaled(*host_rec, bv, opt, moved);
+    const ns::tensor_view hv = ns::tensor_view::contiguous(bytes.data(), ns::dtype::bf16, {rows, L}, "kv");
+    ns::block_scaled_result h = ns::check_block_scaled(hv, opt);
+    compare_block_scaled(g, h, "graph replay " + std::to_string(replay));
+  }
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled_async(bv, ns::block_scaled_options{}, rec),
+                       doctest::Contains("nvfp4_tensor_amax"), ns::error);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaFreeHost(host_rec));
+  for (ns::block_record* p : host_pb) CUDA_OK(cudaFreeHost(p));
+  for (ns::block_record* p : pb) CUDA_OK(cudaFree(p));
+  CUDA_OK(cudaFree(rec));
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("block-scaled statistics: blocks along every axis and strided views") {
+  const std::int64_t A = 6, B = 45, C = 70;
+  for (ns::dtype t : {ns::dtype::f32, ns::dtype::bf16, ns::dtype::f16}) {
+    const auto bytes = block_data(t, static_cast<std::size_t>(A * B * C), static_cast<std::size_t>(C), 91);
+    device_bytes d(bytes.data(), bytes.size());
+    const ns::tensor_view hv = ns::tensor_view::contiguous(bytes.data(), t, {A, B, C}, "x");
+    const ns::tensor_view dv = ns::tensor_view::contiguous(d.ptr(), t, {A, B, C}, "x");
+    for (int axis : {0, 1, 2}) {
+      const auto opt = ns::block_scaled_options{}.with_axis(axis).with_keep_blocks();
+      compare_block_scaled(ns::cuda::check_block_scaled(ns::cuda::device_buffer(dv), opt), ns::check_block_scaled(hv, opt),
+                           std::string(ns::name(t)) + " axis " + std::to_string(axis));
+    }
+    // every other element of the last dimension, then the same transposed (the last two dimensions swapped)
+    auto gaps = [](ns::tensor_view v) {
+      v.shape[2] = 35;
+      v.strides[2] = 2;
+      return v;
+    };
+    auto swapped = [](ns::tensor_view v) {
+      std::swap(v.shape[1], v.shape[2]);
+      std::swap(v.strides[1], v.strides[2]);
+      return v;
+    };
+    for (int which = 0; which < 2; ++which) {
+      const ns::tensor_view h = which == 0 ? gaps(hv) : swapped(gaps(hv));
+      const ns::tensor_view g = which == 0 ? gaps(dv) : swapped(gaps(dv));
+      for (int axis : {-1, 1}) {
+        const auto opt = ns::block_scaled_options{}.with_axis(axis).with_keep_blocks();
+        compare_block_scaled(ns::cuda::check_block_scaled(ns::cuda::device_buffer(g), opt), ns::check_block_scaled(h, opt),
+                             std::string(ns::name(t)) + (which == 0 ? " gaps" : " gaps transposed") + " axis " +
+                                 std::to_string(axis));
+      }
+    }
+  }
+}
+
+TEST_CASE("block-scaled statistics: refusals name the tensor") {
+  std::vector<float> host(64, 1.0f);
+  device_bytes d(host.data(), host.size() * 4);
+  const auto bv = ns::cuda::device_buffer(d.ptr(), ns::dtype::f32, {8, 8}, nullptr, "w");
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(bv, ns::block_scaled_options{}.with_axis(2)),
+                       doctest::Contains("'w'"), ns::error);
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(bv, ns::block_scaled_options{}.with_formats(ns::block_format_set{})),
+                       doctest::Contains("no block format"), ns::error);
+  CHECK_THROWS_WITH_AS(ns::cuda::check_block_scaled(ns::cuda::device_buffer(host.data(), ns::dtype::f32, {64}, nullptr, "h")),
+                       doctest::Contains("host pointer"), ns::error);
+}
+
 int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
