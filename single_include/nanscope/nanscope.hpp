@@ -9198,6 +9198,572 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_FRAME_HPP
 #define NANSCOPE_FRAME_HPP
 
+// ---- begin nanscope/block_scaled_record.hpp ----
+// nanscope — block_scaled_record.hpp: the block-scaled target a recorder checks tensors against (MXFP8/MXFP6/MXFP4/
+// NVFP4), what it keeps of each such tensor, and the text that names a loss: "as mxfp4 (ocp scales): 212 of 512
+// blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0; worst block 17 ...". docs/block-scaled.md.
+#ifndef NANSCOPE_BLOCK_SCALED_RECORD_HPP
+#define NANSCOPE_BLOCK_SCALED_RECORD_HPP
+
+// ---- begin nanscope/block_scaled_formats.hpp ----
+// nanscope — block_scaled_formats.hpp: the element and scale formats of block-scaled low precision (OCP MX, NVFP4):
+// exact decode, round-to-nearest-even encode with saturation, and the block scale rules. docs/block-scaled.md.
+//
+//   double v = nanscope::decode(nanscope::element_format::e2m1, 0x7);          // 6.0
+//   unsigned c = nanscope::encode(nanscope::element_format::e4m3, 500.0);     // 0x7E (448: saturated)
+//   std::uint8_t x = nanscope::mx_scale_code(nanscope::element_format::e2m1, nanscope::scale_rule::ocp, 5.0);
+//                                                                              // E8M0 0x7F: 2^0 (floor(log2 5) - 2)
+//
+// Everything here is exact and uses no floating-point division and no NaN comparisons: the answers do not change
+// under -ffast-math. Needs only the standard library.
+#ifndef NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+#define NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+
+// #include "config.hpp": inlined above
+// #include "dtype.hpp": inlined above
+
+#include <cstdint>
+#include <cstring>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The element formats of OCP Microscaling v1.0 (E2M1 also for NVFP4). e4m3 is the OCP E4M3 (max 448, no
+/// infinities, NaN = S.1111.111), the same encoding as dtype::f8_e4m3fn.
+enum class element_format : std::uint8_t { e2m1, e2m3, e3m2, e4m3, e5m2 };
+inline constexpr int element_format_count = 5;
+
+/// The facts of one element format.
+struct element_format_info {
+  element_format id;
+  const char* name;     ///< "e2m1", ...
+  int bits;             ///< storage bits (sign included): 4, 6 or 8
+  int exponent_bits;
+  int mantissa_bits;
+  int bias;
+  int emax;             ///< exponent of the largest normal binade (OCP's emax_elem)
+  bool has_inf;         ///< e5m2 only
+  bool has_nan;         ///< e4m3 (S.1111.111) and e5m2 (IEEE-like); e2m1, e2m3, e3m2 have neither
+  unsigned max_code;    ///< positive code of the largest finite value
+  double max_finite;
+  double min_normal;
+  double min_subnormal;
+};
+
+namespace detail {
+inline constexpr element_format_info element_format_table[element_format_count] = {
+    {element_format::e2m1, "e2m1", 4, 2, 1, 1, 2, false, false, 0x7, 6.0, 1.0, 0.5},
+    {element_format::e2m3, "e2m3", 6, 2, 3, 1, 2, false, false, 0x1F, 7.5, 1.0, 0.125},
+    {element_format::e3m2, "e3m2", 6, 3, 2, 3, 4, false, false, 0x1F, 28.0, 0.25, 0.0625},
+    {element_format::e4m3, "e4m3", 8, 4, 3, 7, 8, false, true, 0x7E, 448.0, 0.015625, 0.001953125},
+    {element_format::e5m2, "e5m2", 8, 5, 2, 15, 15, true, true, 0x7B, 57344.0, 6.103515625e-05, 1.52587890625e-05},
+};
+
+/// 2^e as a double from its bits (-1022 <= e <= 1023): exact, no arithmetic.
+inline double bs_pow2(int e) { return bits_to_double(static_cast<std::uint64_t>(e + 1023) << 52); }
+
+/// floor(log2(a)) of a positive finite double, from its bits (subnormal doubles included).
+inline int bs_floor_log2(double a) {
+  const std::uint64_t b = double_to_bits(a) & 0x7FFFFFFFFFFFFFFFull;
+  const int field = static_cast<int>(b >> 52);
+  if (field != 0) return field - 1023;
+  return -1074 + (63 - __builtin_clzll(b));  // subnormal double: the top set bit of the fraction
+}
+
+/// The bits of the f32 nearest to a non-negative finite double (ties to even; f32 subnormals included; beyond the
+/// largest f32: +inf), with integer operations only.
+inline std::uint32_t bs_f32_bits_rne(double a) {
+  const std::uint64_t b = double_to_bits(a) & 0x7FFFFFFFFFFFFFFFull;
+  const int field = static_cast<int>(b >> 52);
+  if (field == 0) return 0;  // zero or a subnormal double: far below half the smallest f32
+  const int e = field - 1023;
+  if (e > 127) return 0x7F800000u;
+  const std::uint64_t sig = (b & 0x000FFFFFFFFFFFFFull) | (std::uint64_t{1} << 52);
+  const int q = (e < -126 ? -126 : e) - 23;  // the f32 quantum of a's binade
+  const int sh = 52 + q - e;
+  if (sh >= 60) return 0;
+  std::uint64_t n = sig >> sh;
+  const std::uint64_t rest = sig & ((std::uint64_t{1} << sh) - 1u), half = std::uint64_t{1} << (sh - 1);
+  if (rest > half || (rest == half && (n & 1u) != 0)) ++n;
+  // subnormal quantum: the bits are n (2^23 is the smallest normal); normal: field e + 127 plus n - 2^23
+  if (q == -149) return static_cast<std::uint32_t>(n);
+  return (static_cast<std::uint32_t>(e + 127) << 23) + static_cast<std::uint32_t>(n - (std::uint64_t{1} << 23));
+}
+
+/// The significand of a positive finite normal double as an integer in [2^52, 2^53).
+inline std::uint64_t bs_significand(double a) {
+  return (double_to_bits(a) & 0x000FFFFFFFFFFFFFull) | (std::uint64_t{1} << 52);
+}
+}  // namespace detail
+
+constexpr const element_format_info& info(element_format f) {
+  return detail::element_format_table[static_cast<unsigned>(f) < static_cast<unsigned>(element_format_count)
+                                          ? static_cast<unsigned>(f)
+                                          : 0u];
+}
+constexpr const char* name(element_format f) { return info(f).name; }
+
+/// Exact value of an element code (the low `bits` bits of `code`; higher bits are ignored). NaN codes give a
+/// quiet NaN, e5m2's infinity codes give +-inf.
+inline double decode(element_format f, unsigned code) {
+  const element_format_info& fi = info(f);
+  code &= (1u << fi.bits) - 1u;
+  const bool neg = ((code >> (fi.bits - 1)) & 1u) != 0;
+  const unsigned mag = code & ((1u << (fi.bits - 1)) - 1u);
+  const unsigned field = mag >> fi.mantissa_bits;
+  const unsigned mant = mag & ((1u << fi.mantissa_bits) - 1u);
+  const unsigned top = (1u << fi.exponent_bits) - 1u;
+  std::uint64_t out;
+  if (fi.has_inf && field == top) {
+    out = mant == 0 ? 0x7FF0000000000000ull : 0x7FF8000000000000ull;
+  } else if (f == element_format::e4m3 && mag == 0x7F) {
+    out = 0x7FF8000000000000ull;
+  } else if (field == 0) {
+    // mant * 2^(1 - bias - mantissa_bits): exact in a double
+    if (mant == 0) {
+      out = 0;
+    } else {
+      const int msb = 31 - __builtin_clz(mant);
+      const int e = 1 - fi.bias - fi.mantissa_bits + msb;
+      const std::uint64_t frac = (static_cast<std::uint64_t>(mant) << (52 - msb)) & 0x000FFFFFFFFFFFFFull;
+      out = (static_cast<std::uint64_t>(e + 1023) << 52) | frac;
+    }
+  } else {
+    const int e = static_cast<int>(field) - fi.bias;
+    out = (static_cast<std::uint64_t>(e + 1023) << 52) | (static_cast<std::uint64_t>(mant) << (52 - fi.mantissa_bits));
+  }
+  if (neg) out |= 0x8000000000000000ull;
+  return detail::bits_to_double(out);
+}
+
+/// The code of v rounded to nearest, ties to even, as OCP MX conversion does: a finite value beyond the largest
+/// finite magnitude saturates to +-max. Infinities: e5m2 +-inf, e4m3 NaN (it has no infinity), the others +-max;
+/// NaN: e4m3 and e5m2 NaN, the others +0 (they have no NaN: an MX block with a NaN gets a NaN scale instead).
+inline unsigned encode(element_format f, double v) {
+  const element_format_info& fi = info(f);
+  const std::uint64_t vb = detail::double_to_bits(v);
+  const unsigned sign = static_cast<unsigned>(vb >> 63) << (fi.bits - 1);
+  const std::uint64_t ab = vb & 0x7FFFFFFFFFFFFFFFull;
+  const unsigned top_field = (1u << fi.exponent_bits) - 1u;
+  if (ab > 0x7FF0000000000000ull) {  // NaN
+    if (f == element_format::e4m3) return sign | 0x7Fu;
+    if (f == element_format::e5m2) return sign | (top_field << fi.mantissa_bits) | 0x2u;
+    return 0;
+  }
+  if (ab == 0x7FF0000000000000ull) {  // infinity
+    if (f == element_format::e5m2) return sign | (top_field << fi.mantissa_bits);
+    if (f == element_format::e4m3) return sign | 0x7Fu;
+    return sign | fi.max_code;
+  }
+  if (ab == 0) return sign;
+  const double a = detail::bits_to_double(ab);
+  const int e = detail::bs_floor_log2(a);
+  if (e > fi.emax) return sign | fi.max_code;
+  if (e < -1022) return sign;  // a subnormal double: far below every element format's smallest half-step
+  // a = sig * 2^(e - 52), sig in [2^52, 2^53); the quantum of a's binade in the format (the subnormal quantum
+  // below the smallest normal binade) is 2^q; n = a / 2^q rounded to an integer, ties to even
+  const int q = (e < 1 - fi.bias ? 1 - fi.bias : e) - fi.mantissa_bits;
+  const std::uint64_t sig = detail::bs_significand(a);
+  const int sh = 52 + q - e;  // >= 52 - mantissa_bits > 0
+  std::uint64_t n;
+  if (sh >= 60) {
+    n = 0;  // a < 2^(q-7): far below half a quantum
+  } else {
+    n = sig >> sh;
+    const std::uint64_t rest = sig & ((std::uint64_t{1} << sh) - 1u), half = std::uint64_t{1} << (sh - 1);
+    if (rest > half || (rest == half && (n & 1u) != 0)) ++n;
+  }
+  // subnormal quantum: the code is n itself (n = 2^M is field 1, mantissa 0); normal: field (e + bias) plus the
+  // mantissa n - 2^M, where a carry (n = 2^(M+1)) moves to the next field
+  unsigned code = q == 1 - fi.bias - fi.mantissa_bits && n <= (1u << fi.mantissa_bits)
+                      ? static_cast<unsigned>(n)
+                      : (static_cast<unsigned>(e + fi.bias) << fi.mantissa_bits) +
+                            static_cast<unsigned>(n - (std::uint64_t{1} << fi.mantissa_bits));
+  if (code > fi.max_code) code = fi.max_code;  // saturation (and e4m3's NaN code above 448)
+  return sign | code;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Scales
+// ---------------------------------------------------------------------------------------------------------
+
+/// Exact value of an E8M0 scale byte: 2^(code - 127); 0xFF is NaN.
+inline double decode_e8m0(std::uint8_t code) {
+  if (code == 0xFF) return detail::bits_to_double(0x7FF8000000000000ull);
+  return detail::bs_pow2(static_cast<int>(code) - 127);
+}
+
+/// How an MX block's E8M0 scale 2^X is chosen from the block's largest magnitude A (docs/block-scaled.md):
+///   ocp       X = floor(log2 A) - emax: OCP MX v1.0's conversion (section 6.3). The top element can exceed the
+///             format's max (its binade is 2^emax wide, the format's max is below 2^(emax+1)) and is clipped.
+///   round_up  the smallest X with A / 2^X <= max: never clips (the scale of the MXFP8 training recipes).
+///   even      A first rounded to the element format's mantissa width (nearest, ties to even), then the ocp
+///             rule: X is one more than ocp's when A's significand is at least 2 - 2^-(M+1).
+/// Every rule clamps X to E8M0's range: below -127 gives -127; above 127 the NaN scale.
+enum class scale_rule : std::uint8_t { ocp, round_up, even };
+
+constexpr const char* name(scale_rule r) {
+  return r == scale_rule::ocp ? "ocp" : r == scale_rule::round_up ? "round_up" : "even";
+}
+
+/// The E8M0 code (X + 127; 0xFF: NaN) of an MX block whose largest magnitude is `amax` (>= 0). A block of
+/// zeros gets 0x00 (2^-127, the smallest scale: what an encoder computing floor(log2) of the smallest positive
+/// normal f32 writes), a block with NaN or infinity (amax not finite) the NaN scale.
+inline std::uint8_t mx_scale_code(element_format f, scale_rule rule, double amax) {
+  const std::uint64_t ab = detail::double_to_bits(amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab >= 0x7FF0000000000000ull) return 0xFF;
+  if (ab == 0) return 0;
+  const element_format_info& fi = info(f);
+  const double a = detail::bits_to_double(ab);
+  const int e = detail::bs_floor_log2(a);
+  int x = e - fi.emax;
+  if (e >= -1022) {  // normal double: its significand decides the rules' +1
+    const std::uint64_t sig = detail::bs_significand(a);  // A / 2^e in units of 2^-52
+    if (rule == scale_rule::even) {
+      // A rounds up to 2^(e+1) at M mantissa bits when sig >= 2^53 - 2^(52 - M - 1)
+      if (sig >= (std::uint64_t{1} << 53) - (std::uint64_t{1} << (51 - fi.mantissa_bits))) ++x;
+    } else if (rule == scale_rule::round_up) {
+      // A / 2^x <= max  <=>  sig <= max / 2^emax in units of 2^-52
+      const std::uint64_t max_sig = detail::bs_significand(fi.max_finite);
+      if (sig > max_sig) ++x;
+    }
+  }
+  if (x < -127) x = -127;
+  if (x > 127) return 0xFF;
+  return static_cast<std::uint8_t>(x + 127);
+}
+
+/// NVFP4's per-tensor scale (the decode factor stored beside an NVFP4 tensor, e.g. ModelOpt's `weight_scale_2`):
+/// the tensor's largest finite magnitude divided by 6 * 448 (E2M1's max times E4M3's), rounded to the nearest
+/// f32 (ties to even). 0 when amax is 0; amax must be finite and >= 0.
+inline float nvfp4_tensor_scale(double tensor_amax) {
+  const std::uint64_t ab = detail::double_to_bits(tensor_amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab == 0 || ab >= 0x7FF0000000000000ull) return 0.0f;
+  const double a = detail::bits_to_double(ab);
+  // a candidate from a division (any rounding), rounded to f32 with integer operations, then corrected with
+  // exact products: c * 2688 is exact in a double
+  std::uint32_t c = detail::bs_f32_bits_rne(a / 2688.0);
+  auto dist = [&](std::uint32_t b) {
+    const double d = detail::f32_bits_to_double(b) * 2688.0 - a;
+    return d < 0.0 ? -d : d;
+  };
+  // the f32 nearest to a / 2688: c such that |c * 2688 - a| is smallest (ties: even significand)
+  for (int guard = 0; guard < 8; ++guard) {
+    const double dc = dist(c), du = dist(c + 1);
+    const double dd = c != 0 ? dist(c - 1) : dc;
+    if (du < dc || (du == dc && ((c + 1) & 1u) == 0)) ++c;
+    else if (c != 0 && (dd < dc || (dd == dc && ((c - 1) & 1u) == 0))) --c;
+    else break;
+  }
+  return detail::bits_to_float(c);
+}
+
+/// NVFP4's E4M3 block scale (code 0x00..0x7E): the block's largest magnitude divided by 6 * tensor_scale, rounded
+/// to the nearest E4M3 value (ties to even, E4M3 subnormals included) and saturated at 448. A block of zeros, or
+/// a tensor scale of 0, gives 0 (a zero scale: the block's non-zero elements all decode to 0).
+inline std::uint8_t nvfp4_block_scale(double block_amax, float tensor_scale) {
+  const std::uint64_t ab = detail::double_to_bits(block_amax) & 0x7FFFFFFFFFFFFFFFull;
+  if (ab >= 0x7FF0000000000000ull) return 0x7F;  // not finite: NaN
+  const std::uint32_t tb = detail::float_to_bits(tensor_scale) & 0x7FFFFFFFu;
+  if (ab == 0 || tb == 0 || tb >= 0x7F800000u) return 0;
+  const double a = detail::bits_to_double(ab);
+  const double q = 6.0 * detail::f32_bits_to_double(tb);  // exact (no f32 -> f64 conversion: subnormals survive DAZ)
+  // the rounding interval of code c in units of q: [mid(c - 1, c), mid(c, c + 1)]; mid * q is exact (a midpoint
+  // has at most 5 significant bits, q at most 26), so the code is found with exact compares
+  auto val = [](unsigned c) { return decode(element_format::e4m3, c); };
+  auto fits = [&](unsigned c, int& dir) {
+    if (c > 0) {
+      const double lo = (val(c - 1) + val(c)) * 0.5 * q;
+      if (a < lo || (a == lo && (c & 1u) != 0)) {
+        dir = -1;
+        return false;
+      }
+    }
+    if (c < 0x7E) {
+      const double hi = (val(c) + val(c + 1)) * 0.5 * q;
+      if (a > hi || (a == hi && (c & 1u) != 0)) {
+        dir = 1;
+        return false;
+      }
+    }
+    return true;
+  };
+  unsigned c = encode(element_format::e4m3, a / q) & 0x7Fu;  // a guess (any rounding of the division)
+  if (c > 0x7E) c = 0x7E;
+  for (int guard = 0; guard < 256; ++guard) {
+    int dir = 0;
+    if (fits(c, dir)) break;
+    c = static_cast<unsigned>(static_cast<int>(c) + dir);
+  }
+  return static_cast<std::uint8_t>(c);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Block formats
+// ---------------------------------------------------------------------------------------------------------
+
+/// The block-scaled formats: OCP MX (32 elements, E8M0 scale) and NVFP4 (16 E2M1 elements, E4M3 scale, f32
+/// per-tensor scale).
+enum class block_format : std::uint8_t { mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4, nvfp4 };
+inline constexpr int block_format_count = 6;
+
+struct block_format_info {
+  block_format id;
+  const char* name;  ///< "mxfp8_e4m3", ..., "mxfp4", "nvfp4"
+  element_format element;
+  int block_size;    ///< 32 (MX) or 16 (NVFP4)
+  bool mx;           ///< E8M0 scale (else NVFP4's E4M3 block scale and f32 tensor scale)
+};
+
+namespace detail {
+inline constexpr block_format_info block_format_table[block_format_count] = {
+    {block_format::mxfp8_e4m3, "mxfp8_e4m3", element_format::e4m3, 32, true},
+    {block_format::mxfp8_e5m2, "mxfp8_e5m2", element_format::e5m2, 32, true},
+    {block_format::mxfp6_e2m3, "mxfp6_e2m3", element_format::e2m3, 32, true},
+    {block_format::mxfp6_e3m2, "mxfp6_e3m2", element_format::e3m2, 32, true},
+    {block_format::mxfp4, "mxfp4", element_format::e2m1, 32, true},
+    {block_format::nvfp4, "nvfp4", element_format::e2m1, 16, false},
+};
+}  // namespace detail
+
+constexpr const block_format_info& info(block_format f) {
+  return detail::block_format_table[static_cast<unsigned>(f) < static_cast<unsigned>(block_format_count)
+                                        ? static_cast<unsigned>(f)
+                                        : 0u];
+}
+constexpr const char* name(block_format f) { return info(f).name; }
+
+/// A set of block formats (a bit per block_format). Chainable: block_format_set{}.with(block_format::mxfp4).
+struct block_format_set {
+  std::uint8_t bits = 0;
+  static constexpr block_format_set all() { return block_format_set{(1u << block_format_count) - 1u}; }
+  constexpr block_format_set with(block_format f) const {
+    return block_format_set{static_cast<std::uint8_t>(bits | (1u << static_cast<unsigned>(f)))};
+  }
+  constexpr bool has(block_format f) const { return ((bits >> static_cast<unsigned>(f)) & 1u) != 0; }
+  constexpr bool empty() const { return bits == 0; }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_FORMATS_HPP
+// ---- end nanscope/block_scaled_formats.hpp ----
+// ---- begin nanscope/block_scaled_result.hpp ----
+// nanscope — block_scaled_result.hpp: what the block-scaled what-if statistics report (per format: blocks that lose
+// values, clipped / flushed counts, the scale-exponent spread, the worst block), without the pass itself
+// (block_scaled.hpp), and the block-scaled target a recorder checks its tensors against (docs/block-scaled.md).
+#ifndef NANSCOPE_BLOCK_SCALED_RESULT_HPP
+#define NANSCOPE_BLOCK_SCALED_RESULT_HPP
+
+// #include "block_scaled_formats.hpp": inlined above
+// #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// One block's what-if record (block_scaled_options::keep_blocks): the scale as stored (MX: the E8M0 byte,
+/// exponent + 127, 0xFF NaN; NVFP4: the E4M3 byte, 0x7F NaN) and the block's counts.
+struct block_record {
+  std::uint8_t scale = 0;
+  std::uint8_t clipped = 0;    ///< elements whose magnitude / scale exceeds the format's max (stored as +-max)
+  std::uint8_t flushed = 0;    ///< non-zero elements that quantize to zero
+  std::uint8_t subnormal = 0;  ///< elements that quantize to a subnormal of the element format
+};
+
+/// The block that loses the most elements (clipped + flushed; ties: the lowest index). index -1: no block loses any.
+struct block_worst {
+  std::int64_t index = -1;          ///< block index (row-major in the scale tensor's shape)
+  std::int64_t first_element = -1;  ///< flat (row-major) index of its first element in the tensor
+  int elements = 0;
+  double abs_max = detail::qnan;    ///< its largest |x|
+  std::uint8_t scale = 0;           ///< its scale byte (E8M0, or NVFP4's E4M3)
+  std::uint32_t clipped = 0, flushed = 0;
+  double error_max_abs = detail::qnan;  ///< max |dequantize(quantize(x)) - x| over the block
+  double error_rms = detail::qnan;      ///< root mean square of that error over the block
+};
+
+/// What quantizing the tensor to one block format would do.
+struct block_format_stats {
+  block_format format = block_format::mxfp4;
+  scale_rule rule = scale_rule::ocp;  ///< MX formats; NVFP4's block scale is always its own rule
+  int block_size = 32;
+  std::uint64_t blocks = 0;             ///< blocks (a row's last one may be shorter)
+  std::uint64_t elements = 0;
+  std::uint64_t zero_blocks = 0;        ///< every element +-0
+  std::uint64_t nan_blocks = 0;         ///< holding a NaN or an infinity: the scale is NaN, every element is lost
+  std::uint64_t zero_scale_blocks = 0;  ///< NVFP4: a block scale that rounds to 0 with non-zero elements
+  std::uint64_t lossy_blocks = 0;       ///< with a clipped or flushed element, or a NaN scale
+  std::uint64_t clipped = 0;            ///< |x| / scale above the format's max: stored as +-max
+  std::uint64_t flushed = 0;            ///< non-zero, quantized to 0
+  std::uint64_t subnormal = 0;          ///< quantized to a subnormal of the element format
+  /// Scale exponents (MX: X of 2^X; NVFP4: floor(log2) of the E4M3 block scale) of the blocks with a finite, non-zero
+  /// scale: scale_histogram[X + 127], their mean, (unbiased) std, min and max. Zero and NaN blocks are not in them.
+  std::array<std::uint64_t, 256> scale_histogram{};
+  double scale_exp_mean = detail::qnan;
+  double scale_exp_std = detail::qnan;
+  int scale_exp_min = 0, scale_exp_max = 0;
+  float tensor_scale = 0.0f;  ///< NVFP4: the per-tensor scale used (decode factor)
+  block_worst worst;
+  std::vector<block_record> per_block;  ///< keep_blocks: one record per block, in block index order
+
+  /// Blocks with any loss, over all blocks.
+  double lossy_fraction() const { return blocks == 0 ? 0.0 : static_cast<double>(lossy_blocks) / static_cast<double>(blocks); }
+  /// Blocks whose scale exponent is x.
+  std::uint64_t at(int x) const { return x < -127 || x > 128 ? 0 : scale_histogram[static_cast<std::size_t>(x + 127)]; }
+};
+
+/// The health of a tensor and, per requested format, the what-if statistics of quantizing it.
+struct block_scaled_result {
+  health_result health;  ///< what check() gives for the same view and check options
+  int axis = 0;          ///< the dimension the blocks ran along (non-negative)
+  std::vector<block_format_stats> formats;  ///< the requested formats, in block_format order
+
+  const block_format_stats* find(block_format f) const {
+    for (const block_format_stats& s : formats)
+      if (s.format == f) return &s;
+    return nullptr;
+  }
+};
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_RESULT_HPP
+// ---- end nanscope/block_scaled_result.hpp ----
+// #include "config.hpp": inlined above
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+NANSCOPE_NAMESPACE_BEGIN
+
+/// The block-scaled format(s) tensors will be quantized to (recorder_options::block_scaled, site_rule::block_scaled,
+/// NANSCOPE_DETECT_OVERFLOW_BLOCKS). A recorder checks such a tensor with check_block_scaled in the same read as
+/// its health, keeps the per-format statistics with the tensor (tensor_record::block_scaled: the layer tree and
+/// `nanscope report` show them), and warns once per site and step when more than `warn_lossy_fraction` of its
+/// blocks would lose values (a clipped or flushed element, or a NaN scale).
+/// Chainable: block_target{block_format::mxfp4}.with_rule(scale_rule::round_up).
+struct block_target {
+  block_target() = default;
+  /// One format (implicit: NANSCOPE_DETECT_OVERFLOW_BLOCKS(x, "ctx", nanscope::block_format::nvfp4)).
+  block_target(block_format f) : formats(block_format_set{}.with(f)) {}  // NOLINT(google-explicit-constructor)
+  /// Several formats at once.
+  block_target(block_format_set s) : formats(s) {}  // NOLINT(google-explicit-constructor)
+
+  block_format_set formats;           ///< empty: no block-scaled statistics
+  scale_rule rule = scale_rule::ocp;  ///< how MX block scales are chosen (NVFP4 has its own rule)
+  int axis = -1;                      ///< the dimension blocks run along; negative counts from the end
+  /// NVFP4's per-tensor scale from this magnitude; negative: from the tensor's own abs max (a second read).
+  double nvfp4_tensor_amax = -1.0;
+  /// Warn when more than this fraction of a tensor's blocks lose values (0: any lossy block; negative: never).
+  /// The default, 1%, stays quiet for MXFP8 on ordinary activations; FP4 formats lose small values in most
+  /// blocks of normal data, so a site quantized to them warns unless it is raised.
+  double warn_lossy_fraction = 0.01;
+
+  block_target& with(block_format f) {
+    formats = formats.with(f);
+    return *this;
+  }
+  block_target& with_rule(scale_rule r) {
+    rule = r;
+    return *this;
+  }
+  block_target& with_axis(int a) {
+    axis = a;
+    return *this;
+  }
+  block_target& with_nvfp4_tensor_amax(double a) {
+    nvfp4_tensor_amax = a;
+    return *this;
+  }
+  block_target& with_warn_lossy_fraction(double f) {
+    warn_lossy_fraction = f;
+    return *this;
+  }
+};
+
+/// What a recorder keeps of a tensor checked against a block target: tensor_record::block_scaled.
+struct recorded_block_scaled {
+  bool applied = false;               ///< the tensor was checked against a block target
+  scale_rule rule = scale_rule::ocp;
+  int axis = 0;                       ///< the dimension the blocks ran along (non-negative)
+  double warn_lossy_fraction = 0.01;  ///< the target's threshold
+  std::vector<block_format_stats> formats;  ///< per format, in block_format order (per_block is always empty)
+  unsigned warned = 0;                ///< bit i: the tensor crossed the threshold for block_format i
+
+  const block_format_stats* find(block_format f) const {
+    for (const block_format_stats& s : formats)
+      if (s.format == f) return &s;
+    return nullptr;
+  }
+  /// The statistics of the format that loses the largest fraction of blocks (ties: the first), or null.
+  const block_format_stats* worst_format() const {
+    const block_format_stats* w = nullptr;
+    for (const block_format_stats& s : formats)
+      if (w == nullptr || s.lossy_blocks * w->blocks > w->lossy_blocks * s.blocks) w = &s;
+    return w;
+  }
+};
+
+namespace detail {
+
+/// printf into a std::string (numbers only: the callers pass no user text through the format).
+template <class... A>
+std::string bs_printf(const char* fmt, A... a) {
+  char buf[160];
+  const int n = std::snprintf(buf, sizeof buf, fmt, a...);
+  return n <= 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+}
+
+/// "2^7" for an MX scale byte (E8M0: exponent + 127); NVFP4: the E4M3 block scale's value ("0.875"); NaN scales "NaN".
+inline std::string block_scale_text(block_format f, std::uint8_t scale) {
+  if (info(f).mx) return scale == 0xFF ? std::string("NaN") : "2^" + std::to_string(static_cast<int>(scale) - 127);
+  if ((scale & 0x7F) == 0x7F) return "NaN";
+  return bs_printf("%g", decode(element_format::e4m3, scale));
+}
+
+/// "as mxfp4 (ocp scales): 212 of 512 blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0, 2 NaN-scale blocks;
+/// worst block 17 (elements 544-575, abs max 900, scale 2^7: 1 clipped, 31 flushed, error max 132, rms 23.4);
+/// scale exponents -3..7 (mean -1.20, std 1.50)". One line, no newline.
+inline std::string block_loss_text(const block_format_stats& s) {
+  std::string out = "as ";
+  out += name(s.format);
+  out += info(s.format).mx ? std::string(" (") + name(s.rule) + " scales)" : std::string(" (e4m3 block scales)");
+  out += ": " + std::to_string(s.lossy_blocks) + " of " + std::to_string(s.blocks) + " blocks";
+  out += bs_printf(" (%.1f%%)", 100.0 * s.lossy_fraction());
+  if (s.lossy_blocks == 0) {
+    out += " lose nothing";
+  } else {
+    out += " lose values: " + std::to_string(s.clipped) + " clipped, " + std::to_string(s.flushed) + " flushed to 0";
+    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale blocks";
+    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale blocks";
+  }
+  const block_worst& w = s.worst;
+  if (w.index >= 0) {
+    out += "; worst block " + std::to_string(w.index) + " (elements " + std::to_string(w.first_element) + "-" +
+           std::to_string(w.first_element + w.elements - 1) + bs_printf(", abs max %.4g", w.abs_max) +
+           ", scale " + block_scale_text(s.format, w.scale) + ": " + std::to_string(w.clipped) + " clipped, " +
+           std::to_string(w.flushed) + " flushed";
+    if (std::isfinite(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
+    out += ")";
+  }
+  if (std::isfinite(s.scale_exp_mean))
+    out += bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
+                     s.scale_exp_mean, std::isfinite(s.scale_exp_std) ? s.scale_exp_std : 0.0);
+  return out;
+}
+
+}  // namespace detail
+
+NANSCOPE_NAMESPACE_END
+
+#endif  // NANSCOPE_BLOCK_SCALED_RECORD_HPP
+// ---- end nanscope/block_scaled_record.hpp ----
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "health.hpp": inlined above
@@ -9597,6 +10163,8 @@ struct tensor_record {
   tensor_view view;  ///< the data, valid only while the frame is in progress (used by snapshots)
   reference_stats reference;  ///< optional: the framework's own mean/std (detail::offer_reference_stats)
   recorded_segments segmented;  ///< checked with a segmentation: its bad segments (segment_record.hpp)
+  /// checked against a block-scaled target: per format, what quantizing it would lose (block_scaled_record.hpp)
+  recorded_block_scaled block_scaled;
 };
 
 /// One module call (or one checkpoint): its parameters, inputs and outputs, in recording order.
@@ -9893,6 +10461,7 @@ NANSCOPE_NAMESPACE_END
 #ifndef NANSCOPE_RECORDER_OPTIONS_HPP
 #define NANSCOPE_RECORDER_OPTIONS_HPP
 
+// #include "block_scaled_record.hpp": inlined above
 // #include "config.hpp": inlined above
 // #include "dtype.hpp": inlined above
 // #include "frame.hpp": inlined above
@@ -9924,14 +10493,18 @@ struct site_rule {
   // A constructor (not an aggregate) so that `site_rule{pattern, allowed, skip}` stays warning-free under
   // -Wmissing-field-initializers now that cast_to exists.
   site_rule(std::string pattern_, allow allowed_ = allow::none, bool skip_ = false,
-            std::optional<dtype> cast_to_ = std::nullopt)
-      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_) {}
+            std::optional<dtype> cast_to_ = std::nullopt, std::optional<block_target> block_scaled_ = std::nullopt)
+      : pattern(std::move(pattern_)), allowed(allowed_), skip(skip_), cast_to(cast_to_),
+        block_scaled(std::move(block_scaled_)) {}
   std::string pattern;
   allow allowed = allow::none;
   bool skip = false;  ///< do not check tensors here at all
   /// The low-precision dtype these tensors will be cast to: warnings are measured against it (see
   /// recorder_options::cast_to).
   std::optional<dtype> cast_to;
+  /// The block-scaled format(s) these tensors will be quantized to (see recorder_options::block_scaled); an empty
+  /// block_target{} turns the options' target off here.
+  std::optional<block_target> block_scaled;
 };
 
 struct recorder_options {
@@ -9965,6 +10538,12 @@ struct recorder_options {
   /// Also count, for every float tensor, the values that would overflow, become subnormal or flush to zero if
   /// cast to fp16/bf16/e4m3fn/e5m2 (a second pass, nanscope::margins); shown by the extended report.
   bool count_margins = false;
+  /// The block-scaled format(s) the recorded float tensors will be quantized to (MXFP8, MXFP6, MXFP4, NVFP4): each
+  /// is checked with check_block_scaled in the same read as its health, its per-format statistics are kept
+  /// (tensor_record::block_scaled, the layer tree, `nanscope report`) and a warning names the blocks that would
+  /// lose values (block_target::warn_lossy_fraction). A site_rule's block_scaled overrides it for its modules.
+  /// Host tensors only; a tensor checked with a segmentation or with count_margins gets a second pass for it.
+  std::optional<block_target> block_scaled;
 };
 
 NANSCOPE_NAMESPACE_END
