@@ -846,9 +846,12 @@ TEST_CASE("block_scaled: the AVX2 and AVX-512 paths run and are bit-identical to
                   CHECK(same_results(ref, vec, what + " isa " + nanscope::name(isas[ii])) == 0);
                 }
               }
-        // and the vector paths against the independent reference, every rule (records compared block by block)
+        // and the vector paths against the independent reference, every rule (records compared block by block); the
+        // instruction sets take turns by rule and data kind (each is bit-identical to the portable loop above anyway)
+        int turn = kind;
         if (!vec_opts.empty())
-          for (scale_rule rule : all_rules) CHECK(compare_each(s, rows, L, rule, "vector", vec_opts) == 0);
+          for (scale_rule rule : all_rules)
+            CHECK(compare(s, rows, L, rule, "vector", vec_opts[static_cast<std::size_t>(turn++) % vec_opts.size()]) == 0);
       }
 }
 
