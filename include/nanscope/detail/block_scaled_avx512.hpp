@@ -62,23 +62,30 @@ struct bs5_src_bf16 {
   }
 };
 
-/// Transposed reduction of 16 vectors of 16 32-bit lanes: lane k = max (Min: unsigned min) of v[k]'s lanes.
-template <bool Min>
+/// Transposed reduction of 16 vectors of 16 32-bit lanes: lane k = max (Min: unsigned min) of v[k]'s lanes. W16:
+/// the operation is on 16-bit halves (the lanes' low halves reduce among themselves; the caller keeps those).
+template <bool Min, bool W16>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_ext(__m512i a, __m512i b) {
-  if constexpr (Min) return _mm512_min_epu32(a, b);
-  else return _mm512_max_epu32(a, b);
+  if constexpr (W16) {
+    if constexpr (Min) return _mm512_min_epu16(a, b);
+    else return _mm512_max_epu16(a, b);
+  } else {
+    if constexpr (Min) return _mm512_min_epu32(a, b);
+    else return _mm512_max_epu32(a, b);
+  }
 }
-template <bool Min>
+template <bool Min, bool W16 = false>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_hext16(const __m512i* v) {
   __m512i p[8], q[4], r[2];
   NANSCOPE_IMPL_UNROLL(8) for (int i = 0; i < 8; ++i)
-    p[i] = bs5_ext<Min>(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    p[i] = bs5_ext<Min, W16>(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
   NANSCOPE_IMPL_UNROLL(4) for (int i = 0; i < 4; ++i)
-    q[i] = bs5_ext<Min>(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+    q[i] = bs5_ext<Min, W16>(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
   // each 128-bit chunk of q[i] now holds, in lane j, its chunk's extremum of v[4i + j]: combine the chunks
   NANSCOPE_IMPL_UNROLL(2) for (int i = 0; i < 2; ++i)
-    r[i] = bs5_ext<Min>(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
-  return bs5_ext<Min>(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
+    r[i] = bs5_ext<Min, W16>(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
+  const __m512i t = bs5_ext<Min, W16>(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
+  return W16 ? _mm512_and_si512(t, _mm512_set1_epi32(0xFFFF)) : t;
 }
 
 /// The per-segment histograms of the AVX-512 path (as bs_vhist, with a window of 16 bins in 16-lane vectors).
@@ -264,7 +271,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_table(const std::int32_t* t, __m5
 
 /// Pass 1 over a group's 16 unit blocks: per block a vector whose lanes' max is the block's max |x| (Nv: per half
 /// too), and (Min) one whose lanes' unsigned min is the smallest b = |x| - 1; 32-bit lanes (bf16: the larger /
-/// smaller of each lane's two 16-bit values). Prefetches the same bytes one chunk further on (pf: 0 for none).
+/// smaller of each lane's two 16-bit values in the lane's low half, the high half to be ignored: bs5_hext16<.., true>). Prefetches the same bytes one chunk further on (pf: 0 for none).
 template <class Src, bool Nv, bool Min>
 NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::size_t pf, __m512i* mx_half, __m512i* mx_blk,
                                                   __m512i* mn_blk) {
@@ -287,7 +294,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
       }
     } else {
       const __m512i x = Src::abs(bq, 0);
-      const __m512i f = _mm512_max_epu32(_mm512_and_si512(x, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(x, 16));
+      const __m512i f = _mm512_max_epu16(x, _mm512_srli_epi32(x, 16));
       mx_blk[k] = f;
       if constexpr (Nv) {
         mx_half[2 * k] = _mm512_maskz_mov_epi32(0x00FF, f);
@@ -295,7 +302,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
       }
       if constexpr (Min) {
         const __m512i b = _mm512_sub_epi16(x, _mm512_set1_epi16(1));
-        mn_blk[k] = _mm512_min_epu32(_mm512_and_si512(b, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(b, 16));
+        mn_blk[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
       }
     }
   }
@@ -315,8 +322,8 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     if (vs.need_min) bs5_pass1<Src, false, true>(q, pf, mx_half, mx_blk, mn_blk);
     else bs5_pass1<Src, false, false>(q, pf, mx_half, mx_blk, mn_blk);
   }
-  const __m512i amax = bs5_hext16<false>(mx_blk);
-  const __m512i bmin = vs.need_min ? bs5_hext16<true>(mn_blk) : _mm512_setzero_si512();
+  const __m512i amax = bs5_hext16<false, !Src::wide>(mx_blk);
+  const __m512i bmin = vs.need_min ? bs5_hext16<true, !Src::wide>(mn_blk) : _mm512_setzero_si512();
   const __m512i amax32 = Src::wide ? amax : _mm512_slli_epi32(amax, 16);
   const unsigned real = nunits >= 16 ? 0xFFFFu : (1u << nunits) - 1u;
   const unsigned fast = static_cast<unsigned>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
@@ -421,7 +428,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       if (realh == 0) continue;
       const unsigned char* qp = q + static_cast<std::size_t>(part) * 256 * Src::es;
       const std::uint64_t hflat0 = flat0 + static_cast<std::uint64_t>(part) * 256;
-      const __m512i an = bs5_hext16<false>(mx_half + 16 * part);
+      const __m512i an = bs5_hext16<false, !Src::wide>(mx_half + 16 * part);
       const __m512i a32 = Src::wide ? an : _mm512_slli_epi32(an, 16);
       const unsigned zh = static_cast<unsigned>(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
       bs_zero_blocks(s, f, c, zh, 16, hflat0);
