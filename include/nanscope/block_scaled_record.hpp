@@ -7,6 +7,7 @@
 #include "block_scaled_formats.hpp"
 #include "block_scaled_result.hpp"
 #include "config.hpp"
+#include "health.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -19,8 +20,8 @@ NANSCOPE_NAMESPACE_BEGIN
 /// The block-scaled format(s) tensors will be quantized to (recorder_options::block_scaled, site_rule::block_scaled,
 /// NANSCOPE_DETECT_OVERFLOW_BLOCKS). A recorder checks such a tensor with check_block_scaled in the same read as
 /// its health, keeps the per-format statistics with the tensor (tensor_record::block_scaled: the layer tree and
-/// `nanscope report` show them), and warns once per site and step when more than `warn_lossy_fraction` of its
-/// blocks would lose values (a clipped or flushed element, or a NaN scale).
+/// `nanscope report` show them), and warns once per site and step when more of its blocks would lose values (a
+/// clipped or flushed element, or a NaN scale) than `warn_lossy_fraction` allows.
 /// Chainable: block_target{block_format::mxfp4}.with_rule(scale_rule::round_up).
 struct block_target {
   block_target() = default;
@@ -35,9 +36,10 @@ struct block_target {
   /// NVFP4's per-tensor scale from this magnitude; negative: from the tensor's own abs max (a second read).
   double nvfp4_tensor_amax = -1.0;
   /// Warn when more than this fraction of a tensor's blocks lose values (0: any lossy block; negative: never).
-  /// The default, 1%, stays quiet for MXFP8 on ordinary activations; FP4 formats lose small values in most
-  /// blocks of normal data, so a site quantized to them warns unless it is raised.
-  double warn_lossy_fraction = 0.01;
+  /// NaN (the default): automatic, per format and rule, halfway between the fraction that normally distributed
+  /// data loses and 1 (block_warn_threshold): some loss is normal (the floor rule clips the top of about 17% of
+  /// MXFP8 blocks of such data, FP4 loses a small value in most blocks), a tensor past that loses far more.
+  double warn_lossy_fraction = detail::qnan;
 
   block_target& with(block_format f) {
     formats = formats.with(f);
@@ -66,7 +68,7 @@ struct recorded_block_scaled {
   bool applied = false;               ///< the tensor was checked against a block target
   scale_rule rule = scale_rule::ocp;
   int axis = 0;                       ///< the dimension the blocks ran along (non-negative)
-  double warn_lossy_fraction = 0.01;  ///< the target's threshold
+  double warn_lossy_fraction = detail::qnan;  ///< the target's threshold as given (NaN: automatic)
   std::vector<block_format_stats> formats;  ///< per format, in block_format order (per_block is always empty)
   unsigned warned = 0;                ///< bit i: the tensor crossed the threshold for block_format i
 
@@ -75,14 +77,28 @@ struct recorded_block_scaled {
       if (s.format == f) return &s;
     return nullptr;
   }
-  /// The statistics of the format that loses the largest fraction of blocks (ties: the first), or null.
-  const block_format_stats* worst_format() const {
-    const block_format_stats* w = nullptr;
-    for (const block_format_stats& s : formats)
-      if (w == nullptr || s.lossy_blocks * w->blocks > w->lossy_blocks * s.blocks) w = &s;
-    return w;
-  }
 };
+
+/// The fraction of lossy blocks of normally distributed data (N(0, 1), 2^20 elements, blocks along rows of 1024),
+/// per scale rule and format, measured with check_block_scaled: what block_warn_threshold starts from.
+namespace detail {
+inline constexpr double bs_normal_lossy[3][block_format_count] = {
+    // mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4, nvfp4
+    {0.172, 0.172, 0.566, 0.245, 0.974, 0.841},  // ocp
+    {0.000, 0.000, 0.525, 0.092, 0.968, 0.841},  // round_up
+    {0.122, 0.077, 0.545, 0.160, 0.969, 0.841},  // even
+};
+}  // namespace detail
+
+/// The warning threshold in effect for format `f` under `rule`: `given` when it is not NaN, else halfway between
+/// the fraction of lossy blocks normally distributed data gives and 1 (MXFP8 E4M3 under the floor rule: 0.586;
+/// MXFP4: 0.987; NVFP4: 0.92).
+inline double block_warn_threshold(double given, block_format f, scale_rule rule) {
+  if (!detail::is_nan_bits(given)) return given;
+  const unsigned r = static_cast<unsigned>(rule) < 3u ? static_cast<unsigned>(rule) : 0u;
+  const unsigned k = static_cast<unsigned>(f) < static_cast<unsigned>(block_format_count) ? static_cast<unsigned>(f) : 0u;
+  return 0.5 * (1.0 + detail::bs_normal_lossy[r][k]);
+}
 
 namespace detail {
 
@@ -103,8 +119,9 @@ inline std::string block_scale_text(block_format f, std::uint8_t scale) {
 
 /// "as mxfp4 (ocp scales): 212 of 512 blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0, 2 NaN-scale blocks;
 /// worst block 17 (elements 544-575, abs max 900, scale 2^7: 1 clipped, 31 flushed, error max 132, rms 23.4);
-/// scale exponents -3..7 (mean -1.20, std 1.50)". One line, no newline.
-inline std::string block_loss_text(const block_format_stats& s) {
+/// scale exponents -3..7 (mean -1.20, std 1.50)". Blocks along another dimension than the last (`along_last`
+/// false): "worst block 17 (first element 2, 32 elements along dimension 0, ...)". One line, no newline.
+inline std::string block_loss_text(const block_format_stats& s, bool along_last = true, int axis = -1) {
   std::string out = "as ";
   out += name(s.format);
   out += info(s.format).mx ? std::string(" (") + name(s.rule) + " scales)" : std::string(" (e4m3 block scales)");
@@ -114,21 +131,28 @@ inline std::string block_loss_text(const block_format_stats& s) {
     out += " lose nothing";
   } else {
     out += " lose values: " + std::to_string(s.clipped) + " clipped, " + std::to_string(s.flushed) + " flushed to 0";
-    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale blocks";
-    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale blocks";
+    auto blocks = [](std::uint64_t n) { return n == 1 ? std::string(" block") : std::string(" blocks"); };
+    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale" + blocks(s.nan_blocks);
+    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale" + blocks(s.zero_scale_blocks);
   }
   const block_worst& w = s.worst;
   if (w.index >= 0) {
-    out += "; worst block " + std::to_string(w.index) + " (elements " + std::to_string(w.first_element) + "-" +
-           std::to_string(w.first_element + w.elements - 1) + bs_printf(", abs max %.4g", w.abs_max) +
+    out += "; worst block " + std::to_string(w.index) +
+           (along_last ? " (elements " + std::to_string(w.first_element) + "-" +
+                             std::to_string(w.first_element + w.elements - 1)
+                       : " (first element " + std::to_string(w.first_element) + ", " + std::to_string(w.elements) +
+                             " elements along dimension " + std::to_string(axis)) +
+           bs_printf(", abs max %.4g", w.abs_max) +
            ", scale " + block_scale_text(s.format, w.scale) + ": " + std::to_string(w.clipped) + " clipped, " +
            std::to_string(w.flushed) + " flushed";
-    if (std::isfinite(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
+    if (detail::is_finite_bits(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
     out += ")";
   }
-  if (std::isfinite(s.scale_exp_mean))
-    out += bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
-                     s.scale_exp_mean, std::isfinite(s.scale_exp_std) ? s.scale_exp_std : 0.0);
+  if (detail::is_finite_bits(s.scale_exp_mean))
+    out += detail::is_finite_bits(s.scale_exp_std)
+               ? bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
+                           s.scale_exp_mean, s.scale_exp_std)
+               : bs_printf("; scale exponent %d", s.scale_exp_min);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // nanscope — block_scaled_result.hpp: what the block-scaled what-if statistics report (per format: blocks that lose
 // values, clipped / flushed counts, the scale-exponent spread, the worst block), without the pass itself
-// (block_scaled.hpp), and the block-scaled target a recorder checks its tensors against (docs/block-scaled.md).
+// (block_scaled.hpp). docs/block-scaled.md.
 #ifndef NANSCOPE_BLOCK_SCALED_RESULT_HPP
 #define NANSCOPE_BLOCK_SCALED_RESULT_HPP
 

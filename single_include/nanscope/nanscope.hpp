@@ -9550,7 +9550,7 @@ NANSCOPE_NAMESPACE_END
 // ---- begin nanscope/block_scaled_result.hpp ----
 // nanscope — block_scaled_result.hpp: what the block-scaled what-if statistics report (per format: blocks that lose
 // values, clipped / flushed counts, the scale-exponent spread, the worst block), without the pass itself
-// (block_scaled.hpp), and the block-scaled target a recorder checks its tensors against (docs/block-scaled.md).
+// (block_scaled.hpp). docs/block-scaled.md.
 #ifndef NANSCOPE_BLOCK_SCALED_RESULT_HPP
 #define NANSCOPE_BLOCK_SCALED_RESULT_HPP
 
@@ -9633,6 +9633,7 @@ NANSCOPE_NAMESPACE_END
 #endif  // NANSCOPE_BLOCK_SCALED_RESULT_HPP
 // ---- end nanscope/block_scaled_result.hpp ----
 // #include "config.hpp": inlined above
+// #include "health.hpp": inlined above
 
 #include <cmath>
 #include <cstdint>
@@ -9645,8 +9646,8 @@ NANSCOPE_NAMESPACE_BEGIN
 /// The block-scaled format(s) tensors will be quantized to (recorder_options::block_scaled, site_rule::block_scaled,
 /// NANSCOPE_DETECT_OVERFLOW_BLOCKS). A recorder checks such a tensor with check_block_scaled in the same read as
 /// its health, keeps the per-format statistics with the tensor (tensor_record::block_scaled: the layer tree and
-/// `nanscope report` show them), and warns once per site and step when more than `warn_lossy_fraction` of its
-/// blocks would lose values (a clipped or flushed element, or a NaN scale).
+/// `nanscope report` show them), and warns once per site and step when more of its blocks would lose values (a
+/// clipped or flushed element, or a NaN scale) than `warn_lossy_fraction` allows.
 /// Chainable: block_target{block_format::mxfp4}.with_rule(scale_rule::round_up).
 struct block_target {
   block_target() = default;
@@ -9661,9 +9662,10 @@ struct block_target {
   /// NVFP4's per-tensor scale from this magnitude; negative: from the tensor's own abs max (a second read).
   double nvfp4_tensor_amax = -1.0;
   /// Warn when more than this fraction of a tensor's blocks lose values (0: any lossy block; negative: never).
-  /// The default, 1%, stays quiet for MXFP8 on ordinary activations; FP4 formats lose small values in most
-  /// blocks of normal data, so a site quantized to them warns unless it is raised.
-  double warn_lossy_fraction = 0.01;
+  /// NaN (the default): automatic, per format and rule, halfway between the fraction that normally distributed
+  /// data loses and 1 (block_warn_threshold): some loss is normal (the floor rule clips the top of about 17% of
+  /// MXFP8 blocks of such data, FP4 loses a small value in most blocks), a tensor past that loses far more.
+  double warn_lossy_fraction = detail::qnan;
 
   block_target& with(block_format f) {
     formats = formats.with(f);
@@ -9692,7 +9694,7 @@ struct recorded_block_scaled {
   bool applied = false;               ///< the tensor was checked against a block target
   scale_rule rule = scale_rule::ocp;
   int axis = 0;                       ///< the dimension the blocks ran along (non-negative)
-  double warn_lossy_fraction = 0.01;  ///< the target's threshold
+  double warn_lossy_fraction = detail::qnan;  ///< the target's threshold as given (NaN: automatic)
   std::vector<block_format_stats> formats;  ///< per format, in block_format order (per_block is always empty)
   unsigned warned = 0;                ///< bit i: the tensor crossed the threshold for block_format i
 
@@ -9701,14 +9703,28 @@ struct recorded_block_scaled {
       if (s.format == f) return &s;
     return nullptr;
   }
-  /// The statistics of the format that loses the largest fraction of blocks (ties: the first), or null.
-  const block_format_stats* worst_format() const {
-    const block_format_stats* w = nullptr;
-    for (const block_format_stats& s : formats)
-      if (w == nullptr || s.lossy_blocks * w->blocks > w->lossy_blocks * s.blocks) w = &s;
-    return w;
-  }
 };
+
+/// The fraction of lossy blocks of normally distributed data (N(0, 1), 2^20 elements, blocks along rows of 1024),
+/// per scale rule and format, measured with check_block_scaled: what block_warn_threshold starts from.
+namespace detail {
+inline constexpr double bs_normal_lossy[3][block_format_count] = {
+    // mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4, nvfp4
+    {0.172, 0.172, 0.566, 0.245, 0.974, 0.841},  // ocp
+    {0.000, 0.000, 0.525, 0.092, 0.968, 0.841},  // round_up
+    {0.122, 0.077, 0.545, 0.160, 0.969, 0.841},  // even
+};
+}  // namespace detail
+
+/// The warning threshold in effect for format `f` under `rule`: `given` when it is not NaN, else halfway between
+/// the fraction of lossy blocks normally distributed data gives and 1 (MXFP8 E4M3 under the floor rule: 0.586;
+/// MXFP4: 0.987; NVFP4: 0.92).
+inline double block_warn_threshold(double given, block_format f, scale_rule rule) {
+  if (!detail::is_nan_bits(given)) return given;
+  const unsigned r = static_cast<unsigned>(rule) < 3u ? static_cast<unsigned>(rule) : 0u;
+  const unsigned k = static_cast<unsigned>(f) < static_cast<unsigned>(block_format_count) ? static_cast<unsigned>(f) : 0u;
+  return 0.5 * (1.0 + detail::bs_normal_lossy[r][k]);
+}
 
 namespace detail {
 
@@ -9729,8 +9745,9 @@ inline std::string block_scale_text(block_format f, std::uint8_t scale) {
 
 /// "as mxfp4 (ocp scales): 212 of 512 blocks (41.4%) lose values: 98 clipped, 1503 flushed to 0, 2 NaN-scale blocks;
 /// worst block 17 (elements 544-575, abs max 900, scale 2^7: 1 clipped, 31 flushed, error max 132, rms 23.4);
-/// scale exponents -3..7 (mean -1.20, std 1.50)". One line, no newline.
-inline std::string block_loss_text(const block_format_stats& s) {
+/// scale exponents -3..7 (mean -1.20, std 1.50)". Blocks along another dimension than the last (`along_last`
+/// false): "worst block 17 (first element 2, 32 elements along dimension 0, ...)". One line, no newline.
+inline std::string block_loss_text(const block_format_stats& s, bool along_last = true, int axis = -1) {
   std::string out = "as ";
   out += name(s.format);
   out += info(s.format).mx ? std::string(" (") + name(s.rule) + " scales)" : std::string(" (e4m3 block scales)");
@@ -9740,21 +9757,28 @@ inline std::string block_loss_text(const block_format_stats& s) {
     out += " lose nothing";
   } else {
     out += " lose values: " + std::to_string(s.clipped) + " clipped, " + std::to_string(s.flushed) + " flushed to 0";
-    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale blocks";
-    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale blocks";
+    auto blocks = [](std::uint64_t n) { return n == 1 ? std::string(" block") : std::string(" blocks"); };
+    if (s.nan_blocks != 0) out += ", " + std::to_string(s.nan_blocks) + " NaN-scale" + blocks(s.nan_blocks);
+    if (s.zero_scale_blocks != 0) out += ", " + std::to_string(s.zero_scale_blocks) + " zero-scale" + blocks(s.zero_scale_blocks);
   }
   const block_worst& w = s.worst;
   if (w.index >= 0) {
-    out += "; worst block " + std::to_string(w.index) + " (elements " + std::to_string(w.first_element) + "-" +
-           std::to_string(w.first_element + w.elements - 1) + bs_printf(", abs max %.4g", w.abs_max) +
+    out += "; worst block " + std::to_string(w.index) +
+           (along_last ? " (elements " + std::to_string(w.first_element) + "-" +
+                             std::to_string(w.first_element + w.elements - 1)
+                       : " (first element " + std::to_string(w.first_element) + ", " + std::to_string(w.elements) +
+                             " elements along dimension " + std::to_string(axis)) +
+           bs_printf(", abs max %.4g", w.abs_max) +
            ", scale " + block_scale_text(s.format, w.scale) + ": " + std::to_string(w.clipped) + " clipped, " +
            std::to_string(w.flushed) + " flushed";
-    if (std::isfinite(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
+    if (detail::is_finite_bits(w.error_max_abs)) out += bs_printf(", error max %.4g, rms %.4g", w.error_max_abs, w.error_rms);
     out += ")";
   }
-  if (std::isfinite(s.scale_exp_mean))
-    out += bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
-                     s.scale_exp_mean, std::isfinite(s.scale_exp_std) ? s.scale_exp_std : 0.0);
+  if (detail::is_finite_bits(s.scale_exp_mean))
+    out += detail::is_finite_bits(s.scale_exp_std)
+               ? bs_printf("; scale exponents %d..%d (mean %.2f, std %.2f)", s.scale_exp_min, s.scale_exp_max,
+                           s.scale_exp_mean, s.scale_exp_std)
+               : bs_printf("; scale exponent %d", s.scale_exp_min);
   return out;
 }
 
@@ -15007,6 +15031,14 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     }
     return h;
   };
+  if (target != nullptr && known == nullptr && !target->formats.empty()) {
+    // a checkpoint's own block target must fit (an options' or site's target skips what it does not fit)
+    if (v.space == memory_space::cuda_device)
+      detail::fail(v.name, "a block-scaled checkpoint needs host memory: check device tensors with "
+                           "nanscope::cuda::check_block_scaled (<nanscope/cuda.cuh>)");
+    if (!is_float(v.type))
+      detail::fail(v.name, std::string("a block-scaled checkpoint needs a floating dtype, got ") + name(v.type));
+  }
   if (!is_float(v.type)) {
     if (known != nullptr) {
       rec.health = known_as(check_mode::shape);
@@ -15034,7 +15066,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
     if (bt != nullptr && target == nullptr) {
       const int r = v.rank > 0 ? v.rank : 1;
-      if (bt->axis < -r || bt->axis >= r) bt = nullptr;
+      // a target that does not fit, or a mode that asks not to read the data (shape, no_tensor: a gate's choice)
+      if (bt->axis < -r || bt->axis >= r || mode == check_mode::shape || mode == check_mode::no_tensor) bt = nullptr;
     }
     auto block_options = [&](const check_options& c) {
       block_scaled_options o;
@@ -15125,13 +15158,16 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
 
 NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec) {
   // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
-  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (!rec.is_tensor || !is_float(rec.health.type)) return;
   if (rec.health.has_nonfinite() && !rec.allowed) return;
+  // abs_max is unknown (NaN) in the modes without statistics: only the block-scaled warnings apply there
+  const bool known_max = detail::is_finite_bits(rec.health.abs_max);
+  if (!known_max && !rec.block_scaled.applied) return;
   std::string text;
   {
     std::lock_guard<std::mutex> lk(m_);
     const dtype target = cast_target_locked(f.module_path, rec.health.type);
-    for (int i = 0; i < lp_format_count; ++i) {
+    for (int i = 0; known_max && i < lp_format_count; ++i) {
       const double thr = opts_.warn_abs_max[i];
       if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
       if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
@@ -15147,8 +15183,10 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
     }
     // Block-scaled targets: more than warn_lossy_fraction of the blocks would lose values.
     recorded_block_scaled& kb = rec.block_scaled;
+    const bool along_last = rec.health.rank <= 1 || kb.axis == rec.health.rank - 1;
     for (const block_format_stats& s : kb.formats) {
-      if (!(kb.warn_lossy_fraction >= 0.0) || !(s.lossy_fraction() > kb.warn_lossy_fraction)) continue;
+      const double thr = block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule);
+      if (detail::is_nan_bits(thr) || thr < 0.0 || !(s.lossy_fraction() > thr)) continue;
       kb.warned |= 1u << static_cast<unsigned>(s.format);
       std::string site = f.module_path;
       site += ':';
@@ -15159,7 +15197,7 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
       warnings_.fetch_add(1, std::memory_order_relaxed);
       text += "nanscope: warning: step " + std::to_string(f.step) + " " +
               (f.module_path.empty() ? std::string("<root>") : f.module_path) + ": " + f.class_name + ": " +
-              rec.context + " " + detail::block_loss_text(s);
+              rec.context + " " + detail::block_loss_text(s, along_last, kb.axis);
       if (rec.where.line != 0) text += " at " + detail::short_file(rec.where.file) + ":" + std::to_string(rec.where.line);
       text += '\n';
     }
@@ -16986,12 +17024,13 @@ inline std::string tree_segments_json(const recorded_segments& rs) {
 /// What quantizing a tensor to its block-scaled target(s) would lose (extras only):
 ///   {"rule": "ocp", "axis": 1, "warn_lossy_fraction": 0.01, "formats": [{"format": "mxfp4", "block_size": 32,
 ///    "blocks": 32, "elements": 1024, "lossy_blocks": 1, "lossy_fraction": 0.03125, "clipped": 1, "flushed": 31,
-///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true,
+///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true, "warn_threshold": 0.01,
 ///    "scale_exp": {"min": -9, "max": 7, "mean": -8.5, "std": 2.83, "histogram": [[-9, 31], [7, 1]]},
 ///    "worst": {"index": 0, "first_element": 0, "elements": 32, "abs_max": 900, "scale": "2^7", "scale_byte": 134,
 ///              "clipped": 1, "flushed": 31, "error_max_abs": 132, "error_rms": 23.3}}]}
-/// "scale_exp" is absent when no block has a finite non-zero scale; "worst" when no block loses a value; NVFP4 adds
-/// "tensor_scale".
+/// "scale_exp" is absent when no block has a finite non-zero scale (its "std" with fewer than two such blocks);
+/// "worst" when no block loses a value; "warn_lossy_fraction" when the target's threshold is automatic (each
+/// format's "warn_threshold" is the one in effect); NVFP4 adds "tensor_scale".
 inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
   std::vector<std::string> formats;
   for (const block_format_stats& s : kb.formats) {
@@ -17008,17 +17047,19 @@ inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
         {"zero_blocks", std::to_string(s.zero_blocks)},
         {"nan_blocks", std::to_string(s.nan_blocks)},
         {"zero_scale_blocks", std::to_string(s.zero_scale_blocks)},
-        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"}};
+        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"},
+        {"warn_threshold", json_number(block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule), false)}};
     if (!info(s.format).mx) f.emplace_back("tensor_scale", json_number(static_cast<double>(s.tensor_scale), true));
     if (is_finite_bits(s.scale_exp_mean)) {
       std::vector<std::string> bins;
       for (int x = -127; x <= 128; ++x)
         if (const std::uint64_t c = s.at(x)) bins.push_back(py_array({std::to_string(x), std::to_string(c)}));
-      f.emplace_back("scale_exp", py_object({{"min", std::to_string(s.scale_exp_min)},
-                                             {"max", std::to_string(s.scale_exp_max)},
-                                             {"mean", json_number(s.scale_exp_mean, false)},
-                                             {"std", json_number(s.scale_exp_std, false)},
-                                             {"histogram", py_array(bins)}}));
+      std::vector<std::pair<std::string, std::string>> e = {{"min", std::to_string(s.scale_exp_min)},
+                                                             {"max", std::to_string(s.scale_exp_max)},
+                                                             {"mean", json_number(s.scale_exp_mean, false)}};
+      if (is_finite_bits(s.scale_exp_std)) e.emplace_back("std", json_number(s.scale_exp_std, false));  // 2+ blocks
+      e.emplace_back("histogram", py_array(bins));
+      f.emplace_back("scale_exp", py_object(e));
     }
     const block_worst& w = s.worst;
     if (w.index >= 0)
@@ -17034,10 +17075,12 @@ inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
                                          {"error_rms", json_number(w.error_rms, false)}}));
     formats.push_back(py_object(f));
   }
-  return py_object({{"rule", py_json_quote(name(kb.rule))},
-                    {"axis", std::to_string(kb.axis)},
-                    {"warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false)},
-                    {"formats", py_array(formats)}});
+  std::vector<std::pair<std::string, std::string>> top = {{"rule", py_json_quote(name(kb.rule))},
+                                                           {"axis", std::to_string(kb.axis)}};
+  if (!is_nan_bits(kb.warn_lossy_fraction))  // as given; absent: automatic (each format's warn_threshold)
+    top.emplace_back("warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false));
+  top.emplace_back("formats", py_array(formats));
+  return py_object(top);
 }
 
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {

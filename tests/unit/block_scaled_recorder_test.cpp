@@ -90,7 +90,8 @@ void same_stats(const nanscope::block_format_stats& a, const nanscope::block_for
 TEST_CASE("block-scaled recorder: an outlier in a module's output, as the OCP and NVFP4 definitions give") {
   nsrec::capture out;
   nanscope::recorder_options o = nsrec::quiet_options(out);
-  o.block_scaled = block_target{block_format_set{}.with(block_format::mxfp8_e4m3).with(block_format::mxfp4)};
+  o.block_scaled = block_target{block_format_set{}.with(block_format::mxfp8_e4m3).with(block_format::mxfp4)}
+                       .with_warn_lossy_fraction(0.01);
   recorder rec(o);
   const std::vector<float> a = one_outlier();
   const std::vector<float> clean(4 * 256, 0.25f);
@@ -150,7 +151,7 @@ TEST_CASE("block-scaled recorder: an outlier in a module's output, as the OCP an
         for (const auto& s : r.block_scaled.formats) CHECK(s.lossy_blocks == 0);
         CHECK(r.block_scaled.warned == 0);
       }
-  // 1 of 32 blocks (3.1%) is past the default 1%: one warning per format, naming both
+  // 1 of 32 blocks (3.1%) is past 1%: one warning per format, naming both
   CHECK(t.block_scaled.warned == ((1u << 0) | (1u << 4)));
   CHECK(rec.warnings() == 2);
   CHECK(nsrec::count_of(out.str(), "nanscope: warning: step 0 fc1: Linear: output as mxfp4 (ocp scales): 1 of 32 blocks "
@@ -214,6 +215,13 @@ TEST_CASE("block-scaled recorder: warnings once per site and step, the threshold
   nsrec::capture out;
   nanscope::recorder_options o = nsrec::quiet_options(out);
   o.block_scaled = block_target{block_format::mxfp4};
+  CHECK(run(o, 3) == 0);  // the automatic threshold: 1 lossy block of 32 is far below MXFP4's 98.7%
+  CHECK(nanscope::block_warn_threshold(nanscope::detail::qnan, block_format::mxfp4, scale_rule::ocp) ==
+        doctest::Approx(0.987));
+  CHECK(nanscope::block_warn_threshold(nanscope::detail::qnan, block_format::mxfp8_e4m3, scale_rule::ocp) ==
+        doctest::Approx(0.586));
+  CHECK(nanscope::block_warn_threshold(0.25, block_format::nvfp4, scale_rule::even) == 0.25);
+  o.block_scaled->warn_lossy_fraction = 0.01;
   CHECK(run(o, 3) == 3);  // once per step
   CHECK(nsrec::count_of(out.str(), "as mxfp4") == 3);
   out.clear();
@@ -308,7 +316,7 @@ TEST_CASE("block-scaled recorder: NANSCOPE_DETECT_OVERFLOW_BLOCKS, with segments
   recorder rec(nsrec::quiet_options(out));
   const std::vector<float> a = one_outlier();
   const auto view = nanscope::view_of(a.data(), {4, 256}, "h");
-  NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, view, "before fc2", block_format::nvfp4);
+  NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, view, "before fc2", block_target{block_format::nvfp4}.with_warn_lossy_fraction(0));
   NANSCOPE_DETECT_OVERFLOW_BLOCKS_TO(rec, view, "before fc3",
                                      block_target{block_format::mxfp4}.with_rule(scale_rule::round_up));
   std::vector<nanscope::frame> frames = rec.frames();
@@ -354,7 +362,8 @@ TEST_CASE("block-scaled recorder: NANSCOPE_DETECT_OVERFLOW_BLOCKS, with segments
 TEST_CASE("block-scaled recorder: the extended detection report shows each format's lossy blocks") {
   nsrec::capture out;
   nanscope::recorder_options o = nsrec::quiet_options(out, on_detect::print_and_continue);
-  o.block_scaled = block_target{block_format_set{}.with(block_format::mxfp4).with(block_format::mxfp8_e5m2)};
+  o.block_scaled =
+      block_target{block_format_set{}.with(block_format::mxfp4).with(block_format::mxfp8_e5m2)}.with_warn_lossy_fraction(0.01);
   recorder rec(o);
   std::vector<float> a = one_outlier();
   std::vector<float> b = a;
@@ -384,7 +393,9 @@ TEST_CASE("block-scaled recorder: the tree's nanscope_block_scaled key; without 
   auto run = [&](const std::string& dir, bool extras, bool target) {
     nsrec::capture out;
     nanscope::recorder_options o = nsrec::quiet_options(out);
-    if (target) o.block_scaled = block_target{block_format_set{}.with(block_format::mxfp4).with(block_format::nvfp4)};
+    if (target)
+      o.block_scaled =
+          block_target{block_format_set{}.with(block_format::mxfp4).with(block_format::nvfp4)}.with_warn_lossy_fraction(0.01);
     recorder rec(o);
     nanscope::tree_writer w(rec, nanscope::tree_options{}.in(dir).with_rank(0).with_extras(extras));
     scope root(rec, "", "Net");
@@ -408,6 +419,8 @@ TEST_CASE("block-scaled recorder: the tree's nanscope_block_scaled key; without 
   CHECK(f4["clipped"] == 1);
   CHECK(f4["flushed"] == 31);
   CHECK(f4["warned"] == true);
+  CHECK(f4["warn_threshold"].get<double>() == 0.01);
+  CHECK(k["warn_lossy_fraction"].get<double>() == 0.01);
   CHECK(f4["scale_exp"]["min"] == -9);
   CHECK(f4["scale_exp"]["max"] == 7);
   CHECK(f4["scale_exp"]["histogram"] == nlohmann::json::parse("[[-9, 31], [7, 1]]"));
@@ -431,6 +444,54 @@ TEST_CASE("block-scaled recorder: the tree's nanscope_block_scaled key; without 
     CHECK(x == y);
     CHECK(y.find("nanscope_block_scaled") == std::string::npos);
   }
+}
+
+TEST_CASE("block-scaled recorder: warnings in modes without abs_max, blocks along dimension 0, misuse, one block") {
+  // curt_health has no abs_max: the block pass still runs and still warns
+  nsrec::capture out;
+  nanscope::recorder_options o = nsrec::quiet_options(out);
+  o.mode = nanscope::check_mode::curt_health;
+  o.block_scaled = block_target{block_format::mxfp4}.with_warn_lossy_fraction(0.01);
+  recorder rec(o);
+  const std::vector<float> a = one_outlier();
+  {
+    scope s(rec, "fc1", "Linear");
+    s.output(nanscope::view_of(a.data(), {4, 256}, "y"));
+  }
+  CHECK(rec.warnings() == 1);
+  CHECK(nsrec::count_of(out.str(), "output as mxfp4 (ocp scales): 1 of 32 blocks") == 1);
+  // shape mode reads nothing: no block statistics from the options' target
+  o.mode = nanscope::check_mode::shape;
+  rec.set_options(o);
+  {
+    scope s(rec, "fc2", "Linear");
+    s.output(nanscope::view_of(a.data(), {4, 256}, "y"));
+  }
+  CHECK_FALSE(only_tensor(rec.frames(), "fc2").block_scaled.applied);
+
+  // blocks along dimension 0: the worst block is named by its first element and its dimension, not a flat range
+  out.clear();
+  std::vector<float> c(64 * 8, 0.01f);
+  c[2] = 900.0f;  // column 2, row 0
+  nanscope::recorder_options oc = nsrec::quiet_options(out);
+  oc.block_scaled = block_target{block_format::mxfp4}.with_axis(0).with_warn_lossy_fraction(0.0);
+  recorder rc(oc);
+  {
+    scope s(rc, "col", "Linear");
+    s.output(nanscope::view_of(c.data(), {64, 8}, "y"));
+  }
+  CHECK(nsrec::count_of(out.str(), "worst block 2 (first element 2, 32 elements along dimension 0, abs max 900") == 1);
+
+  // a checkpoint's own target on an integer tensor is an error naming it
+  const std::vector<std::int32_t> ids(32, 1);
+  CHECK_THROWS_WITH_AS(rc.checkpoint(nanscope::view_of(ids.data(), {32}, "ids"), "ids check", block_target{block_format::mxfp4}),
+                       doctest::Contains("'ids'"), nanscope::error);
+
+  // one block: no std of the scale exponents (the tree leaves it out, the text names the one exponent)
+  out.clear();
+  const std::vector<float> one(32, 1000.0f);
+  rc.checkpoint(nanscope::view_of(one.data(), {32}, "one"), "one block", block_target{block_format::mxfp8_e4m3}.with_warn_lossy_fraction(0));
+  CHECK(nsrec::count_of(out.str(), "; scale exponent 1") == 1);  // floor(log2 1000) - 8 = 1; 1000 / 2 = 500 clips
 }
 
 }  // namespace bsrec_test

@@ -47,6 +47,7 @@ struct block_format_row {
   double lossy_fraction = nan_value;
   std::int64_t clipped = 0, flushed = 0, subnormal = 0, zero_blocks = 0, nan_blocks = 0, zero_scale_blocks = 0;
   bool warned = false;               ///< the recorder warned: lossy_fraction above the target's threshold
+  double warn_threshold = nan_value;  ///< the threshold in effect for this format (NaN: not in the file)
   double tensor_scale = nan_value;   ///< NVFP4's per-tensor scale (NaN: not in the file)
   bool has_scale_exp = false;        ///< the spread of the block scale exponents
   std::int64_t exp_min = 0, exp_max = 0;
@@ -295,6 +296,7 @@ inline block_scaled_info read_block_scaled(const json& j, const std::string& at)
       if (!w->is_boolean()) nsdiff::fail_at(nsdiff::join_path(ip, "warned"), "expected true or false, got " + nsdiff::shown(*w));
       r.warned = w->get<bool>();
     }
+    r.warn_threshold = block_real(f, "warn_threshold", ip);
     r.tensor_scale = block_real(f, "tensor_scale", ip);
     if (const json* se = block_member(f, "scale_exp")) {
       const std::string sp = nsdiff::join_path(ip, "scale_exp");

@@ -632,6 +632,8 @@ inline constexpr const char* block_thead =
 inline constexpr const char* block_script = R"NSHTML(// ------------------------------------------------------------------ block-scaled targets (nanscope_block_scaled)
 // a tensor's 10th item: {rule, axis, warn, formats: [{format, block_size, blocks, lossy_blocks, lossy_fraction, ...}]}
 const blkPct = (f) => { const x = num(f); return Number.isNaN(x) ? "?" : (100 * x).toFixed(1) + "%"; };
+// the warning threshold of a format: its own (the tree's warn_threshold), else the target's
+const blkThr = (b, f) => (Number.isNaN(num(f.wt)) ? b.warn : f.wt);
 const blkLine = (f) => f.format + " " + blkPct(f.lossy_fraction) + " (" + f.lossy_blocks + "/" + f.blocks + ")";
 const blkFix2 = (v) => { const x = num(v); return Number.isNaN(x) ? "?" : x.toFixed(2); };
 const blkSpread = (f) => (f.scale_exp ? f.scale_exp.min + ".." + f.scale_exp.max + ", " + blkFix2(f.scale_exp.mean) + " \u00b1 " + blkFix2(f.scale_exp.std) : "no scale");
@@ -662,7 +664,7 @@ function blkPrepare() { // per row: the formats of its tensors with block statis
     const by = new Map(); // format -> the tensor that loses the largest fraction of blocks in it
     for (const x of use) for (const f of x[9].formats) { const o = by.get(f.format); if (!o || num(f.lossy_fraction) > num(o.f.lossy_fraction)) by.set(f.format, { f, label: x[0] }); }
     const tip = [];
-    for (const x of ts) for (const f of x[9].formats) tip.push(x[0] + ": " + blkLine(f) + (f.warned ? ", warned (above " + blkPct(x[9].warn) + ")" : "") + "; scale exponents " + blkSpread(f));
+    for (const x of ts) for (const f of x[9].formats) tip.push(x[0] + ": " + blkLine(f) + (f.warned ? ", warned (above " + blkPct(blkThr(x[9], f)) + ")" : "") + "; scale exponents " + blkSpread(f));
     P.blk[i] = { rows: [...by.values()], warned: ts.some((x) => x[9].formats.some((f) => f.warned)), tip: tip.join("\n") };
   }
   for (let i = P.N - 1; i > 0; i--) { const p = P.t.nodes[i][0]; if (p >= 0 && (P.blkSub[i] || (P.blk[i] && P.blk[i].warned))) P.blkSub[p] = 1; }
@@ -704,7 +706,7 @@ function blkDetails(body, n) { // a layer's tensors: every format, its spread, a
       if (f.scale_exp && f.scale_exp.histogram.length) sp.appendChild(blkSpark(f, 90, 14));
       tr.appendChild(sp);
       tr.appendChild(el("td", "n", f.tensor_scale === undefined ? "" : fmtNum(num(f.tensor_scale))));
-      tr.appendChild(el("td", null, (f.warned ? "yes" : "no") + " (threshold " + blkPct(b.warn) + ")"));
+      tr.appendChild(el("td", null, (f.warned ? "yes" : "no") + " (threshold " + blkPct(blkThr(b, f)) + ")"));
       tr.title = x[0] + ": " + (b.rule ? b.rule + " scales, " : "") + "blocks along axis " + b.axis;
       tab.appendChild(tr);
       if (f.worst) {
@@ -728,7 +730,7 @@ function blkSummary(b) { // the tensors whose blocks warned, in every tree, each
         if (!x[9]) continue;
         checked++;
         const fs = x[9].formats.filter((f) => f.warned);
-        if (fs.length) warned.push([ti, i, (n[3] && n[3].checkpoint !== undefined ? n[1] + " checkpoint \u201c" + n[3].checkpoint + "\u201d" : n[1]) + " " + x[0] + ": " + fs.map(blkLine).join(", ") + " (above " + blkPct(x[9].warn) + ")" + (D.trees.length > 1 ? " (" + t.source + ")" : "")]);
+        if (fs.length) warned.push([ti, i, (n[3] && n[3].checkpoint !== undefined ? n[1] + " checkpoint \u201c" + n[3].checkpoint + "\u201d" : n[1]) + " " + x[0] + ": " + fs.map((f) => blkLine(f) + (Number.isNaN(num(x[9].warn)) ? " (above " + blkPct(blkThr(x[9], f)) + ")" : "")).join(", ") + (Number.isNaN(num(x[9].warn)) ? "" : " (above " + blkPct(x[9].warn) + ")") + (D.trees.length > 1 ? " (" + t.source + ")" : "")]);
       }
     });
   });

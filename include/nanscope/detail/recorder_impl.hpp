@@ -186,6 +186,14 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     }
     return h;
   };
+  if (target != nullptr && known == nullptr && !target->formats.empty()) {
+    // a checkpoint's own block target must fit (an options' or site's target skips what it does not fit)
+    if (v.space == memory_space::cuda_device)
+      detail::fail(v.name, "a block-scaled checkpoint needs host memory: check device tensors with "
+                           "nanscope::cuda::check_block_scaled (<nanscope/cuda.cuh>)");
+    if (!is_float(v.type))
+      detail::fail(v.name, std::string("a block-scaled checkpoint needs a floating dtype, got ") + name(v.type));
+  }
   if (!is_float(v.type)) {
     if (known != nullptr) {
       rec.health = known_as(check_mode::shape);
@@ -213,7 +221,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
     if (bt != nullptr && target == nullptr) {
       const int r = v.rank > 0 ? v.rank : 1;
-      if (bt->axis < -r || bt->axis >= r) bt = nullptr;
+      // a target that does not fit, or a mode that asks not to read the data (shape, no_tensor: a gate's choice)
+      if (bt->axis < -r || bt->axis >= r || mode == check_mode::shape || mode == check_mode::no_tensor) bt = nullptr;
     }
     auto block_options = [&](const check_options& c) {
       block_scaled_options o;
@@ -304,13 +313,16 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
 
 NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec) {
   // Non-finite values are the detector's business; warnings are for finite values approaching a limit.
-  if (!rec.is_tensor || !is_float(rec.health.type) || !detail::is_finite_bits(rec.health.abs_max)) return;
+  if (!rec.is_tensor || !is_float(rec.health.type)) return;
   if (rec.health.has_nonfinite() && !rec.allowed) return;
+  // abs_max is unknown (NaN) in the modes without statistics: only the block-scaled warnings apply there
+  const bool known_max = detail::is_finite_bits(rec.health.abs_max);
+  if (!known_max && !rec.block_scaled.applied) return;
   std::string text;
   {
     std::lock_guard<std::mutex> lk(m_);
     const dtype target = cast_target_locked(f.module_path, rec.health.type);
-    for (int i = 0; i < lp_format_count; ++i) {
+    for (int i = 0; known_max && i < lp_format_count; ++i) {
       const double thr = opts_.warn_abs_max[i];
       if (lp_dtype(static_cast<lp_format>(i)) != target) continue;  // measured against the cast target only
       if (!(thr > 0.0) || !(rec.health.abs_max >= thr)) continue;
@@ -326,8 +338,10 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
     }
     // Block-scaled targets: more than warn_lossy_fraction of the blocks would lose values.
     recorded_block_scaled& kb = rec.block_scaled;
+    const bool along_last = rec.health.rank <= 1 || kb.axis == rec.health.rank - 1;
     for (const block_format_stats& s : kb.formats) {
-      if (!(kb.warn_lossy_fraction >= 0.0) || !(s.lossy_fraction() > kb.warn_lossy_fraction)) continue;
+      const double thr = block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule);
+      if (detail::is_nan_bits(thr) || thr < 0.0 || !(s.lossy_fraction() > thr)) continue;
       kb.warned |= 1u << static_cast<unsigned>(s.format);
       std::string site = f.module_path;
       site += ':';
@@ -338,7 +352,7 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
       warnings_.fetch_add(1, std::memory_order_relaxed);
       text += "nanscope: warning: step " + std::to_string(f.step) + " " +
               (f.module_path.empty() ? std::string("<root>") : f.module_path) + ": " + f.class_name + ": " +
-              rec.context + " " + detail::block_loss_text(s);
+              rec.context + " " + detail::block_loss_text(s, along_last, kb.axis);
       if (rec.where.line != 0) text += " at " + detail::short_file(rec.where.file) + ":" + std::to_string(rec.where.line);
       text += '\n';
     }

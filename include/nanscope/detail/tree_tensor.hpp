@@ -106,12 +106,13 @@ inline std::string tree_segments_json(const recorded_segments& rs) {
 /// What quantizing a tensor to its block-scaled target(s) would lose (extras only):
 ///   {"rule": "ocp", "axis": 1, "warn_lossy_fraction": 0.01, "formats": [{"format": "mxfp4", "block_size": 32,
 ///    "blocks": 32, "elements": 1024, "lossy_blocks": 1, "lossy_fraction": 0.03125, "clipped": 1, "flushed": 31,
-///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true,
+///    "subnormal": 0, "zero_blocks": 0, "nan_blocks": 0, "zero_scale_blocks": 0, "warned": true, "warn_threshold": 0.01,
 ///    "scale_exp": {"min": -9, "max": 7, "mean": -8.5, "std": 2.83, "histogram": [[-9, 31], [7, 1]]},
 ///    "worst": {"index": 0, "first_element": 0, "elements": 32, "abs_max": 900, "scale": "2^7", "scale_byte": 134,
 ///              "clipped": 1, "flushed": 31, "error_max_abs": 132, "error_rms": 23.3}}]}
-/// "scale_exp" is absent when no block has a finite non-zero scale; "worst" when no block loses a value; NVFP4 adds
-/// "tensor_scale".
+/// "scale_exp" is absent when no block has a finite non-zero scale (its "std" with fewer than two such blocks);
+/// "worst" when no block loses a value; "warn_lossy_fraction" when the target's threshold is automatic (each
+/// format's "warn_threshold" is the one in effect); NVFP4 adds "tensor_scale".
 inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
   std::vector<std::string> formats;
   for (const block_format_stats& s : kb.formats) {
@@ -128,17 +129,19 @@ inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
         {"zero_blocks", std::to_string(s.zero_blocks)},
         {"nan_blocks", std::to_string(s.nan_blocks)},
         {"zero_scale_blocks", std::to_string(s.zero_scale_blocks)},
-        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"}};
+        {"warned", ((kb.warned >> static_cast<unsigned>(s.format)) & 1u) != 0 ? "true" : "false"},
+        {"warn_threshold", json_number(block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule), false)}};
     if (!info(s.format).mx) f.emplace_back("tensor_scale", json_number(static_cast<double>(s.tensor_scale), true));
     if (is_finite_bits(s.scale_exp_mean)) {
       std::vector<std::string> bins;
       for (int x = -127; x <= 128; ++x)
         if (const std::uint64_t c = s.at(x)) bins.push_back(py_array({std::to_string(x), std::to_string(c)}));
-      f.emplace_back("scale_exp", py_object({{"min", std::to_string(s.scale_exp_min)},
-                                             {"max", std::to_string(s.scale_exp_max)},
-                                             {"mean", json_number(s.scale_exp_mean, false)},
-                                             {"std", json_number(s.scale_exp_std, false)},
-                                             {"histogram", py_array(bins)}}));
+      std::vector<std::pair<std::string, std::string>> e = {{"min", std::to_string(s.scale_exp_min)},
+                                                             {"max", std::to_string(s.scale_exp_max)},
+                                                             {"mean", json_number(s.scale_exp_mean, false)}};
+      if (is_finite_bits(s.scale_exp_std)) e.emplace_back("std", json_number(s.scale_exp_std, false));  // 2+ blocks
+      e.emplace_back("histogram", py_array(bins));
+      f.emplace_back("scale_exp", py_object(e));
     }
     const block_worst& w = s.worst;
     if (w.index >= 0)
@@ -154,10 +157,12 @@ inline std::string tree_block_scaled_json(const recorded_block_scaled& kb) {
                                          {"error_rms", json_number(w.error_rms, false)}}));
     formats.push_back(py_object(f));
   }
-  return py_object({{"rule", py_json_quote(name(kb.rule))},
-                    {"axis", std::to_string(kb.axis)},
-                    {"warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false)},
-                    {"formats", py_array(formats)}});
+  std::vector<std::pair<std::string, std::string>> top = {{"rule", py_json_quote(name(kb.rule))},
+                                                           {"axis", std::to_string(kb.axis)}};
+  if (!is_nan_bits(kb.warn_lossy_fraction))  // as given; absent: automatic (each format's warn_threshold)
+    top.emplace_back("warn_lossy_fraction", json_number(kb.warn_lossy_fraction, false));
+  top.emplace_back("formats", py_array(formats));
+  return py_object(top);
 }
 
 inline void describe_tree_tensor(tree_io& io, const tensor_record& rec, const tree_options& opts) {
