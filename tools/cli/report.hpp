@@ -219,7 +219,7 @@ inline std::string block_json(const block_scaled_info& b) {
          ",\"flushed\":" + i64(f.flushed) + ",\"subnormal\":" + i64(f.subnormal) + ",\"zero_blocks\":" +
          i64(f.zero_blocks) + ",\"nan_blocks\":" + i64(f.nan_blocks) + ",\"zero_scale_blocks\":" +
          i64(f.zero_scale_blocks) + ",\"warned\":" + (f.warned ? "true" : "false") +
-         ",\"wt\":" + json_number(f.warn_threshold);
+         ",\"warn_threshold\":" + json_number(f.warn_threshold);
     if (!std::isnan(f.tensor_scale)) s += ",\"tensor_scale\":" + json_number(f.tensor_scale);
     if (f.has_scale_exp) {
       s += ",\"scale_exp\":{\"min\":" + i64(f.exp_min) + ",\"max\":" + i64(f.exp_max) + ",\"mean\":" +

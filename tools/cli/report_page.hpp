@@ -633,7 +633,7 @@ inline constexpr const char* block_script = R"NSHTML(// ------------------------
 // a tensor's 10th item: {rule, axis, warn, formats: [{format, block_size, blocks, lossy_blocks, lossy_fraction, ...}]}
 const blkPct = (f) => { const x = num(f); return Number.isNaN(x) ? "?" : (100 * x).toFixed(1) + "%"; };
 // the warning threshold of a format: its own (the tree's warn_threshold), else the target's
-const blkThr = (b, f) => (Number.isNaN(num(f.wt)) ? b.warn : f.wt);
+const blkThr = (b, f) => (Number.isNaN(num(f.warn_threshold)) ? b.warn : f.warn_threshold);
 const blkLine = (f) => f.format + " " + blkPct(f.lossy_fraction) + " (" + f.lossy_blocks + "/" + f.blocks + ")";
 const blkFix2 = (v) => { const x = num(v); return Number.isNaN(x) ? "?" : x.toFixed(2); };
 const blkSpread = (f) => (f.scale_exp ? f.scale_exp.min + ".." + f.scale_exp.max + ", " + blkFix2(f.scale_exp.mean) + " \u00b1 " + blkFix2(f.scale_exp.std) : "no scale");
