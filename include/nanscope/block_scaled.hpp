@@ -328,7 +328,7 @@ inline block_scaled_result check_block_scaled(const tensor_view& v, const block_
     setup_format(*nv);
 #if NANSCOPE_HAS_X86_SIMD()
     pass.vec = detail::bs_units_simd_for(s);
-    pass.vec512 = detail::bs_units_avx512_for(s);
+  pass.vec512 = detail::bs_units_avx512_for(s);
 #endif
     if (n != 0) {
       detail::bs_drive(pv, hook, copt);
