@@ -492,6 +492,15 @@ TEST_CASE("block-scaled recorder: warnings in modes without abs_max, blocks alon
   const std::vector<float> one(32, 1000.0f);
   rc.checkpoint(nanscope::view_of(one.data(), {32}, "one"), "one block", block_target{block_format::mxfp8_e4m3}.with_warn_lossy_fraction(0));
   CHECK(nsrec::count_of(out.str(), "; scale exponent 1") == 1);  // floor(log2 1000) - 8 = 1; 1000 / 2 = 500 clips
+  // ...and its tree object has no "std" (a NaN there was written as the string "nan" in a numeric field)
+  const std::vector<nanscope::frame> fr = rc.frames();
+  const nlohmann::json j = nlohmann::json::parse(nanscope::detail::tree_block_scaled_json(fr.back().tensors.back().block_scaled));
+  const nlohmann::json& se = j["formats"][0]["scale_exp"];
+  CHECK(se["min"] == 1);
+  CHECK(se["mean"].get<double>() == 1.0);
+  CHECK_FALSE(se.contains("std"));
+  CHECK(j["warn_lossy_fraction"].get<double>() == 0.0);  // given by the target
+  CHECK(j["formats"][0]["warn_threshold"].get<double>() == 0.0);
 }
 
 }  // namespace bsrec_test
