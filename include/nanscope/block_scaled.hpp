@@ -24,6 +24,7 @@
 
 #include "detail/block_scaled_kernel.hpp"
 #include "detail/block_scaled_avx2.hpp"
+#include "detail/block_scaled_avx512.hpp"
 
 #include <algorithm>
 #include <array>
@@ -79,7 +80,8 @@ namespace detail {
 /// The pass-wide state the hook's segments fold into.
 struct bs_pass {
   const bs_setup* setup = nullptr;
-  bs_units_fn vec = nullptr;
+  bs_units_fn vec = nullptr;     // the AVX2 path (null: none for this dtype or CPU)
+  bs_units_fn vec512 = nullptr;  // the AVX-512 path (null: none)
   std::mutex mu;
   bs_counts total[block_format_count];
   std::uint64_t finite_amax = 0;
@@ -96,7 +98,8 @@ inline void* bs_hook_begin(void* ctx, std::uint64_t seg_begin, std::uint64_t seg
 
 inline void bs_hook_chunk(void* ctx, void* state, const void* raw, std::uint64_t first, std::size_t n, std::uint8_t isa_code) {
   auto* pass = static_cast<bs_pass*>(ctx);
-  const bs_units_fn vec = isa_code >= 2 ? pass->vec : nullptr;  // 2: isa::avx2, 3: isa::avx512
+  // 2: isa::avx2, 3: isa::avx512 (the AVX2 path where the AVX-512 one is missing)
+  const bs_units_fn vec = isa_code >= 3 && pass->vec512 != nullptr ? pass->vec512 : isa_code >= 2 ? pass->vec : nullptr;
   bs_chunk(*pass->setup, *static_cast<bs_local*>(state), static_cast<const unsigned char*>(raw), first, n, vec);
 }
 
@@ -304,6 +307,7 @@ inline block_scaled_result check_block_scaled(const tensor_view& v, const block_
   pass.setup = &s;
 #if NANSCOPE_HAS_X86_SIMD()
   pass.vec = detail::bs_units_simd_for(s);
+  pass.vec512 = detail::bs_units_avx512_for(s);
 #endif
   detail::pass_hook hook;
   hook.ctx = &pass;
@@ -324,6 +328,7 @@ inline block_scaled_result check_block_scaled(const tensor_view& v, const block_
     setup_format(*nv);
 #if NANSCOPE_HAS_X86_SIMD()
     pass.vec = detail::bs_units_simd_for(s);
+  pass.vec512 = detail::bs_units_avx512_for(s);
 #endif
     if (n != 0) {
       detail::bs_drive(pv, hook, copt);

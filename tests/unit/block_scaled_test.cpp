@@ -23,6 +23,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -347,17 +348,22 @@ std::string where(block_format b, scale_rule r, dtype t, std::uint64_t L, const 
          std::to_string(L) + " " + what;
 }
 
-/// check_block_scaled (keep_blocks) against the reference, every field; returns the mismatches.
-int compare(const source& s, std::uint64_t rows, std::uint64_t L, scale_rule rule, const char* what,
-            nanscope::check_options copt = nanscope::check_options{}.with_threads(1), double nv_amax = -1) {
-  const auto opt = nanscope::block_scaled_options{}.with_rule(rule).with_keep_blocks().with_check(copt).with_nvfp4_tensor_amax(nv_amax);
-  const nanscope::block_scaled_result r = nanscope::check_block_scaled(view_of(s, rows, L), opt);
+/// check_block_scaled (keep_blocks) under each of `copts` against the reference (computed once per format), every
+/// field; returns the mismatches.
+int compare_each(const source& s, std::uint64_t rows, std::uint64_t L, scale_rule rule, const char* what,
+                 const std::vector<nanscope::check_options>& copts, double nv_amax = -1) {
+  std::vector<nanscope::block_scaled_result> results;
+  for (const nanscope::check_options& copt : copts) {
+    const auto opt = nanscope::block_scaled_options{}.with_rule(rule).with_keep_blocks().with_check(copt).with_nvfp4_tensor_amax(nv_amax);
+    results.push_back(nanscope::check_block_scaled(view_of(s, rows, L), opt));
+  }
   int bad = 0;
   for (block_format b : all_blocks) {
     const ref_tensor ref = ref_check(b, rule, s.values, rows, L, nv_amax);
-    const nanscope::block_format_stats* st = r.find(b);
+    for (std::size_t ci = 0; ci < results.size(); ++ci) {
+    const nanscope::block_format_stats* st = results[ci].find(b);
     REQUIRE(st != nullptr);
-    const std::string w = where(b, rule, s.type, L, what);
+    const std::string w = where(b, rule, s.type, L, what) + " isa " + nanscope::name(copts[ci].instruction_set);
     if (st->per_block.size() != ref.blocks.size()) {
       FAIL(w << ": " << st->per_block.size() << " blocks, reference " << ref.blocks.size());
     }
@@ -387,8 +393,15 @@ int compare(const source& s, std::uint64_t rows, std::uint64_t L, scale_rule rul
       CHECK(st->worst.flushed == e.flushed);
       CHECK(st->worst.abs_max == e.amax);
     }
+    }
   }
   return bad;
+}
+
+/// compare_each with one check_options.
+int compare(const source& s, std::uint64_t rows, std::uint64_t L, scale_rule rule, const char* what,
+            nanscope::check_options copt = nanscope::check_options{}.with_threads(1), double nv_amax = -1) {
+  return compare_each(s, rows, L, rule, what, {copt}, nv_amax);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -784,16 +797,25 @@ int same_results(const nanscope::block_scaled_result& a, const nanscope::block_s
   return bad;
 }
 
-TEST_CASE("block_scaled: the AVX2 path runs and is bit-identical to the portable loop (formats, rules, dtypes, axes)") {
-  // every source dtype of the vector path, every data kind (zeros, outliers, rounding boundaries, subnormal sources,
+TEST_CASE("block_scaled: the AVX2 and AVX-512 paths run and are bit-identical to the portable loop (formats, rules, dtypes, axes)") {
+  // every source dtype of the vector paths, every data kind (zeros, outliers, rounding boundaries, subnormal sources,
   // NaN / inf, wide and top ranges), row lengths with partial blocks, both axes, both NVFP4 tensor-scale sources, and
-  // with and without per-block records (the vector path accounts blocks differently when records are kept)
+  // with and without per-block records (the vector paths account blocks differently when records are kept); each
+  // instruction set on the same data, against the same portable result and the same reference
   std::mt19937_64 rng(77);
   const std::uint64_t Ls[] = {256, 48, 1000, 17};
+  std::vector<nanscope::isa> isas;  // the vector paths this CPU has (an isa it lacks would silently fall back)
 #if NANSCOPE_HAS_X86_SIMD()
   const bool have_avx2 = nanscope::detail::cpu_has_avx2();
-  if (!have_avx2) MESSAGE("this CPU has no AVX2: only the portable loop runs");
+  const bool have_avx512 = have_avx2 && nanscope::detail::cpu_has_avx512();
+  if (have_avx2) isas.push_back(nanscope::isa::avx2);
+  if (have_avx512) isas.push_back(nanscope::isa::avx512);
+  if (!have_avx2) MESSAGE("this CPU has no AVX2: neither vector path is tested here, only the portable loop runs");
+  else if (!have_avx512) MESSAGE("this CPU has no AVX-512: the AVX-512 path is NOT tested here (only AVX2 against the portable loop)");
+  std::atomic<std::uint64_t>* counters[] = {&nanscope::detail::bs_vector_units(), &nanscope::detail::bs_vector_units_avx512()};
 #endif
+  std::vector<nanscope::check_options> vec_opts;
+  for (nanscope::isa i : isas) vec_opts.push_back(nanscope::check_options{}.with_threads(1).with_isa(i));
   for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
     for (int kind = 0; kind < 8; ++kind)
       for (std::uint64_t L : Ls) {
@@ -808,22 +830,28 @@ TEST_CASE("block_scaled: the AVX2 path runs and is bit-identical to the portable
                                .with_nvfp4_tensor_amax(nv_amax);
                 opt.check = nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::scalar);
                 const auto ref = nanscope::check_block_scaled(view_of(s, rows, L), opt);
-                opt.check = nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::avx2);
-#if NANSCOPE_HAS_X86_SIMD()
-                const std::uint64_t before = nanscope::detail::bs_vector_units().load();
-#endif
-                const auto vec = nanscope::check_block_scaled(view_of(s, rows, L), opt);
-#if NANSCOPE_HAS_X86_SIMD()
-                if (have_avx2 && (axis < 0 ? L : rows) >= 32) CHECK(nanscope::detail::bs_vector_units().load() > before);
-#endif
                 const std::string what = std::string(nanscope::name(t)) + " kind " + std::to_string(kind) + " L=" +
                                          std::to_string(L) + " " + nanscope::name(rule) + " axis " + std::to_string(axis) +
                                          " nv_amax " + std::to_string(nv_amax) + (keep ? " records" : "");
-                CHECK(same_results(ref, vec, what) == 0);
+                for (std::size_t ii = 0; ii < isas.size(); ++ii) {
+                  opt.check = vec_opts[ii];
+#if NANSCOPE_HAS_X86_SIMD()
+                  const std::uint64_t before = counters[ii]->load();
+#endif
+                  const auto vec = nanscope::check_block_scaled(view_of(s, rows, L), opt);
+#if NANSCOPE_HAS_X86_SIMD()
+                  // the path of this isa took blocks (not the other one, not the portable loop)
+                  if ((axis < 0 ? L : rows) >= 32) CHECK_MESSAGE(counters[ii]->load() > before, nanscope::name(isas[ii]) << " " << what);
+#endif
+                  CHECK(same_results(ref, vec, what + " isa " + nanscope::name(isas[ii])) == 0);
+                }
               }
-        // and the vector path against the independent reference, every rule (records compared block by block)
-        for (scale_rule rule : all_rules)
-          CHECK(compare(s, rows, L, rule, "avx2", nanscope::check_options{}.with_threads(1).with_isa(nanscope::isa::avx2)) == 0);
+        // and the vector paths against the independent reference, every rule (records compared block by block); the
+        // instruction sets take turns by rule and data kind (each is bit-identical to the portable loop above anyway)
+        int turn = kind;
+        if (!vec_opts.empty())
+          for (scale_rule rule : all_rules)
+            CHECK(compare(s, rows, L, rule, "vector", vec_opts[static_cast<std::size_t>(turn++) % vec_opts.size()]) == 0);
       }
 }
 

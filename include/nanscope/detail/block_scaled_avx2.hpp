@@ -234,6 +234,33 @@ struct bs_vhist {
   bool used = false;
 };
 
+/// Adds the vector paths' histogram bins to the formats' counters: MX bins [lo, hi] by (exponent field of max |x|) * 4 +
+/// mantissa class, NVFP4 bins by E4M3 scale exponent field.
+inline void bs_vhist_bins(const bs_setup& s, const bs_vsetup& vs, bs_local& l, const std::uint64_t* mx, int lo, int hi,
+                          const std::uint64_t* nv) {
+  for (int i = 0; i < vs.n; ++i) {
+    const bs_vfmt& vf = vs.f[i];
+    bs_counts& c = l.c[static_cast<int>(s.f[vf.k].id)];
+    if (vf.mx) {
+      // the rule's +1 in mantissa class cl: this format's switch point is among the cl points reached
+      int delta[4] = {0, 0, 0, 0};
+      for (int cl = 1; cl < 4; ++cl) delta[cl] = delta[cl - 1] + (cl - 1 < vs.ncls && vs.cls[cl - 1] == vf.delta_mant ? 1 : 0);
+      for (int b = lo; b <= hi; ++b) {
+        if (mx[b] == 0) continue;
+        const int x = (b >> 2) - 127 - vf.emax + delta[b & 3];
+        c.hist[x + 127] += mx[b];
+        c.n_exp += mx[b];
+      }
+    } else {
+      for (int fld = 1; fld < 16; ++fld) {
+        if (nv[fld] == 0) continue;
+        c.hist[fld - 7 + 127] += nv[fld];
+        c.n_exp += nv[fld];
+      }
+    }
+  }
+}
+
 inline void bs_vhist_fold(const bs_setup& s, const bs_vsetup& vs, bs_vhist& h, bs_local& l) {
   if (!h.used) return;
   // the MX bins [lo, hi]: the window and the bins counted outside it
@@ -256,27 +283,7 @@ inline void bs_vhist_fold(const bs_setup& s, const bs_vsetup& vs, bs_vhist& h, b
   }
   for (int cp = 0; cp < 8; ++cp)
     for (int b = 0; b < 16; ++b) nv[b] += h.nv[cp][b];
-  for (int i = 0; i < vs.n; ++i) {
-    const bs_vfmt& vf = vs.f[i];
-    bs_counts& c = l.c[static_cast<int>(s.f[vf.k].id)];
-    if (vf.mx) {
-      // the rule's +1 in mantissa class cl: this format's switch point is among the cl points reached
-      int delta[4] = {0, 0, 0, 0};
-      for (int cl = 1; cl < 4; ++cl) delta[cl] = delta[cl - 1] + (cl - 1 < vs.ncls && vs.cls[cl - 1] == vf.delta_mant ? 1 : 0);
-      for (int b = lo; b <= hi; ++b) {
-        if (mx[b] == 0) continue;
-        const int x = (b >> 2) - 127 - vf.emax + delta[b & 3];
-        c.hist[x + 127] += mx[b];
-        c.n_exp += mx[b];
-      }
-    } else {
-      for (int fld = 1; fld < 16; ++fld) {
-        if (nv[fld] == 0) continue;
-        c.hist[fld - 7 + 127] += nv[fld];
-        c.n_exp += nv[fld];
-      }
-    }
-  }
+  bs_vhist_bins(s, vs, l, mx, lo, hi, nv);
   h.mx_lo = 256 * 4;
   h.mx_hi = -1;
   std::memset(h.nv, 0, sizeof h.nv);
@@ -384,11 +391,10 @@ inline void bs_zero_blocks(const bs_setup& s, const bs_format& f, bs_counts& c, 
   c.elements += static_cast<std::uint64_t>(nz) * static_cast<std::uint64_t>(B);
   c.zero_blocks += nz;
   if (f.out == nullptr) return;
-  for (int k = 0; k < 8; ++k)
-    if (((zero >> k) & 1u) != 0) {
-      const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
-      f.out[s.out_index(flat / s.L, (flat % s.L) / static_cast<std::uint64_t>(B), B)] = block_record{};
-    }
+  for (unsigned m = zero; m != 0; m &= m - 1u) {
+    const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(__builtin_ctz(m)) * static_cast<std::uint64_t>(B);
+    f.out[s.out_index(flat / s.L, (flat % s.L) / static_cast<std::uint64_t>(B), B)] = block_record{};
+  }
 }
 
 /// Counts and accounts the blocks `todo` of a group (8 lanes: blocks of B elements, block k at q + k * bytes) for one
@@ -689,6 +695,9 @@ NANSCOPE_IMPL_TARGET_AVX2 inline bool bs_units_avx2(const bs_setup& s, bs_local&
     auto* vh = new bs_vhist;
     std::memset(vh->nv, 0, sizeof vh->nv);
     l.vhist = vh;
+    l.vkind = 1;
+  } else if (l.vkind != 1) {
+    return false;  // (a segment the AVX-512 path started: never happens, one instruction set per pass)
   }
   const bs_vsetup& vs = *static_cast<const bs_vsetup*>(l.vsetup);
   bs_vhist& h = *static_cast<bs_vhist*>(l.vhist);
@@ -731,16 +740,6 @@ inline bs_units_fn bs_units_simd_for(const bs_setup& s) {
     case dtype::bf16: return &bs_units_avx2_bf16;
     default: return nullptr;
   }
-}
-
-/// Folds the vector path's histograms into the segment's counters and frees its state.
-inline void bs_vector_end(const bs_setup& s, bs_local& l) {
-  if (l.vsetup == nullptr) return;
-  bs_vhist_fold(s, *static_cast<const bs_vsetup*>(l.vsetup), *static_cast<bs_vhist*>(l.vhist), l);
-  delete static_cast<bs_vsetup*>(l.vsetup);
-  delete static_cast<bs_vhist*>(l.vhist);
-  l.vsetup = nullptr;
-  l.vhist = nullptr;
 }
 
 #endif  // NANSCOPE_HAS_X86_SIMD()

@@ -117,6 +117,7 @@ struct bs_local {
   std::vector<std::uint64_t> edges;  // flat starts of unit blocks that run past the segment's end
   void* vsetup = nullptr;  // the vector path's constants and histograms (block_scaled_avx2.hpp), made on first use
   void* vhist = nullptr;
+  int vkind = 0;  // which vector path made vhist: 1 AVX2 (bs_vhist), 2 AVX-512 (bs5_vhist, block_scaled_avx512.hpp)
 };
 
 /// |x| of element i of a raw run as f64 bits (exact; integer operations only, so f32/f16 subnormals survive the
@@ -317,7 +318,7 @@ inline void bs_units_portable(const bs_setup& s, bs_local& l, const unsigned cha
   }
 }
 
-/// The vector path for runs of whole unit blocks (set by block_scaled_avx2.hpp when compiled): returns false when it
+/// The vector path for runs of whole unit blocks (block_scaled_avx2.hpp, block_scaled_avx512.hpp when compiled): returns false when it
 /// does not take the run (the portable loop then does).
 using bs_units_fn = bool (*)(const bs_setup& s, bs_local& l, const unsigned char* p, std::uint64_t units,
                              std::uint64_t row, std::uint64_t col);
