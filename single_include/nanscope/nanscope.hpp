@@ -1785,6 +1785,28 @@ struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
 
+/// An 8-, 16- or 32-bit mask register's bits as an integer, moved through a general register. Why not a cast: GCC 12
+/// may keep the zero-extended value of a cast mask in the mask register, spill it with a 16-bit store (kmovw) and
+/// reload it with a 32-bit load, so the upper half comes from whatever was on the stack (found under -O1
+/// -fsanitize=thread, whose calls force such spills: a block's clip count of 10 for 1). The asm makes the move
+/// produce a full general-register value, and a general register spills whole. Every mask-to-integer conversion
+/// of the AVX-512 kernels goes through these.
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask8 m) {
+  std::uint32_t r;
+  __asm__("kmovb %1, %0" : "=r"(r) : "k"(m));
+  return r;
+}
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask16 m) {
+  std::uint32_t r;
+  __asm__("kmovw %1, %0" : "=r"(r) : "k"(m));
+  return r;
+}
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t mask_bits(__mmask32 m) {
+  std::uint64_t r;
+  __asm__("kmovd %1, %k0" : "=r"(r) : "k"(m));
+  return r;
+}
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -1881,18 +1903,18 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
   const __mmask16 infm = _mm512_mask_cmpeq_epu32_mask(valid, a, inf);
   const __mmask16 finm = static_cast<__mmask16>(valid & ~nanm & ~infm);
   const __mmask16 sign = _mm512_movepi32_mask(xi);
-  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
-  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFFFF));
-  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
-  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFFFu;
+  s.nan += static_cast<unsigned>(__builtin_popcount(mask_bits(nanm)));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(infm & ~sign))));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(infm & sign))));
+  const unsigned nonfin = mask_bits(static_cast<__mmask16>(valid & ~finm));
   if (nonfin != 0 && s.first_nf < 0) s.first_nf = index + __builtin_ctz(nonfin);
   if constexpr (L >= level::counts) {
     const __mmask16 zerom = _mm512_mask_cmpeq_epu32_mask(valid, a, _mm512_setzero_si512());
     const __mmask16 subm =
         static_cast<__mmask16>(finm & ~zerom & _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(kp.normal32))));
-    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
-    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+    s.sub += static_cast<unsigned>(__builtin_popcount(mask_bits(subm)));
+    s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(finm & ~zerom & sign))));
     const __mmask16 notnan = static_cast<__mmask16>(valid & ~nanm);
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu32(s.kamax, notnan, s.kamax, a);
@@ -1907,7 +1929,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
       s.fs2[0] = _mm512_fmadd_ps(d, d, s.fs2[0]);
       const __mmask16 other = static_cast<__mmask16>(finm & ~tm);
       if (other != 0) {
-        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(mask_bits(other)));
         const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
         const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
         const __m512d dlo = _mm512_maskz_sub_pd(static_cast<__mmask8>(other & 0xFF), lo, k64);
@@ -1976,8 +1998,8 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     // value (x - k is finite), excluded from abs_min_nonzero, and -0 is not counted as negative.
     const __mmask16 zerom = _mm512_testn_epi32_mask(a, a);
     if (static_cast<__mmask16>(tame | zerom) == 0xFFFF) {
-      s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-      s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi) & ~zerom & 0xFFFF));
+      s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+      s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(_mm512_movepi32_mask(xi) & ~zerom))));
       if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
       if constexpr (L == level::stats) {
         s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
@@ -2266,7 +2288,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __m512i a = _mm512_and_si512(xi, s.absm);
   const __mmask8 tame = _mm512_cmple_epu64_mask(_mm512_sub_epi64(a, s.lo), s.span);
   if (__builtin_expect(valid == 0xFF && tame == 0xFF, 1)) {
-    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi64_mask(xi)));
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(_mm512_movepi64_mask(xi))));
     if constexpr (L == level::counts) s.vamax = _mm512_max_pd(s.vamax, _mm512_castsi512_pd(a));
     if constexpr (L == level::stats) {
       s.vmin = _mm512_min_pd(s.vmin, x);
@@ -2283,17 +2305,17 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __mmask8 infm = _mm512_mask_cmpeq_epu64_mask(valid, a, s.inf);
   const __mmask8 finm = static_cast<__mmask8>(valid & ~nanm & ~infm);
   const __mmask8 sign = _mm512_movepi64_mask(xi);
-  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
-  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFF));
-  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
-  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFu;
+  s.nan += static_cast<unsigned>(__builtin_popcount(mask_bits(nanm)));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(infm & ~sign))));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(infm & sign))));
+  const unsigned nonfin = mask_bits(static_cast<__mmask8>(valid & ~finm));
   if (nonfin != 0 && s.first_nf < 0) s.first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
   if constexpr (L >= level::counts) {
     const __mmask8 zerom = _mm512_mask_cmpeq_epu64_mask(valid, a, _mm512_setzero_si512());
     const __mmask8 subm = static_cast<__mmask8>(finm & ~zerom & _mm512_cmplt_epu64_mask(a, s.normal));
-    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
-    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+    s.sub += static_cast<unsigned>(__builtin_popcount(mask_bits(subm)));
+    s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(finm & ~zerom & sign))));
     const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu64(s.kamax, notnan, s.kamax, a);
@@ -2310,12 +2332,12 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
       const __m512d d = _mm512_maskz_sub_pd(accm, x, s.k);
       s.s1 = _mm512_add_pd(s.s1, d);
       s.s2 = _mm512_fmadd_pd(d, d, s.s2);
-      s.nacc += static_cast<unsigned>(__builtin_popcount(accm));
+      s.nacc += static_cast<unsigned>(__builtin_popcount(mask_bits(accm)));
       if (hugem != 0) {
         alignas(64) double tmp[8];
         _mm512_store_pd(tmp, x);
         for (int l = 0; l < 8; ++l) {
-          if ((hugem >> l) & 1) {
+          if ((mask_bits(hugem) >> l) & 1u) {
             const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += dd;
             o.ld_s2 += dd * dd;
@@ -2557,7 +2579,7 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
       s.fs2 = _mm256_fmadd_ps(d, d, s.fs2);
       const unsigned other = finb & ~tm;
       if (other != 0) {
-        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(mask_bits(other)));
         const __m256i ov = _mm256_cmpgt_epi32(
             _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(other)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
             _mm256_setzero_si256());
@@ -3808,12 +3830,12 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t hist_zero_mask64(const unsigned
     const __m512i m = _mm512_set1_epi32(0x7FFFFFFF);
     std::uint64_t z = 0;
     for (int j = 0; j < 4; ++j)
-      z |= static_cast<std::uint64_t>(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m)) << (16 * j);
+      z |= static_cast<std::uint64_t>(mask_bits(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m))) << (16 * j);
     return z;
   } else {
     const __m512i m = _mm512_set1_epi16(0x7FFF);
-    return static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
-           (static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
+    return mask_bits(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
+           (mask_bits(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
   }
 }
 
@@ -12821,10 +12843,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_block_counts(const unsigned char* q,
       const __m512i a = Src::abs(q, v);
       const __m512i b = _mm512_sub_epi32(a, _mm512_set1_epi32(1));
       if constexpr (Small) {
-        mf |= static_cast<std::uint32_t>(_mm512_cmplt_epu32_mask(b, vf)) << (16 * v);
-        ms |= static_cast<std::uint32_t>(_mm512_cmplt_epu32_mask(b, vs)) << (16 * v);
+        mf |= mask_bits(_mm512_cmplt_epu32_mask(b, vf)) << (16 * v);
+        ms |= mask_bits(_mm512_cmplt_epu32_mask(b, vs)) << (16 * v);
       }
-      if constexpr (Clip) mc |= static_cast<std::uint32_t>(_mm512_cmpgt_epu32_mask(a, vc)) << (16 * v);
+      if constexpr (Clip) mc |= mask_bits(_mm512_cmpgt_epu32_mask(a, vc)) << (16 * v);
     }
     fl = static_cast<unsigned>(__builtin_popcount(mf));
     below = static_cast<unsigned>(__builtin_popcount(ms));
@@ -12832,18 +12854,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_block_counts(const unsigned char* q,
   } else if constexpr (!Half) {
     const __m512i a = Src::abs(q, 0);
     const __m512i b = _mm512_sub_epi16(a, _mm512_set1_epi16(1));
-    fl = Small ? static_cast<unsigned>(__builtin_popcount(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(tf))))) : 0u;
+    fl = Small ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(tf)))))) : 0u;
     below =
-        Small ? static_cast<unsigned>(__builtin_popcount(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(ts))))) : 0u;
-    cl = Clip ? static_cast<unsigned>(__builtin_popcount(_mm512_cmpgt_epu16_mask(a, _mm512_set1_epi16(static_cast<short>(tc)))))
+        Small ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(ts)))))) : 0u;
+    cl = Clip ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmpgt_epu16_mask(a, _mm512_set1_epi16(static_cast<short>(tc))))))
               : 0u;
   } else {
     const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_set1_epi16(0x7FFF));
     const __m256i b = _mm256_sub_epi16(a, _mm256_set1_epi16(1));
-    fl = Small ? static_cast<unsigned>(__builtin_popcount(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(tf))))) : 0u;
+    fl = Small ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(tf)))))) : 0u;
     below =
-        Small ? static_cast<unsigned>(__builtin_popcount(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(ts))))) : 0u;
-    cl = Clip ? static_cast<unsigned>(__builtin_popcount(_mm256_cmpgt_epu16_mask(a, _mm256_set1_epi16(static_cast<short>(tc)))))
+        Small ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(ts)))))) : 0u;
+    cl = Clip ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmpgt_epu16_mask(a, _mm256_set1_epi16(static_cast<short>(tc))))))
               : 0u;
   }
   (void)tf;
@@ -12983,9 +13005,9 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
   const __m512i bmin = vs.need_min ? bs5_hext16<true, !Src::wide>(mn_blk) : _mm512_setzero_si512();
   const __m512i amax32 = Src::wide ? amax : _mm512_slli_epi32(amax, 16);
   const unsigned real = nunits >= 16 ? 0xFFFFu : (1u << nunits) - 1u;
-  const unsigned fast = static_cast<unsigned>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
-                                              _mm512_cmplt_epu32_mask(amax32, _mm512_set1_epi32(0x7F800000))) & real;
-  const unsigned zero = static_cast<unsigned>(_mm512_cmpeq_epi32_mask(amax32, _mm512_setzero_si512())) & real;
+  const unsigned fast = mask_bits(static_cast<__mmask16>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
+                                                         _mm512_cmplt_epu32_mask(amax32, _mm512_set1_epi32(0x7F800000)))) & real;
+  const unsigned zero = mask_bits(_mm512_cmpeq_epi32_mask(amax32, _mm512_setzero_si512())) & real;
   const unsigned special = real & ~fast & ~zero;
   h.fin = _mm512_mask_max_epu32(h.fin, static_cast<__mmask16>(fast), h.fin, amax32);
   h.used = true;
@@ -13019,7 +13041,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const __m512i one = _mm512_set1_epi32(1);
     NANSCOPE_IMPL_UNROLL(16) for (int j = 0; j < 16; ++j)
       h.acc[j] = _mm512_mask_add_epi32(h.acc[j], _mm512_mask_cmpeq_epi32_mask(fk, d, _mm512_set1_epi32(j)), h.acc[j], one);
-    const unsigned out = fast & ~static_cast<unsigned>(_mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(16)));
+    const unsigned out = fast & ~mask_bits(_mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(16)));
     if (out != 0) {
       _mm512_store_si512(bins, bin);
       for (unsigned m = out; m != 0; m &= m - 1u) {
@@ -13054,11 +13076,11 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const __m512i D = _mm512_mask_add_epi32(D0, _mm512_cmpge_epi32_mask(mant, _mm512_set1_epi32(vf.delta_mant)), D0,
                                             _mm512_set1_epi32(1 << 23));
     const __m512i tc32 = _mm512_add_epi32(_mm512_set1_epi32(vf.c_clip), D);
-    const unsigned clip = vf.can_clip ? static_cast<unsigned>(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
+    const unsigned clip = vf.can_clip ? mask_bits(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
     const __m512i ts = bs5_dom<Src, true>(_mm512_add_epi32(_mm512_set1_epi32(vf.c_sub), D));
     unsigned low = fast;
     if (!vf.precise)  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
-      low = static_cast<unsigned>(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+      low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
     // blocks with small elements: every count; the others (clipping, or recorded) only the clipped one
     const unsigned rest = (f.out != nullptr ? fast : clip) & ~low;
     if ((low | rest) == 0) continue;
@@ -13087,7 +13109,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const std::uint64_t hflat0 = flat0 + static_cast<std::uint64_t>(part) * 256;
       const __m512i an = bs5_hext16<false, !Src::wide>(mx_half + 16 * part);
       const __m512i a32 = Src::wide ? an : _mm512_slli_epi32(an, 16);
-      const unsigned zh = static_cast<unsigned>(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
+      const unsigned zh = mask_bits(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
       bs_zero_blocks(s, f, c, zh, 16, hflat0);
       if (vf.off) {
         bs_portable_lanes(s, f, c, qp, realh & ~zh, 16, hflat0);
@@ -13098,7 +13120,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       __mmask16 ok;
       __m512i es;
       const __m512i code = bs5_nv_scale(vf, a32, ok, es);
-      const unsigned fh = static_cast<unsigned>(fastk & ok) & realh;
+      const unsigned fh = mask_bits(static_cast<__mmask16>(fastk & ok)) & realh;
       const unsigned sh = realh & ~fh & ~zh;
       if (sh != 0) bs_portable_lanes(s, f, c, qp, sh, 16, hflat0);
       if (fh == 0) continue;
@@ -13114,7 +13136,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const __m512i j = _mm512_and_si512(code, _mm512_set1_epi32(7));
       const __m512i sh23 = _mm512_slli_epi32(_mm512_add_epi32(es, _mm512_set1_epi32(vf.kt)), 23);
       const __m512i tc32 = bs5_table(vf.t_clip, j, sh23);
-      const unsigned clip = static_cast<unsigned>(_mm512_cmpgt_epu32_mask(a32, tc32)) & fh;
+      const unsigned clip = mask_bits(_mm512_cmpgt_epu32_mask(a32, tc32)) & fh;
       const __m512i tf = bs5_dom<Src, false>(bs5_table(vf.t_flush, j, sh23));
       const __m512i ts = bs5_dom<Src, true>(bs5_table(vf.t_sub, j, sh23));
       const __m512i tc = bs5_dom<Src, false>(tc32);

@@ -164,10 +164,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_block_counts(const unsigned char* q,
       const __m512i a = Src::abs(q, v);
       const __m512i b = _mm512_sub_epi32(a, _mm512_set1_epi32(1));
       if constexpr (Small) {
-        mf |= static_cast<std::uint32_t>(_mm512_cmplt_epu32_mask(b, vf)) << (16 * v);
-        ms |= static_cast<std::uint32_t>(_mm512_cmplt_epu32_mask(b, vs)) << (16 * v);
+        mf |= mask_bits(_mm512_cmplt_epu32_mask(b, vf)) << (16 * v);
+        ms |= mask_bits(_mm512_cmplt_epu32_mask(b, vs)) << (16 * v);
       }
-      if constexpr (Clip) mc |= static_cast<std::uint32_t>(_mm512_cmpgt_epu32_mask(a, vc)) << (16 * v);
+      if constexpr (Clip) mc |= mask_bits(_mm512_cmpgt_epu32_mask(a, vc)) << (16 * v);
     }
     fl = static_cast<unsigned>(__builtin_popcount(mf));
     below = static_cast<unsigned>(__builtin_popcount(ms));
@@ -175,18 +175,18 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_block_counts(const unsigned char* q,
   } else if constexpr (!Half) {
     const __m512i a = Src::abs(q, 0);
     const __m512i b = _mm512_sub_epi16(a, _mm512_set1_epi16(1));
-    fl = Small ? static_cast<unsigned>(__builtin_popcount(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(tf))))) : 0u;
+    fl = Small ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(tf)))))) : 0u;
     below =
-        Small ? static_cast<unsigned>(__builtin_popcount(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(ts))))) : 0u;
-    cl = Clip ? static_cast<unsigned>(__builtin_popcount(_mm512_cmpgt_epu16_mask(a, _mm512_set1_epi16(static_cast<short>(tc)))))
+        Small ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(ts)))))) : 0u;
+    cl = Clip ? static_cast<unsigned>(__builtin_popcountll(mask_bits(_mm512_cmpgt_epu16_mask(a, _mm512_set1_epi16(static_cast<short>(tc))))))
               : 0u;
   } else {
     const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_set1_epi16(0x7FFF));
     const __m256i b = _mm256_sub_epi16(a, _mm256_set1_epi16(1));
-    fl = Small ? static_cast<unsigned>(__builtin_popcount(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(tf))))) : 0u;
+    fl = Small ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(tf)))))) : 0u;
     below =
-        Small ? static_cast<unsigned>(__builtin_popcount(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(ts))))) : 0u;
-    cl = Clip ? static_cast<unsigned>(__builtin_popcount(_mm256_cmpgt_epu16_mask(a, _mm256_set1_epi16(static_cast<short>(tc)))))
+        Small ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(ts)))))) : 0u;
+    cl = Clip ? static_cast<unsigned>(__builtin_popcount(mask_bits(_mm256_cmpgt_epu16_mask(a, _mm256_set1_epi16(static_cast<short>(tc))))))
               : 0u;
   }
   (void)tf;
@@ -326,9 +326,9 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
   const __m512i bmin = vs.need_min ? bs5_hext16<true, !Src::wide>(mn_blk) : _mm512_setzero_si512();
   const __m512i amax32 = Src::wide ? amax : _mm512_slli_epi32(amax, 16);
   const unsigned real = nunits >= 16 ? 0xFFFFu : (1u << nunits) - 1u;
-  const unsigned fast = static_cast<unsigned>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
-                                              _mm512_cmplt_epu32_mask(amax32, _mm512_set1_epi32(0x7F800000))) & real;
-  const unsigned zero = static_cast<unsigned>(_mm512_cmpeq_epi32_mask(amax32, _mm512_setzero_si512())) & real;
+  const unsigned fast = mask_bits(static_cast<__mmask16>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
+                                                         _mm512_cmplt_epu32_mask(amax32, _mm512_set1_epi32(0x7F800000)))) & real;
+  const unsigned zero = mask_bits(_mm512_cmpeq_epi32_mask(amax32, _mm512_setzero_si512())) & real;
   const unsigned special = real & ~fast & ~zero;
   h.fin = _mm512_mask_max_epu32(h.fin, static_cast<__mmask16>(fast), h.fin, amax32);
   h.used = true;
@@ -362,7 +362,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const __m512i one = _mm512_set1_epi32(1);
     NANSCOPE_IMPL_UNROLL(16) for (int j = 0; j < 16; ++j)
       h.acc[j] = _mm512_mask_add_epi32(h.acc[j], _mm512_mask_cmpeq_epi32_mask(fk, d, _mm512_set1_epi32(j)), h.acc[j], one);
-    const unsigned out = fast & ~static_cast<unsigned>(_mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(16)));
+    const unsigned out = fast & ~mask_bits(_mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(16)));
     if (out != 0) {
       _mm512_store_si512(bins, bin);
       for (unsigned m = out; m != 0; m &= m - 1u) {
@@ -397,11 +397,11 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const __m512i D = _mm512_mask_add_epi32(D0, _mm512_cmpge_epi32_mask(mant, _mm512_set1_epi32(vf.delta_mant)), D0,
                                             _mm512_set1_epi32(1 << 23));
     const __m512i tc32 = _mm512_add_epi32(_mm512_set1_epi32(vf.c_clip), D);
-    const unsigned clip = vf.can_clip ? static_cast<unsigned>(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
+    const unsigned clip = vf.can_clip ? mask_bits(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
     const __m512i ts = bs5_dom<Src, true>(_mm512_add_epi32(_mm512_set1_epi32(vf.c_sub), D));
     unsigned low = fast;
     if (!vf.precise)  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
-      low = static_cast<unsigned>(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+      low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
     // blocks with small elements: every count; the others (clipping, or recorded) only the clipped one
     const unsigned rest = (f.out != nullptr ? fast : clip) & ~low;
     if ((low | rest) == 0) continue;
@@ -430,7 +430,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const std::uint64_t hflat0 = flat0 + static_cast<std::uint64_t>(part) * 256;
       const __m512i an = bs5_hext16<false, !Src::wide>(mx_half + 16 * part);
       const __m512i a32 = Src::wide ? an : _mm512_slli_epi32(an, 16);
-      const unsigned zh = static_cast<unsigned>(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
+      const unsigned zh = mask_bits(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
       bs_zero_blocks(s, f, c, zh, 16, hflat0);
       if (vf.off) {
         bs_portable_lanes(s, f, c, qp, realh & ~zh, 16, hflat0);
@@ -441,7 +441,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       __mmask16 ok;
       __m512i es;
       const __m512i code = bs5_nv_scale(vf, a32, ok, es);
-      const unsigned fh = static_cast<unsigned>(fastk & ok) & realh;
+      const unsigned fh = mask_bits(static_cast<__mmask16>(fastk & ok)) & realh;
       const unsigned sh = realh & ~fh & ~zh;
       if (sh != 0) bs_portable_lanes(s, f, c, qp, sh, 16, hflat0);
       if (fh == 0) continue;
@@ -457,7 +457,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const __m512i j = _mm512_and_si512(code, _mm512_set1_epi32(7));
       const __m512i sh23 = _mm512_slli_epi32(_mm512_add_epi32(es, _mm512_set1_epi32(vf.kt)), 23);
       const __m512i tc32 = bs5_table(vf.t_clip, j, sh23);
-      const unsigned clip = static_cast<unsigned>(_mm512_cmpgt_epu32_mask(a32, tc32)) & fh;
+      const unsigned clip = mask_bits(_mm512_cmpgt_epu32_mask(a32, tc32)) & fh;
       const __m512i tf = bs5_dom<Src, false>(bs5_table(vf.t_flush, j, sh23));
       const __m512i ts = bs5_dom<Src, true>(bs5_table(vf.t_sub, j, sh23));
       const __m512i tc = bs5_dom<Src, false>(tc32);

@@ -242,12 +242,12 @@ NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t hist_zero_mask64(const unsigned
     const __m512i m = _mm512_set1_epi32(0x7FFFFFFF);
     std::uint64_t z = 0;
     for (int j = 0; j < 4; ++j)
-      z |= static_cast<std::uint64_t>(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m)) << (16 * j);
+      z |= static_cast<std::uint64_t>(mask_bits(_mm512_testn_epi32_mask(_mm512_loadu_si512(p + 64 * j), m))) << (16 * j);
     return z;
   } else {
     const __m512i m = _mm512_set1_epi16(0x7FFF);
-    return static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
-           (static_cast<std::uint64_t>(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
+    return mask_bits(_mm512_testn_epi16_mask(_mm512_loadu_si512(p), m)) |
+           (mask_bits(_mm512_testn_epi16_mask(_mm512_loadu_si512(p + 64), m)) << 32);
   }
 }
 

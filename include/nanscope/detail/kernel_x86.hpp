@@ -55,6 +55,28 @@ struct kernel_no_hist {
   static constexpr bool enabled = false;
 };
 
+/// An 8-, 16- or 32-bit mask register's bits as an integer, moved through a general register. Why not a cast: GCC 12
+/// may keep the zero-extended value of a cast mask in the mask register, spill it with a 16-bit store (kmovw) and
+/// reload it with a 32-bit load, so the upper half comes from whatever was on the stack (found under -O1
+/// -fsanitize=thread, whose calls force such spills: a block's clip count of 10 for 1). The asm makes the move
+/// produce a full general-register value, and a general register spills whole. Every mask-to-integer conversion
+/// of the AVX-512 kernels goes through these.
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask8 m) {
+  std::uint32_t r;
+  __asm__("kmovb %1, %0" : "=r"(r) : "k"(m));
+  return r;
+}
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask16 m) {
+  std::uint32_t r;
+  __asm__("kmovw %1, %0" : "=r"(r) : "k"(m));
+  return r;
+}
+NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t mask_bits(__mmask32 m) {
+  std::uint64_t r;
+  __asm__("kmovd %1, %k0" : "=r"(r) : "k"(m));
+  return r;
+}
+
 /// F16C from CPUID leaf 1 (ECX bit 29); Clang's __builtin_cpu_supports does not know "f16c".
 inline bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -151,18 +173,18 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
   const __mmask16 infm = _mm512_mask_cmpeq_epu32_mask(valid, a, inf);
   const __mmask16 finm = static_cast<__mmask16>(valid & ~nanm & ~infm);
   const __mmask16 sign = _mm512_movepi32_mask(xi);
-  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
-  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFFFF));
-  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
-  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFFFu;
+  s.nan += static_cast<unsigned>(__builtin_popcount(mask_bits(nanm)));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(infm & ~sign))));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(infm & sign))));
+  const unsigned nonfin = mask_bits(static_cast<__mmask16>(valid & ~finm));
   if (nonfin != 0 && s.first_nf < 0) s.first_nf = index + __builtin_ctz(nonfin);
   if constexpr (L >= level::counts) {
     const __mmask16 zerom = _mm512_mask_cmpeq_epu32_mask(valid, a, _mm512_setzero_si512());
     const __mmask16 subm =
         static_cast<__mmask16>(finm & ~zerom & _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(kp.normal32))));
-    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
-    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+    s.sub += static_cast<unsigned>(__builtin_popcount(mask_bits(subm)));
+    s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(finm & ~zerom & sign))));
     const __mmask16 notnan = static_cast<__mmask16>(valid & ~nanm);
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu32(s.kamax, notnan, s.kamax, a);
@@ -177,7 +199,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void slow512_f
       s.fs2[0] = _mm512_fmadd_ps(d, d, s.fs2[0]);
       const __mmask16 other = static_cast<__mmask16>(finm & ~tm);
       if (other != 0) {
-        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(mask_bits(other)));
         const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
         const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
         const __m512d dlo = _mm512_maskz_sub_pd(static_cast<__mmask8>(other & 0xFF), lo, k64);
@@ -246,8 +268,8 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
     // value (x - k is finite), excluded from abs_min_nonzero, and -0 is not counted as negative.
     const __mmask16 zerom = _mm512_testn_epi32_mask(a, a);
     if (static_cast<__mmask16>(tame | zerom) == 0xFFFF) {
-      s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-      s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi32_mask(xi) & ~zerom & 0xFFFF));
+      s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+      s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask16>(_mm512_movepi32_mask(xi) & ~zerom))));
       if constexpr (L == level::counts) s.vamax[A] = _mm512_max_ps(s.vamax[A], _mm512_castsi512_ps(a));
       if constexpr (L == level::stats) {
         s.vmin[A] = _mm512_min_ps(s.vmin[A], x);
@@ -536,7 +558,7 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __m512i a = _mm512_and_si512(xi, s.absm);
   const __mmask8 tame = _mm512_cmple_epu64_mask(_mm512_sub_epi64(a, s.lo), s.span);
   if (__builtin_expect(valid == 0xFF && tame == 0xFF, 1)) {
-    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(_mm512_movepi64_mask(xi)));
+    if constexpr (L >= level::counts) s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(_mm512_movepi64_mask(xi))));
     if constexpr (L == level::counts) s.vamax = _mm512_max_pd(s.vamax, _mm512_castsi512_pd(a));
     if constexpr (L == level::stats) {
       s.vmin = _mm512_min_pd(s.vmin, x);
@@ -553,17 +575,17 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
   const __mmask8 infm = _mm512_mask_cmpeq_epu64_mask(valid, a, s.inf);
   const __mmask8 finm = static_cast<__mmask8>(valid & ~nanm & ~infm);
   const __mmask8 sign = _mm512_movepi64_mask(xi);
-  s.nan += static_cast<unsigned>(__builtin_popcount(nanm));
-  s.pinf += static_cast<unsigned>(__builtin_popcount(infm & ~sign & 0xFF));
-  s.ninf += static_cast<unsigned>(__builtin_popcount(infm & sign));
-  const unsigned nonfin = static_cast<unsigned>(valid & ~finm) & 0xFFu;
+  s.nan += static_cast<unsigned>(__builtin_popcount(mask_bits(nanm)));
+  s.pinf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(infm & ~sign))));
+  s.ninf += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(infm & sign))));
+  const unsigned nonfin = mask_bits(static_cast<__mmask8>(valid & ~finm));
   if (nonfin != 0 && s.first_nf < 0) s.first_nf = static_cast<std::int64_t>(i) + __builtin_ctz(nonfin);
   if constexpr (L >= level::counts) {
     const __mmask8 zerom = _mm512_mask_cmpeq_epu64_mask(valid, a, _mm512_setzero_si512());
     const __mmask8 subm = static_cast<__mmask8>(finm & ~zerom & _mm512_cmplt_epu64_mask(a, s.normal));
-    s.zero += static_cast<unsigned>(__builtin_popcount(zerom));
-    s.sub += static_cast<unsigned>(__builtin_popcount(subm));
-    s.neg += static_cast<unsigned>(__builtin_popcount(finm & ~zerom & sign));
+    s.zero += static_cast<unsigned>(__builtin_popcount(mask_bits(zerom)));
+    s.sub += static_cast<unsigned>(__builtin_popcount(mask_bits(subm)));
+    s.neg += static_cast<unsigned>(__builtin_popcount(mask_bits(static_cast<__mmask8>(finm & ~zerom & sign))));
     const __mmask8 notnan = static_cast<__mmask8>(valid & ~nanm);
     if constexpr (L == level::counts) {
       s.kamax = _mm512_mask_max_epu64(s.kamax, notnan, s.kamax, a);
@@ -580,12 +602,12 @@ NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline void group512_
       const __m512d d = _mm512_maskz_sub_pd(accm, x, s.k);
       s.s1 = _mm512_add_pd(s.s1, d);
       s.s2 = _mm512_fmadd_pd(d, d, s.s2);
-      s.nacc += static_cast<unsigned>(__builtin_popcount(accm));
+      s.nacc += static_cast<unsigned>(__builtin_popcount(mask_bits(accm)));
       if (hugem != 0) {
         alignas(64) double tmp[8];
         _mm512_store_pd(tmp, x);
         for (int l = 0; l < 8; ++l) {
-          if ((hugem >> l) & 1) {
+          if ((mask_bits(hugem) >> l) & 1u) {
             const long double dd = static_cast<long double>(tmp[l]) - static_cast<long double>(kp.k_ld);
             o.ld_s1 += dd;
             o.ld_s2 += dd * dd;
@@ -827,7 +849,7 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
       s.fs2 = _mm256_fmadd_ps(d, d, s.fs2);
       const unsigned other = finb & ~tm;
       if (other != 0) {
-        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(mask_bits(other)));
         const __m256i ov = _mm256_cmpgt_epi32(
             _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(other)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
             _mm256_setzero_si256());
