@@ -14,6 +14,7 @@
 #define NANSCOPE_BLOCK_SCALED_HPP
 
 #include "block_scaled_formats.hpp"
+#include "block_scaled_record.hpp"
 #include "block_scaled_result.hpp"
 #include "check.hpp"
 #include "config.hpp"
@@ -420,6 +421,27 @@ template <class T, class = std::enable_if_t<!std::is_same<std::decay_t<T>, tenso
 block_scaled_result check_block_scaled(const T& tensor, const block_scaled_options& opt = {}) {
   return check_block_scaled(to_view(tensor), opt);
 }
+
+namespace detail {
+
+/// The recorder's block-scaled pass (block_scaled_record.hpp's run_block_check): a target as options.
+inline block_scaled_result recorder_block_check(const tensor_view& v, const block_target& t, const check_options& c) {
+  block_scaled_options o;
+  o.formats = t.formats;
+  o.rule = t.rule;
+  o.axis = t.axis;
+  o.nvfp4_tensor_amax = t.nvfp4_tensor_amax;
+  o.check = c;
+  return check_block_scaled(v, o);
+}
+inline bool install_block_check() {
+  block_check_slot().store(&recorder_block_check, std::memory_order_release);
+  return true;
+}
+/// Installs the recorder's block-scaled pass when any translation unit includes this header.
+inline const bool block_check_installed = install_block_check();
+
+}  // namespace detail
 
 NANSCOPE_NAMESPACE_END
 

@@ -6,9 +6,12 @@
 
 #include "block_scaled_formats.hpp"
 #include "block_scaled_result.hpp"
+#include "check_api.hpp"
 #include "config.hpp"
 #include "health.hpp"
+#include "view.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -154,6 +157,30 @@ inline std::string block_loss_text(const block_format_stats& s, bool along_last 
                            s.scale_exp_mean, s.scale_exp_std)
                : bs_printf("; scale exponent %d", s.scale_exp_min);
   return out;
+}
+
+}  // namespace detail
+
+namespace detail {
+
+/// How a recorder reaches the block-scaled pass: <nanscope/block_scaled.hpp> installs it when any file of the
+/// program includes it (the separately compiled implementation does). The recorder does not include the kernels
+/// itself, so that the many files that record without a block target do not compile them (about 5 s of -O2 each).
+using block_check_fn = block_scaled_result (*)(const tensor_view&, const block_target&, const check_options&);
+inline std::atomic<block_check_fn>& block_check_slot() {
+  static std::atomic<block_check_fn> fn{nullptr};
+  return fn;
+}
+
+/// check_block_scaled(v, the target's options with `c` as the health pass) through the installed pass; without
+/// one, nanscope::error naming the tensor and the include that fixes it.
+inline block_scaled_result run_block_check(const tensor_view& v, const block_target& t, const check_options& c) {
+  const block_check_fn fn = block_check_slot().load(std::memory_order_acquire);
+  if (fn == nullptr)
+    fail(v.name, "a block-scaled target is set, but no file of this program includes <nanscope/block_scaled.hpp>, "
+                 "which compiles the block-scaled pass: include it in one file (e.g. where the recorder's options "
+                 "are set), or use the separately compiled implementation (<nanscope/instrument.hpp>)");
+  return fn(v, t, c);
 }
 
 }  // namespace detail

@@ -33,7 +33,8 @@
 
 #if defined(NANSCOPE_IMPLEMENTATION)
 // The one file that compiles the definitions: the host kernels and check(), the recorder's implementation and
-// the report printers (their static registration included).
+// the report printers and the recorder's block-scaled pass (their static registration included).
+#include "block_scaled.hpp"
 #include "check.hpp"
 #include "format.hpp"
 #include "report.hpp"

@@ -29,6 +29,7 @@
 //                 outlier in every row
 //   DIR/blocks_b  embed not checked (a site rule turns the target off); fc1 an outlier in row 0 only; the markup
 //                 child as in A
+#include <nanscope/block_scaled.hpp>
 #include <nanscope/nanscope.hpp>
 #include <nanscope/segments_guard.hpp>
 

@@ -503,4 +503,34 @@ TEST_CASE("block-scaled recorder: warnings in modes without abs_max, blocks alon
   CHECK(j["formats"][0]["warn_threshold"].get<double>() == 0.0);
 }
 
+
+TEST_CASE("block-scaled recorder: without <nanscope/block_scaled.hpp> in the program, a target is an error that says so") {
+  // The recorder reaches the pass through a slot that block_scaled.hpp fills; this binary includes it, so the slot
+  // is emptied for the test (as in a program where no file includes it) and restored after.
+  const bool installed = nanscope::detail::block_check_slot().load() != nullptr;
+  REQUIRE(installed);
+  nsrec::capture out;
+  nanscope::recorder_options o = nsrec::quiet_options(out);
+  o.block_scaled = block_target{block_format::mxfp4};
+  recorder rec(o);
+  const std::vector<float> a(64, 1.0f);
+  const auto saved = nanscope::detail::block_check_slot().exchange(nullptr);
+  std::string what;
+  try {
+    scope s(rec, "fc1", "Linear");
+    s.output(nanscope::view_of(a.data(), {2, 32}, "y"));
+  } catch (const nanscope::error& e) {
+    what = e.what();
+  }
+  nanscope::detail::block_check_slot().store(saved);
+  CHECK(what.find("'y'") != std::string::npos);
+  CHECK(what.find("<nanscope/block_scaled.hpp>") != std::string::npos);
+  // restored: the same recording works
+  {
+    scope s(rec, "fc2", "Linear");
+    s.output(nanscope::view_of(a.data(), {2, 32}, "y"));
+  }
+  CHECK(only_tensor(rec.frames(), "fc2").block_scaled.applied);
+}
+
 }  // namespace bsrec_test

@@ -4,7 +4,7 @@
 #ifndef NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 #define NANSCOPE_DETAIL_RECORDER_IMPL_HPP
 
-#include "../block_scaled.hpp"
+#include "../block_scaled_record.hpp"
 #include "../check.hpp"
 #include "../config.hpp"
 #include "../histogram.hpp"
@@ -216,7 +216,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
   } else {
     const check_options copt = check_options{}.with_mode(mode).with_threads(threads);
     // The block-scaled target, when there is one and it fits: a float tensor in host memory whose block axis
-    // exists (a target given with this call must fit: check_block_scaled throws nanscope::error naming the tensor).
+    // exists (a target given with this call must fit: check_block_scaled throws nanscope::error naming the
+    // tensor). The pass is reached through detail::run_block_check, which <nanscope/block_scaled.hpp> installs.
     const block_target* bt = target != nullptr ? target : bt_copy ? &*bt_copy : nullptr;
     if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
     if (bt != nullptr && target == nullptr) {
@@ -224,15 +225,6 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       // a target that does not fit, or a mode that asks not to read the data (shape, no_tensor: a gate's choice)
       if (bt->axis < -r || bt->axis >= r || mode == check_mode::shape || mode == check_mode::no_tensor) bt = nullptr;
     }
-    auto block_options = [&](const check_options& c) {
-      block_scaled_options o;
-      o.formats = bt->formats;
-      o.rule = bt->rule;
-      o.axis = bt->axis;
-      o.nvfp4_tensor_amax = bt->nvfp4_tensor_amax;
-      o.check = c;
-      return o;
-    };
     auto keep_blocks = [&](block_scaled_result&& br) {
       recorded_block_scaled& kb = rec.block_scaled;
       kb.applied = true;
@@ -274,7 +266,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       rec.has_margins = true;
     } else if (bt != nullptr && (mode == check_mode::full_health || mode == check_mode::stats)) {
       // one pass: the block statistics ride in the health pass (block_scaled.hpp)
-      block_scaled_result br = check_block_scaled(v, block_options(copt));
+      block_scaled_result br = detail::run_block_check(v, *bt, copt);
       rec.health = br.health;
       keep_blocks(std::move(br));
       block_done = true;
@@ -286,7 +278,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       }
     }
     if (!block_done)  // a pass of its own: after a segmented or margins pass, or in another mode
-      keep_blocks(check_block_scaled(v, block_options(check_options{}.with_mode(check_mode::stats).with_threads(threads))));
+      keep_blocks(detail::run_block_check(v, *bt, check_options{}.with_mode(check_mode::stats).with_threads(threads)));
   }
   const health_result& h = rec.health;
   const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
