@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 NANSCOPE_NAMESPACE_BEGIN
@@ -170,6 +171,36 @@ using block_check_fn = block_scaled_result (*)(const tensor_view&, const block_t
 inline std::atomic<block_check_fn>& block_check_slot() {
   static std::atomic<block_check_fn> fn{nullptr};
   return fn;
+}
+
+/// The block target a recorder applies to a tensor: `given` (a checkpoint's own: it must fit, check_block_scaled
+/// says so otherwise), else `site` (the site rule's or the options'), when it fits: a non-empty set, host memory,
+/// the axis within the rank, and a mode that reads the data (not shape or no_tensor, a gate's choice). Null: none.
+inline const block_target* fitting_block_target(const block_target* given, const block_target* site, const tensor_view& v,
+                                                 check_mode mode) {
+  const block_target* bt = given != nullptr ? given : site;
+  if (bt == nullptr || bt->formats.empty() || v.space == memory_space::cuda_device) return nullptr;
+  if (given == nullptr) {
+    const int r = v.rank > 0 ? v.rank : 1;
+    if (bt->axis < -r || bt->axis >= r || mode == check_mode::shape || mode == check_mode::no_tensor) return nullptr;
+  }
+  return bt;
+}
+
+/// Keeps a block-scaled pass's per-format statistics with the tensor's record.
+inline void keep_block_stats(recorded_block_scaled& kb, const block_target& t, block_scaled_result&& r) {
+  kb.applied = true;
+  kb.rule = t.rule;
+  kb.axis = r.axis;
+  kb.warn_lossy_fraction = t.warn_lossy_fraction;
+  kb.formats = std::move(r.formats);
+}
+
+/// Whether a format's statistics call for a warning: more of its blocks lose values than the threshold allows
+/// (block_warn_threshold: the given warn_lossy_fraction, or the automatic one; a negative one never warns).
+inline bool block_loss_warns(const recorded_block_scaled& kb, const block_format_stats& s) {
+  const double thr = block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule);
+  return !is_nan_bits(thr) && thr >= 0.0 && s.lossy_fraction() > thr;
 }
 
 /// check_block_scaled(v, the target's options with `c` as the health pass) through the installed pass; without

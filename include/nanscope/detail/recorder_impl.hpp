@@ -218,21 +218,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
     // The block-scaled target, when there is one and it fits: a float tensor in host memory whose block axis
     // exists (a target given with this call must fit: check_block_scaled throws nanscope::error naming the
     // tensor). The pass is reached through detail::run_block_check, which <nanscope/block_scaled.hpp> installs.
-    const block_target* bt = target != nullptr ? target : bt_copy ? &*bt_copy : nullptr;
-    if (bt != nullptr && (bt->formats.empty() || v.space == memory_space::cuda_device)) bt = nullptr;
-    if (bt != nullptr && target == nullptr) {
-      const int r = v.rank > 0 ? v.rank : 1;
-      // a target that does not fit, or a mode that asks not to read the data (shape, no_tensor: a gate's choice)
-      if (bt->axis < -r || bt->axis >= r || mode == check_mode::shape || mode == check_mode::no_tensor) bt = nullptr;
-    }
-    auto keep_blocks = [&](block_scaled_result&& br) {
-      recorded_block_scaled& kb = rec.block_scaled;
-      kb.applied = true;
-      kb.rule = bt->rule;
-      kb.axis = br.axis;
-      kb.warn_lossy_fraction = bt->warn_lossy_fraction;
-      kb.formats = std::move(br.formats);
-    };
+    const block_target* bt = detail::fitting_block_target(target, bt_copy ? &*bt_copy : nullptr, v, mode);
     bool block_done = bt == nullptr;
     // The segmentation: the one given with this call (it must fit: check() throws nanscope::error naming the
     // tensor), else this thread's innermost guard for this recorder, for inputs, outputs and checkpoints, when it
@@ -268,7 +254,7 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       // one pass: the block statistics ride in the health pass (block_scaled.hpp)
       block_scaled_result br = detail::run_block_check(v, *bt, copt);
       rec.health = br.health;
-      keep_blocks(std::move(br));
+      detail::keep_block_stats(rec.block_scaled, *bt, std::move(br));
       block_done = true;
     } else {
       rec.health = (check)(v, copt);
@@ -278,7 +264,8 @@ NANSCOPE_IMPL_ENTRY health_result recorder::record(frame& f, tensor_role role, s
       }
     }
     if (!block_done)  // a pass of its own: after a segmented or margins pass, or in another mode
-      keep_blocks(detail::run_block_check(v, *bt, check_options{}.with_mode(check_mode::stats).with_threads(threads)));
+      detail::keep_block_stats(rec.block_scaled, *bt,
+                               detail::run_block_check(v, *bt, check_options{}.with_mode(check_mode::stats).with_threads(threads)));
   }
   const health_result& h = rec.health;
   const bool bad = (h.nan != 0 && !allows(allowed, allow::nan)) || (h.pos_inf != 0 && !allows(allowed, allow::pos_inf)) ||
@@ -332,8 +319,7 @@ NANSCOPE_IMPL_ENTRY void recorder::maybe_warn(const frame& f, tensor_record& rec
     recorded_block_scaled& kb = rec.block_scaled;
     const bool along_last = rec.health.rank <= 1 || kb.axis == rec.health.rank - 1;
     for (const block_format_stats& s : kb.formats) {
-      const double thr = block_warn_threshold(kb.warn_lossy_fraction, s.format, s.rule);
-      if (detail::is_nan_bits(thr) || thr < 0.0 || !(s.lossy_fraction() > thr)) continue;
+      if (!detail::block_loss_warns(kb, s)) continue;
       kb.warned |= 1u << static_cast<unsigned>(s.format);
       std::string site = f.module_path;
       site += ':';
