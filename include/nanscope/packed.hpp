@@ -25,6 +25,7 @@
 #include "config.hpp"
 #include "dtype.hpp"
 #include "health.hpp"
+#include "detail/packed_avx512.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -142,6 +143,13 @@ struct packed_result {
 struct packed_options {
   unsigned threads = 0;  ///< 0: nanscope's default (NANSCOPE_THREADS or the hardware threads)
   std::uint64_t parallel_threshold = std::uint64_t{1} << 22;  ///< fewer elements: one thread
+  /// isa::avx512 (what automatic picks where the CPU has it, and VBMI, VPOPCNTDQ and GFNI): E2M1 in blocks of 32 is
+  /// counted by the AVX-512 kernel (detail/packed_avx512.hpp); any other: the portable code. The results are the same.
+  isa instruction_set = isa::automatic;
+  packed_options& with_isa(isa i) {
+    instruction_set = i;
+    return *this;
+  }
   packed_options& with_threads(unsigned t) {
     threads = t;
     return *this;
@@ -289,6 +297,7 @@ struct pk_job {
   int bits;
   std::uint64_t L, nb, rows;  // row length, blocks per row, rows
   bool fast;                  // every block a whole run of bytes of B * bits / 8
+  bool avx512;                // E2M1 blocks of 32: the AVX-512 kernel
   std::uint64_t total_blocks, part;
   std::vector<pk_state>* states;
 };
@@ -311,6 +320,12 @@ inline void pk_task(void* vctx, std::size_t t) {
     // E2M1 in whole blocks of bytes, by table rows (pk_e2m1_blocks); blocks of 16 and 32 unrolled
     st.codes.assign(256 * 16, 0);
     const std::uint64_t bb = B / 2;
+#if NANSCOPE_HAS_X86_SIMD()
+    if (bb == 16 && job->avx512) {
+      pk5_e2m1_b32(d, sc, b0, b1, st.codes.data(), st.blocks);
+      return;
+    }
+#endif
     if (bb == 16) pk_e2m1_blocks<16>(d, sc, b0, b1, bb, st.codes.data(), st.blocks);
     else if (bb == 8) pk_e2m1_blocks<8>(d, sc, b0, b1, bb, st.codes.data(), st.blocks);
     else pk_e2m1_blocks<0>(d, sc, b0, b1, bb, st.codes.data(), st.blocks);
@@ -495,6 +510,11 @@ inline packed_result check_packed(const packed_view& v, const packed_options& op
   job.rows = rows;
   job.fast = L % B == 0 && (B * static_cast<std::uint64_t>(bits)) % 8 == 0;
   job.total_blocks = rows * nb;
+#if NANSCOPE_HAS_X86_SIMD()
+  job.avx512 = resolve_isa(opt.instruction_set) == isa::avx512 && detail::cpu_has_avx512_pk();
+#else
+  job.avx512 = false;
+#endif
   unsigned threads = opt.threads == 0 ? detail::default_thread_count() : opt.threads;
   if (n < opt.parallel_threshold) threads = 1;
   const std::uint64_t parts = (std::min<std::uint64_t>)(threads, job.total_blocks);

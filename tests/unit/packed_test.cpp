@@ -444,4 +444,118 @@ TEST_CASE("packed: a geometry that does not fit its buffers is an error naming t
   CHECK(r6.health.negative == 5);
 }
 
+// The AVX-512 E2M1 kernel (blocks of 32, detail/packed_avx512.hpp) against the portable path: the raw per-(scale, code)
+// and per-block tables of both on the same block ranges, and every field of check_packed()'s result, on random and
+// adversarial data (every code filling a block, one code among zeros, +-0 mixes, every scale byte including 0xFF,
+// runs of one scale past the 16-bit rows' flush, block counts around multiples of 16, unaligned data, no scales).
+bool same_result(const nanscope::packed_result& a, const nanscope::packed_result& b) {
+  const nanscope::health_result &x = a.health, &y = b.health;
+  bool ok = x.count == y.count && x.nan == y.nan && x.pos_inf == y.pos_inf && x.neg_inf == y.neg_inf && x.zero == y.zero &&
+            x.positive == y.positive && x.negative == y.negative && x.subnormal == y.subnormal &&
+            x.any_nonfinite == y.any_nonfinite && x.first_nonfinite == y.first_nonfinite && same(x.min, y.min) &&
+            same(x.max, y.max) && same(x.abs_max, y.abs_max) && same(x.abs_min, y.abs_min) &&
+            same(x.abs_min_nonzero, y.abs_min_nonzero) && same(x.mean, y.mean) && same(x.std, y.std) && x.m2 == y.m2;
+  const nanscope::block_format_stats &p = a.blocks, &q = b.blocks;
+  ok = ok && p.blocks == q.blocks && p.elements == q.elements && p.zero_blocks == q.zero_blocks && p.nan_blocks == q.nan_blocks &&
+       p.zero_scale_blocks == q.zero_scale_blocks && p.lossy_blocks == q.lossy_blocks && p.clipped == q.clipped &&
+       p.flushed == q.flushed && p.subnormal == q.subnormal && p.scale_histogram == q.scale_histogram &&
+       same(p.scale_exp_mean, q.scale_exp_mean) && same(p.scale_exp_std, q.scale_exp_std) && p.scale_exp_min == q.scale_exp_min &&
+       p.scale_exp_max == q.scale_exp_max;
+  ok = ok && a.nan_scales == b.nan_scales && a.nan_elements == b.nan_elements && a.inf_elements == b.inf_elements &&
+       a.scaled == b.scaled && a.values.size() == b.values.size();
+  for (std::size_t i = 0; ok && i < a.values.size(); ++i)
+    ok = a.values[i].scale == b.values[i].scale && a.values[i].code == b.values[i].code && a.values[i].count == b.values[i].count &&
+         same(a.values[i].value, b.values[i].value);
+  return ok;
+}
+
+TEST_CASE("packed: the AVX-512 E2M1 kernel (blocks of 32) against the portable path, field by field") {
+#if NANSCOPE_HAS_X86_SIMD()
+  const bool have = nanscope::detail::cpu_has_avx512_pk();
+#else
+  const bool have = false;
+#endif
+  MESSAGE("AVX-512 E2M1 kernel (VBMI, VPOPCNTDQ, GFNI) on this CPU: " << std::string(have ? "yes, compared" : "no, the portable path only"));
+  std::mt19937_64 rng(20261128);
+  // data kinds: 0 random bytes, 1 each block one code throughout, 2 one random nibble among zeros, 3 +-0 only,
+  // 4 mostly zero bytes, 5 a byte pattern per block (the same byte 16 times)
+  auto fill = [&](std::vector<unsigned char>& d, std::size_t off, std::uint64_t nblocks, int kind) {
+    for (std::uint64_t k = 0; k < nblocks; ++k) {
+      unsigned char* p = d.data() + off + k * 16;
+      const int kk = kind == 6 ? static_cast<int>(rng() % 6) : kind;
+      const unsigned code = static_cast<unsigned>(rng() % 16), byte = static_cast<unsigned>(rng() % 256);
+      for (int j = 0; j < 16; ++j) {
+        unsigned v = 0;
+        switch (kk) {
+          case 0: v = static_cast<unsigned>(rng()); break;
+          case 1: v = code | (code << 4); break;
+          case 2: v = 0; break;
+          case 3: v = (rng() % 2 ? 8u : 0u) | (rng() % 2 ? 0x80u : 0u); break;
+          case 4: v = rng() % 8 == 0 ? static_cast<unsigned>(rng()) : 0u; break;
+          default: v = byte; break;
+        }
+        p[j] = static_cast<unsigned char>(v);
+      }
+      if (kk == 2) {
+        const unsigned j = static_cast<unsigned>(rng() % 32);
+        p[j / 2] = static_cast<unsigned char>(j % 2 ? code << 4 : code);
+      }
+    }
+  };
+  int cases = 0, raw_bad = 0, res_bad = 0;
+  const std::uint64_t block_counts[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 257, 1000, 2047, 2048, 2049, 5003};
+  for (std::uint64_t nblk : block_counts)
+    for (int kind = 0; kind <= 6; ++kind)
+      for (int scales_kind = 0; scales_kind < 4; ++scales_kind) {
+        // scales: 0 every byte at random, 1 one scale throughout (past the 2047-block flush), 2 a few incl. 0xFF, 3 none
+        const std::size_t off = static_cast<std::size_t>(rng() % 64);  // data not aligned to anything
+        std::vector<unsigned char> d(off + nblk * 16 + 64);
+        fill(d, off, nblk, kind);
+        std::vector<unsigned char> sc(static_cast<std::size_t>(nblk));
+        const unsigned char one = static_cast<unsigned char>(rng() % 256);
+        for (auto& s : sc)
+          s = scales_kind == 0 ? static_cast<unsigned char>(rng()) : scales_kind == 1 ? one
+              : static_cast<unsigned char>(rng() % 4 == 0 ? 0xFF : 125 + rng() % 3);
+        const unsigned char* scp = scales_kind == 3 ? nullptr : sc.data();
+        // the raw tables on sub-ranges: [b0, b1) with b0 not a multiple of 16
+        for (int rep = 0; rep < 3; ++rep) {
+          const std::uint64_t b0 = rep == 0 ? 0 : rng() % nblk, b1 = rep == 0 ? nblk : b0 + rng() % (nblk - b0 + 1);
+          std::vector<std::uint64_t> c1(256 * 16, 0), c2(256 * 16, 0);
+          std::uint64_t k1[256][3] = {}, k2[256][3] = {};
+          nanscope::detail::pk_e2m1_blocks<16>(d.data() + off, scp, b0, b1, 16, c1.data(), k1);
+#if NANSCOPE_HAS_X86_SIMD()
+          if (have) nanscope::detail::pk5_e2m1_b32(d.data() + off, scp, b0, b1, c2.data(), k2);
+#endif
+          if (!have) continue;
+          bool ok = c1 == c2;
+          for (int s = 0; s < 256; ++s)
+            for (int t = 0; t < 3; ++t) ok = ok && k1[s][t] == k2[s][t];
+          if (!ok) ++raw_bad;
+        }
+        // check_packed: a row length of 32 * m elements, rows * m = nblk
+        std::uint64_t m = 1;
+        for (std::uint64_t f : {7u, 5u, 3u, 2u})
+          if (nblk % f == 0 && rng() % 2) m *= f;
+        if (nblk % m != 0) m = 1;
+        const nanscope::packed_view v = nanscope::packed_view::mx(
+            d.data() + off, nblk * 16, element_format::e2m1,
+            {static_cast<std::int64_t>(nblk / m), static_cast<std::int64_t>(32 * m)}, scp, scp ? nblk : 0);
+        for (unsigned threads : {1u, 2u, 3u}) {
+          nanscope::packed_options po;
+          po.threads = threads;
+          po.parallel_threshold = 0;
+          const nanscope::packed_result want = nanscope::check_packed(v, nanscope::packed_options(po).with_isa(nanscope::isa::scalar));
+          const nanscope::packed_result got = nanscope::check_packed(v, nanscope::packed_options(po).with_isa(nanscope::isa::avx512));
+          ++cases;
+          if (!same_result(want, got)) {
+            ++res_bad;
+            MESSAGE("mismatch: blocks " << nblk << " kind " << kind << " scales " << scales_kind << " threads " << threads);
+          }
+        }
+      }
+  MESSAGE(cases << " check_packed comparisons");
+  CHECK(raw_bad == 0);
+  CHECK(res_bad == 0);
+}
+
 }  // namespace packed_test_ns
