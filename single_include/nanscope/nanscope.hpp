@@ -1790,18 +1790,19 @@ struct kernel_no_hist {
 /// reload it with a 32-bit load, so the upper half comes from whatever was on the stack (found under -O1
 /// -fsanitize=thread, whose calls force such spills: a block's clip count of 10 for 1). The asm makes the move
 /// produce a full general-register value, and a general register spills whole. Every mask-to-integer conversion
-/// of the AVX-512 kernels goes through these.
-NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask8 m) {
+/// of the AVX-512 kernels goes through these (always_inline: a call from code without AVX-512, e.g. an AVX2
+/// kernel, fails to compile instead of running kmov on a CPU that lacks it).
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline std::uint32_t mask_bits(__mmask8 m) {
   std::uint32_t r;
   __asm__("kmovb %1, %0" : "=r"(r) : "k"(m));
   return r;
 }
-NANSCOPE_IMPL_TARGET_AVX512 inline std::uint32_t mask_bits(__mmask16 m) {
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline std::uint32_t mask_bits(__mmask16 m) {
   std::uint32_t r;
   __asm__("kmovw %1, %0" : "=r"(r) : "k"(m));
   return r;
 }
-NANSCOPE_IMPL_TARGET_AVX512 inline std::uint64_t mask_bits(__mmask32 m) {
+NANSCOPE_IMPL_TARGET_AVX512 __attribute__((always_inline)) inline std::uint64_t mask_bits(__mmask32 m) {
   std::uint64_t r;
   __asm__("kmovd %1, %k0" : "=r"(r) : "k"(m));
   return r;
@@ -2579,7 +2580,7 @@ NANSCOPE_IMPL_TARGET_AVX2 __attribute__((always_inline)) inline void group256_f3
       s.fs2 = _mm256_fmadd_ps(d, d, s.fs2);
       const unsigned other = finb & ~tm;
       if (other != 0) {
-        s.n_slow += static_cast<unsigned>(__builtin_popcount(mask_bits(other)));
+        s.n_slow += static_cast<unsigned>(__builtin_popcount(other));
         const __m256i ov = _mm256_cmpgt_epi32(
             _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(other)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
             _mm256_setzero_si256());
