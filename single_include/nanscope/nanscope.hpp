@@ -13080,8 +13080,27 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_table(const std::int32_t* t, __m5
   return _mm512_add_epi32(_mm512_permutexvar_epi32(j, tab), sh23);
 }
 
+/// The 16 unit blocks' smallest b = |x| - 1 (lane k: block k; bf16: in the low 16 bits).
+template <class Src>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_block_mins(const unsigned char* q) {
+  constexpr std::size_t UB = 32 * Src::es;
+  __m512i mn[16];
+  NANSCOPE_IMPL_UNROLL(16) for (int k = 0; k < 16; ++k) {
+    const unsigned char* bq = q + static_cast<std::size_t>(k) * UB;
+    if constexpr (Src::wide) {
+      const __m512i one = _mm512_set1_epi32(1);
+      mn[k] = _mm512_min_epu32(_mm512_sub_epi32(Src::abs(bq, 0), one), _mm512_sub_epi32(Src::abs(bq, 1), one));
+    } else {
+      const __m512i b = _mm512_sub_epi16(Src::abs(bq, 0), _mm512_set1_epi16(1));
+      mn[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
+    }
+  }
+  return bs5_hext16<true, !Src::wide>(mn);
+}
+
 /// Pass 1 over a group's 16 unit blocks: per block a vector whose lanes' max is the block's max |x| (Nv: per half
-/// too), and (Min) one whose lanes' unsigned min is the smallest b = |x| - 1; 32-bit lanes (bf16: the larger /
+/// too), and (Min) in mn_blk[0] (to be set to all ones by the caller) the running lane-wise unsigned min of b = |x| - 1
+/// over the group (bf16: per 16-bit lane); 32-bit lanes (bf16: the larger /
 /// smaller of each lane's two 16-bit values in the lane's low half, the high half to be ignored: bs5_hext16<.., true>). Prefetches the same bytes one chunk further on (pf: 0 for none).
 template <class Src, bool Nv, bool Min>
 NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::size_t pf, __m512i* mx_half, __m512i* mx_blk,
@@ -13101,7 +13120,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
       if constexpr (!Nv) mx_blk[k] = _mm512_max_epu32(x0, x1);  // (Nv: the block maxima come from the halves')
       if constexpr (Min) {
         const __m512i one = _mm512_set1_epi32(1);
-        mn_blk[k] = _mm512_min_epu32(_mm512_sub_epi32(x0, one), _mm512_sub_epi32(x1, one));
+        mn_blk[0] = _mm512_min_epu32(mn_blk[0], _mm512_min_epu32(_mm512_sub_epi32(x0, one), _mm512_sub_epi32(x1, one)));
       }
     } else {
       const __m512i x = Src::abs(bq, 0);
@@ -13113,7 +13132,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
       }
       if constexpr (Min) {
         const __m512i b = _mm512_sub_epi16(x, _mm512_set1_epi16(1));
-        mn_blk[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
+        mn_blk[0] = _mm512_min_epu16(mn_blk[0], b);
       }
     }
   }
@@ -13126,6 +13145,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
                                                   const unsigned char* q, int nunits, std::uint64_t flat0, std::size_t pf) {
   constexpr std::size_t UB = 32 * Src::es;
   __m512i mx_half[32], mx_blk[16], mn_blk[16];
+  mn_blk[0] = _mm512_set1_epi32(-1);
   if (vs.any_nv) {
     if (vs.need_min) bs5_pass1<Src, true, true>(q, pf, mx_half, mx_blk, mn_blk);
     else bs5_pass1<Src, true, false>(q, pf, mx_half, mx_blk, mn_blk);
@@ -13147,7 +13167,15 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     an_part[0] = an_part[1] = _mm512_setzero_si512();
     amax = bs5_hext16<false, !Src::wide>(mx_blk);
   }
-  const __m512i bmin = vs.need_min ? bs5_hext16<true, !Src::wide>(mn_blk) : _mm512_setzero_si512();
+  // MXFP8: the group's smallest b = |x| - 1 (its blocks' own smallest ones only when some block might be below T_sub)
+  std::uint32_t gmin = 0;
+  if (vs.need_min) {
+    const __m512i g = Src::wide ? mn_blk[0] : _mm512_min_epu32(_mm512_and_si512(mn_blk[0], _mm512_set1_epi32(0xFFFF)),
+                                                               _mm512_srli_epi32(mn_blk[0], 16));
+    gmin = static_cast<std::uint32_t>(_mm512_reduce_min_epu32(g));
+  }
+  __m512i bmin = _mm512_setzero_si512();
+  bool have_bmin = false;
   const __m512i amax32 = Src::wide ? amax : _mm512_slli_epi32(amax, 16);
   const unsigned real = nunits >= 16 ? 0xFFFFu : (1u << nunits) - 1u;
   const unsigned fast = mask_bits(static_cast<__mmask16>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
@@ -13224,8 +13252,19 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const unsigned clip = vf.can_clip ? mask_bits(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
     const __m512i ts = bs5_dom<Src, true>(_mm512_add_epi32(_mm512_set1_epi32(vf.c_sub), D));
     unsigned low = fast;
-    if (!vf.precise)  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
-      low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+    if (!vf.precise) {  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
+      // no fast block has an element below its T_sub when the group's smallest b is at least the largest threshold
+      const auto tsmax = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_maskz_mov_epi32(_cvtu32_mask16(fast), ts)));
+      if (gmin >= tsmax) {
+        low = 0;
+      } else {
+        if (!have_bmin) {
+          bmin = bs5_block_mins<Src>(q);
+          have_bmin = true;
+        }
+        low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+      }
+    }
     // blocks with small elements: every count; the others (clipping, or recorded) only the clipped one
     const unsigned rest = (f.out != nullptr ? fast : clip) & ~low;
     if ((low | rest) == 0) continue;
