@@ -241,6 +241,138 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group(const bs_setup& s, const
   c.lossy_blocks += lossy;
 }
 
+/// Transposed sum of 16 vectors of 16 32-bit lanes: lane k = the sum of v[k]'s lanes (bs5_hext16 with adds).
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_hsum16(const __m512i* v) {
+  __m512i p[8], q[4], r[2];
+  NANSCOPE_IMPL_UNROLL(8) for (int i = 0; i < 8; ++i)
+    p[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  NANSCOPE_IMPL_UNROLL(4) for (int i = 0; i < 4; ++i)
+    q[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+  NANSCOPE_IMPL_UNROLL(2) for (int i = 0; i < 2; ++i)
+    r[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
+}
+
+/// One block's (or NVFP4 half's) counts fl and below as bs5_block_counts<Src, Half, true, false>, packed per element
+/// lane instead of popcounted: a vector whose 32-bit lanes sum to fl + (below << 6) (each at most 32: 6-bit fields).
+template <class Src, bool Half>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_block_vec(const unsigned char* q, std::uint32_t tf, std::uint32_t ts) {
+  if constexpr (Src::wide) {
+    constexpr int V = Half ? 1 : 2;
+    const __m512i vf = _mm512_set1_epi32(static_cast<int>(tf)), vs = _mm512_set1_epi32(static_cast<int>(ts));
+    __m512i acc = _mm512_setzero_si512();
+    NANSCOPE_IMPL_UNROLL(2) for (int v = 0; v < V; ++v) {
+      const __m512i a = Src::abs(q, v);
+      const __m512i b = _mm512_sub_epi32(a, _mm512_set1_epi32(1));
+      acc = _mm512_mask_add_epi32(acc, _mm512_cmplt_epu32_mask(b, vf), acc, _mm512_set1_epi32(1));
+      acc = _mm512_mask_add_epi32(acc, _mm512_cmplt_epu32_mask(b, vs), acc, _mm512_set1_epi32(1 << 6));
+    }
+    return acc;
+  } else if constexpr (!Half) {
+    const __m512i a = Src::abs(q, 0);
+    const __m512i b = _mm512_sub_epi16(a, _mm512_set1_epi16(1));
+    __m512i acc = _mm512_maskz_mov_epi16(_mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(tf))), _mm512_set1_epi16(1));
+    acc = _mm512_mask_add_epi16(acc, _mm512_cmplt_epu16_mask(b, _mm512_set1_epi16(static_cast<short>(ts))), acc,
+                                _mm512_set1_epi16(1 << 6));
+    return _mm512_madd_epi16(acc, _mm512_set1_epi16(1));  // (lane values <= 65: no sign trouble)
+  } else {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), _mm256_set1_epi16(0x7FFF));
+    const __m256i b = _mm256_sub_epi16(a, _mm256_set1_epi16(1));
+    __m256i acc = _mm256_maskz_mov_epi16(_mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(tf))), _mm256_set1_epi16(1));
+    acc = _mm256_mask_add_epi16(acc, _mm256_cmplt_epu16_mask(b, _mm256_set1_epi16(static_cast<short>(ts))), acc,
+                                _mm256_set1_epi16(1 << 6));
+    return _mm512_zextsi256_si512(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+  }
+}
+
+/// bs5_count_group<Src, Half, true, ...> for a group where most blocks are counted: all 16 blocks' flushed and
+/// below-T_sub counts at once (bs5_block_vec, one transposed sum), the clipped ones only in the blocks of `clip`
+/// (those whose max clips: the others have none); totals and the lossy blocks from vectors; the worst-block
+/// bookkeeping runs per block only when some block of `todo` could be a candidate (its loss at least the worst so
+/// far) or blocks are recorded. Same results as bs5_count_group (the worst block's choice does not depend on the
+/// order its candidates come in).
+template <class Src, bool Half>
+NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group_vec(const bs_setup& s, const bs_format& f, bs_counts& c,
+                                                            const unsigned char* q, std::size_t bytes, unsigned todo,
+                                                            unsigned clip, __m512i tf, __m512i ts, __m512i tc, __m512i scale,
+                                                            __m512i amax32, int B, std::uint64_t flat0) {
+  alignas(64) std::uint32_t vf[16], vs[16], vc[16];
+  _mm512_store_si512(vf, tf);
+  _mm512_store_si512(vs, ts);
+  _mm512_store_si512(vc, tc);
+  __m512i acc[16];
+  if constexpr (!Src::wide && Half) {
+    // bf16 NVFP4 halves two at a time (one 512-bit vector of 32 elements: half 2j in the low 256 bits, 2j + 1 in the
+    // high), each 256-bit half against its own thresholds (the low 16 bits of each threshold lane, as the one-half code)
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i tf2 = _mm512_or_si512(_mm512_and_si512(tf, lo16), _mm512_slli_epi32(tf, 16));
+    const __m512i ts2 = _mm512_or_si512(_mm512_and_si512(ts, lo16), _mm512_slli_epi32(ts, 16));
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    NANSCOPE_IMPL_UNROLL(8) for (int j = 0; j < 8; ++j) {
+      const __m512i idx = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * j));
+      const __m512i a = Src::abs(q + static_cast<std::size_t>(2 * j) * bytes, 0);
+      const __m512i b = _mm512_sub_epi16(a, _mm512_set1_epi16(1));
+      __m512i a16 = _mm512_maskz_mov_epi16(_mm512_cmplt_epu16_mask(b, _mm512_permutexvar_epi32(idx, tf2)), _mm512_set1_epi16(1));
+      a16 = _mm512_mask_add_epi16(a16, _mm512_cmplt_epu16_mask(b, _mm512_permutexvar_epi32(idx, ts2)), a16, _mm512_set1_epi16(1 << 6));
+      const __m512i p = _mm512_madd_epi16(a16, _mm512_set1_epi16(1));
+      acc[2 * j] = _mm512_maskz_mov_epi32(0x00FF, p);
+      acc[2 * j + 1] = _mm512_maskz_mov_epi32(0xFF00, p);
+    }
+  } else {
+    NANSCOPE_IMPL_UNROLL(16) for (int k = 0; k < 16; ++k)
+      acc[k] = bs5_block_vec<Src, Half>(q + static_cast<std::size_t>(k) * bytes, vf[k], vs[k]);
+  }
+  const __m512i cnt = bs5_hsum16(acc);
+  __m512i cl = _mm512_setzero_si512();
+  for (unsigned t = clip & todo; t != 0; t &= t - 1u) {
+    const int k = __builtin_ctz(t);
+    unsigned fl_k, below_k, cl_k;
+    bs5_block_counts<Src, Half, false, true>(q + static_cast<std::size_t>(k) * bytes, vf[k], vs[k], vc[k], fl_k, below_k, cl_k);
+    cl = _mm512_mask_set1_epi32(cl, _cvtu32_mask16(1u << k), static_cast<int>(cl_k));
+  }
+  const __mmask16 m = _cvtu32_mask16(todo);
+  const __m512i f6 = _mm512_set1_epi32(63);
+  const __m512i fl = _mm512_and_si512(cnt, f6), below = _mm512_and_si512(_mm512_srli_epi32(cnt, 6), f6);
+  const __m512i loss = _mm512_add_epi32(fl, cl);
+  // totals in 10-bit fields (each at most 16 * 32)
+  const __m512i packed = _mm512_maskz_mov_epi32(
+      m, _mm512_add_epi32(fl, _mm512_add_epi32(_mm512_slli_epi32(below, 10), _mm512_slli_epi32(cl, 20))));
+  const auto sums = static_cast<std::uint32_t>(_mm512_reduce_add_epi32(packed));
+  const unsigned fl_sum = sums & 1023u, below_sum = (sums >> 10) & 1023u, cl_sum = sums >> 20;
+  const unsigned lossy = static_cast<unsigned>(__builtin_popcount(mask_bits(_mm512_mask_cmpneq_epi32_mask(m, loss, _mm512_setzero_si512()))));
+  const auto maxloss = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_maskz_mov_epi32(m, loss)));
+  const bool keep = f.out != nullptr;
+  if (keep || (maxloss != 0 && maxloss >= c.worst_loss)) {
+    alignas(64) std::uint32_t afl[16], abl[16], acl[16], sc[16], am[16];
+    _mm512_store_si512(afl, fl);
+    _mm512_store_si512(abl, below);
+    _mm512_store_si512(acl, cl);
+    _mm512_store_si512(sc, scale);
+    _mm512_store_si512(am, amax32);
+    const bool cols = s.columns;
+    std::uint64_t wflat = c.worst_row * s.L + c.worst_col;
+    for (unsigned t = todo; t != 0; t &= t - 1u) {
+      const int k = __builtin_ctz(t);
+      const unsigned loss_k = afl[k] + acl[k];
+      const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
+      const bool cand = (loss_k > c.worst_loss) | ((loss_k == c.worst_loss) & (loss_k != 0) & (cols | (flat < wflat)));
+      if (cand | keep) {
+        bs_note_block(s, f, c, flat, B, acl[k], afl[k], abl[k] - afl[k], am[k], static_cast<std::uint8_t>(sc[k]));
+        wflat = c.worst_row * s.L + c.worst_col;
+      }
+    }
+  }
+  c.flushed += fl_sum;
+  c.subnormal += below_sum - fl_sum;
+  c.clipped += cl_sum;
+  c.lossy_blocks += lossy;
+}
+
+/// Blocks counted at once (bs5_count_group_vec) from this many blocks of a group on; fewer: one by one.
+#ifndef NANSCOPE_IMPL_BS5_VEC_MIN
+#define NANSCOPE_IMPL_BS5_VEC_MIN 8
+#endif
+
 /// NVFP4 block scales of 16 halves (bs_nv_scale's arithmetic in 16 lanes): E4M3 codes, `ok` where the scale is a
 /// normal E4M3 and its thresholds normal f32, exp_s the scale's exponent.
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_nv_scale(const bs_vfmt& f, __m512i a, __mmask16& ok, __m512i& exp_s) {
@@ -269,8 +401,27 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_table(const std::int32_t* t, __m5
   return _mm512_add_epi32(_mm512_permutexvar_epi32(j, tab), sh23);
 }
 
+/// The 16 unit blocks' smallest b = |x| - 1 (lane k: block k; bf16: in the low 16 bits).
+template <class Src>
+NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_block_mins(const unsigned char* q) {
+  constexpr std::size_t UB = 32 * Src::es;
+  __m512i mn[16];
+  NANSCOPE_IMPL_UNROLL(16) for (int k = 0; k < 16; ++k) {
+    const unsigned char* bq = q + static_cast<std::size_t>(k) * UB;
+    if constexpr (Src::wide) {
+      const __m512i one = _mm512_set1_epi32(1);
+      mn[k] = _mm512_min_epu32(_mm512_sub_epi32(Src::abs(bq, 0), one), _mm512_sub_epi32(Src::abs(bq, 1), one));
+    } else {
+      const __m512i b = _mm512_sub_epi16(Src::abs(bq, 0), _mm512_set1_epi16(1));
+      mn[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
+    }
+  }
+  return bs5_hext16<true, !Src::wide>(mn);
+}
+
 /// Pass 1 over a group's 16 unit blocks: per block a vector whose lanes' max is the block's max |x| (Nv: per half
-/// too), and (Min) one whose lanes' unsigned min is the smallest b = |x| - 1; 32-bit lanes (bf16: the larger /
+/// too), and (Min) in mn_blk[0] (to be set to all ones by the caller) the running lane-wise unsigned min of b = |x| - 1
+/// over the group (bf16: per 16-bit lane); 32-bit lanes (bf16: the larger /
 /// smaller of each lane's two 16-bit values in the lane's low half, the high half to be ignored: bs5_hext16<.., true>). Prefetches the same bytes one chunk further on (pf: 0 for none).
 template <class Src, bool Nv, bool Min>
 NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::size_t pf, __m512i* mx_half, __m512i* mx_blk,
@@ -287,10 +438,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
         mx_half[2 * k] = x0;
         mx_half[2 * k + 1] = x1;
       }
-      mx_blk[k] = _mm512_max_epu32(x0, x1);
+      if constexpr (!Nv) mx_blk[k] = _mm512_max_epu32(x0, x1);  // (Nv: the block maxima come from the halves')
       if constexpr (Min) {
         const __m512i one = _mm512_set1_epi32(1);
-        mn_blk[k] = _mm512_min_epu32(_mm512_sub_epi32(x0, one), _mm512_sub_epi32(x1, one));
+        mn_blk[0] = _mm512_min_epu32(mn_blk[0], _mm512_min_epu32(_mm512_sub_epi32(x0, one), _mm512_sub_epi32(x1, one)));
       }
     } else {
       const __m512i x = Src::abs(bq, 0);
@@ -302,7 +453,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_pass1(const unsigned char* q, std::s
       }
       if constexpr (Min) {
         const __m512i b = _mm512_sub_epi16(x, _mm512_set1_epi16(1));
-        mn_blk[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
+        mn_blk[0] = _mm512_min_epu16(mn_blk[0], b);
       }
     }
   }
@@ -315,6 +466,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
                                                   const unsigned char* q, int nunits, std::uint64_t flat0, std::size_t pf) {
   constexpr std::size_t UB = 32 * Src::es;
   __m512i mx_half[32], mx_blk[16], mn_blk[16];
+  mn_blk[0] = _mm512_set1_epi32(-1);
   if (vs.any_nv) {
     if (vs.need_min) bs5_pass1<Src, true, true>(q, pf, mx_half, mx_blk, mn_blk);
     else bs5_pass1<Src, true, false>(q, pf, mx_half, mx_blk, mn_blk);
@@ -322,8 +474,29 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     if (vs.need_min) bs5_pass1<Src, false, true>(q, pf, mx_half, mx_blk, mn_blk);
     else bs5_pass1<Src, false, false>(q, pf, mx_half, mx_blk, mn_blk);
   }
-  const __m512i amax = bs5_hext16<false, !Src::wide>(mx_blk);
-  const __m512i bmin = vs.need_min ? bs5_hext16<true, !Src::wide>(mn_blk) : _mm512_setzero_si512();
+  // NVFP4: the 32 halves' maxima (two vectors of 16), and the blocks' as the larger of each pair of halves
+  __m512i an_part[2];
+  __m512i amax;
+  if (vs.any_nv) {
+    an_part[0] = bs5_hext16<false, !Src::wide>(mx_half);
+    an_part[1] = bs5_hext16<false, !Src::wide>(mx_half + 16);
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    amax = _mm512_max_epu32(_mm512_permutex2var_epi32(an_part[0], even, an_part[1]),
+                            _mm512_permutex2var_epi32(an_part[0], odd, an_part[1]));
+  } else {
+    an_part[0] = an_part[1] = _mm512_setzero_si512();
+    amax = bs5_hext16<false, !Src::wide>(mx_blk);
+  }
+  // MXFP8: the group's smallest b = |x| - 1 (its blocks' own smallest ones only when some block might be below T_sub)
+  std::uint32_t gmin = 0;
+  if (vs.need_min) {
+    const __m512i g = Src::wide ? mn_blk[0] : _mm512_min_epu32(_mm512_and_si512(mn_blk[0], _mm512_set1_epi32(0xFFFF)),
+                                                               _mm512_srli_epi32(mn_blk[0], 16));
+    gmin = static_cast<std::uint32_t>(_mm512_reduce_min_epu32(g));
+  }
+  __m512i bmin = _mm512_setzero_si512();
+  bool have_bmin = false;
   const __m512i amax32 = Src::wide ? amax : _mm512_slli_epi32(amax, 16);
   const unsigned real = nunits >= 16 ? 0xFFFFu : (1u << nunits) - 1u;
   const unsigned fast = mask_bits(static_cast<__mmask16>(_mm512_cmpgt_epu32_mask(amax32, _mm512_set1_epi32(0x1FFFFFFF)) &
@@ -400,14 +573,29 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
     const unsigned clip = vf.can_clip ? mask_bits(_mm512_cmpgt_epu32_mask(amax32, tc32)) & fast : 0u;
     const __m512i ts = bs5_dom<Src, true>(_mm512_add_epi32(_mm512_set1_epi32(vf.c_sub), D));
     unsigned low = fast;
-    if (!vf.precise)  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
-      low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+    if (!vf.precise) {  // MXFP8: only blocks whose smallest non-zero |x| is below T_sub have small elements
+      // no fast block has an element below its T_sub when the group's smallest b is at least the largest threshold
+      const auto tsmax = static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_maskz_mov_epi32(_cvtu32_mask16(fast), ts)));
+      if (gmin >= tsmax) {
+        low = 0;
+      } else {
+        if (!have_bmin) {
+          bmin = bs5_block_mins<Src>(q);
+          have_bmin = true;
+        }
+        low = mask_bits(_mm512_cmplt_epu32_mask(bmin, ts)) & fast;
+      }
+    }
     // blocks with small elements: every count; the others (clipping, or recorded) only the clipped one
     const unsigned rest = (f.out != nullptr ? fast : clip) & ~low;
     if ((low | rest) == 0) continue;
     const __m512i tf = bs5_dom<Src, false>(_mm512_add_epi32(_mm512_set1_epi32(vf.c_flush), D));
     const __m512i tc = bs5_dom<Src, false>(tc32);
     const __m512i scale = _mm512_add_epi32(_mm512_srai_epi32(D, 23), _mm512_set1_epi32(127));
+    if (rest == 0 && __builtin_popcount(low) >= NANSCOPE_IMPL_BS5_VEC_MIN) {
+      bs5_count_group_vec<Src, false>(s, f, c, q, UB, low, clip, tf, ts, tc, scale, amax32, 32, flat0);
+      continue;
+    }
     // (the clipped count only in the blocks whose max clips: the others have none)
     if ((low & clip) != 0) bs5_count_group<Src, false, true, true>(s, f, c, q, UB, low & clip, tf, ts, tc, scale, amax32, 32, flat0);
     if ((low & ~clip) != 0) bs5_count_group<Src, false, true, false>(s, f, c, q, UB, low & ~clip, tf, ts, tc, scale, amax32, 32, flat0);
@@ -428,7 +616,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       if (realh == 0) continue;
       const unsigned char* qp = q + static_cast<std::size_t>(part) * 256 * Src::es;
       const std::uint64_t hflat0 = flat0 + static_cast<std::uint64_t>(part) * 256;
-      const __m512i an = bs5_hext16<false, !Src::wide>(mx_half + 16 * part);
+      const __m512i an = an_part[part];
       const __m512i a32 = Src::wide ? an : _mm512_slli_epi32(an, 16);
       const unsigned zh = mask_bits(_mm512_cmpeq_epi32_mask(a32, _mm512_setzero_si512())) & realh;
       bs_zero_blocks(s, f, c, zh, 16, hflat0);
@@ -448,11 +636,16 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const unsigned nfast = static_cast<unsigned>(__builtin_popcount(fh));
       c.blocks += nfast;
       c.elements += 16u * nfast;
-      alignas(64) std::int32_t ex[16];
-      _mm512_store_si512(ex, _mm512_srli_epi32(code, 3));
-      for (unsigned m = fh; m != 0; m &= m - 1u) {
-        const int k = __builtin_ctz(m);
-        ++h.nv[k & 7][ex[k]];
+      {  // the scale exponents' histogram: one count per distinct exponent of the fast halves (usually a few)
+        const __m512i exv = _mm512_srli_epi32(code, 3);
+        alignas(64) std::int32_t ex[16];
+        _mm512_store_si512(ex, exv);
+        for (unsigned m = fh; m != 0;) {
+          const int k = __builtin_ctz(m);
+          const unsigned same = mask_bits(_mm512_cmpeq_epi32_mask(exv, _mm512_set1_epi32(ex[k]))) & m;
+          h.nv[k & 7][ex[k]] += static_cast<std::uint32_t>(__builtin_popcount(same));
+          m &= ~same;
+        }
       }
       const __m512i j = _mm512_and_si512(code, _mm512_set1_epi32(7));
       const __m512i sh23 = _mm512_slli_epi32(_mm512_add_epi32(es, _mm512_set1_epi32(vf.kt)), 23);
@@ -461,6 +654,10 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
       const __m512i tf = bs5_dom<Src, false>(bs5_table(vf.t_flush, j, sh23));
       const __m512i ts = bs5_dom<Src, true>(bs5_table(vf.t_sub, j, sh23));
       const __m512i tc = bs5_dom<Src, false>(tc32);
+      if (__builtin_popcount(fh) >= NANSCOPE_IMPL_BS5_VEC_MIN) {
+        bs5_count_group_vec<Src, true>(s, f, c, qp, 16 * Src::es, fh, clip, tf, ts, tc, code, a32, 16, hflat0);
+        continue;
+      }
       if ((fh & clip) != 0) bs5_count_group<Src, true, true, true>(s, f, c, qp, 16 * Src::es, fh & clip, tf, ts, tc, code, a32, 16, hflat0);
       if ((fh & ~clip) != 0) bs5_count_group<Src, true, true, false>(s, f, c, qp, 16 * Src::es, fh & ~clip, tf, ts, tc, code, a32, 16, hflat0);
     }
