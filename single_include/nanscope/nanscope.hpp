@@ -17125,6 +17125,14 @@ NANSCOPE_NAMESPACE_END
 #define NANSCOPE_IMPL_BS_PREFETCH 1
 #endif
 
+// GCC 12 warns that _mm512_undefined_*()'s self-initialised value is used uninitialised at every inlining site of
+// the unpack / permute intrinsics (GCC bug 105593, fixed in GCC 13); as in kernel_x86.hpp, scoped to this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 NANSCOPE_NAMESPACE_BEGIN
 namespace detail {
 
@@ -17857,6 +17865,10 @@ inline void bs_vector_end(const bs_setup& s, bs_local& l) {
 
 }  // namespace detail
 NANSCOPE_NAMESPACE_END
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif  // NANSCOPE_DETAIL_BLOCK_SCALED_AVX512_HPP
 // ---- end nanscope/detail/block_scaled_avx512.hpp ----
