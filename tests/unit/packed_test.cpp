@@ -502,7 +502,7 @@ TEST_CASE("packed: the AVX-512 E2M1 kernel (blocks of 32) against the portable p
       }
     }
   };
-  int cases = 0, raw_bad = 0, res_bad = 0;
+  int cases = 0, raw_bad = 0, res_bad = 0, path_bad = 0;
   const std::uint64_t block_counts[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 257, 1000, 2047, 2048, 2049, 5003};
   for (std::uint64_t nblk : block_counts)
     for (int kind = 0; kind <= 6; ++kind)
@@ -545,7 +545,14 @@ TEST_CASE("packed: the AVX-512 E2M1 kernel (blocks of 32) against the portable p
           po.threads = threads;
           po.parallel_threshold = 0;
           const nanscope::packed_result want = nanscope::check_packed(v, nanscope::packed_options(po).with_isa(nanscope::isa::scalar));
+#if NANSCOPE_HAS_X86_SIMD()
+          const std::uint64_t before = nanscope::detail::pk5_blocks_counted().load();
+#endif
           const nanscope::packed_result got = nanscope::check_packed(v, nanscope::packed_options(po).with_isa(nanscope::isa::avx512));
+#if NANSCOPE_HAS_X86_SIMD()
+          // where the CPU has it, check_packed took the kernel for every block (not the portable path twice)
+          if (have && nanscope::detail::pk5_blocks_counted().load() - before != nblk) ++path_bad;
+#endif
           ++cases;
           if (!same_result(want, got)) {
             ++res_bad;
@@ -556,6 +563,7 @@ TEST_CASE("packed: the AVX-512 E2M1 kernel (blocks of 32) against the portable p
   MESSAGE(cases << " check_packed comparisons");
   CHECK(raw_bad == 0);
   CHECK(res_bad == 0);
+  CHECK(path_bad == 0);
 }
 
 }  // namespace packed_test_ns
