@@ -202,6 +202,14 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_block_counts(const unsigned char* q,
   (void)tc;
 }
 
+/// Whether a block that loses `loss` elements (flat index `flat`) may become the worst block: more loss than the
+/// worst so far, or a tie won by a lower index (row-wise a lower flat index `wflat`, no division; column-wise
+/// bs_note_block decides). Evaluated without branches: whether a block loses anything is a coin toss for some
+/// formats and data.
+inline bool bs5_worst_candidate(const bs_counts& c, unsigned loss, std::uint64_t flat, std::uint64_t wflat, bool cols) {
+  return (loss > c.worst_loss) | ((loss == c.worst_loss) & (loss != 0) & (cols | (flat < wflat)));
+}
+
 /// Counts and accounts the blocks `todo` of a group (16 lanes: blocks of B elements, block k at q + k * bytes) for
 /// one format, from its threshold lanes in the compare domain (bs5_dom); Small / Clip as in bs5_block_counts.
 template <class Src, bool Half, bool Small, bool Clip>
@@ -228,10 +236,8 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group(const bs_setup& s, const
     cl_sum += cl;
     const unsigned loss = fl + cl;
     lossy += loss != 0 ? 1u : 0u;
-    // a tie with the worst block so far wins only with a lower index: row-wise, a lower flat index (no division);
-    // evaluated without branches (whether a block loses anything is a coin toss for some formats and data)
     const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
-    const bool cand = (loss > c.worst_loss) | ((loss == c.worst_loss) & (loss != 0) & (cols | (flat < wflat)));
+    const bool cand = bs5_worst_candidate(c, loss, flat, wflat, cols);
     if (cand | keep) {
       if (!stored) {
         _mm512_store_si512(sc, scale);
@@ -363,7 +369,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group_vec(const bs_setup& s, c
       const int k = __builtin_ctz(t);
       const unsigned loss_k = afl[k] + acl[k];
       const std::uint64_t flat = flat0 + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(B);
-      const bool cand = (loss_k > c.worst_loss) | ((loss_k == c.worst_loss) & (loss_k != 0) & (cols | (flat < wflat)));
+      const bool cand = bs5_worst_candidate(c, loss_k, flat, wflat, cols);
       if (cand | keep) {
         bs_note_block(s, f, c, flat, B, acl[k], afl[k], abl[k] - afl[k], am[k], static_cast<std::uint8_t>(sc[k]));
         wflat = c.worst_row * s.L + c.worst_col;
