@@ -20,6 +20,18 @@
 //                                copy of every segment's record to pinned memory (48 bytes a segment).
 //   health_seg_kv/bf16/67108864/4096
 //                                [65536, 1024] in every_rows(16): 4096 KV blocks of 16 tokens, full_health
+//   health_mx/<dtype>/67108864/<format>
+//                                checker::check (stats) and cuda::check_block_scaled_async of one block format
+//                                (mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 nvfp4, or all) queued
+//                                together on a [16384, 4096] view, f32 and bf16, NVFP4's tensor amax given: the
+//                                block-scaled what-if's cost over health/<dtype>/67108864 (the host's row names)
+//   health_mx_unroll2/<dtype>/67108864/<format>
+//                                the same with the packed kernel's variant that has two quads' loads in flight
+//                                (80 registers, 3 blocks a multiprocessor; formats all, mxfp8_e4m3, nvfp4): a
+//                                measurement of bsc_quad_unroll's choice, checked against the default's records
+//   health_mx_unitpath/<dtype>/67108864/<format>
+//                                the same with the one-unit-per-warp kernel (bsc_kernel, which serves strided,
+//                                misaligned and L % 32 != 0 views): what the packed kernel gains
 //   read_anchor/<dtype>/<elements>
 //                                the same bytes reduced by cub::DeviceReduce::Sum (f32 as float, the other
 //                                dtypes as unsigned integers of the same width): a bare read-and-reduce of
@@ -85,6 +97,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -325,6 +338,82 @@ void bm_health(benchmark::State& state, dtype t, std::uint64_t n,
   for (auto _ : state) {
     timer.start(view.stream);
     nanscope::cuda::pending p = env.chk->check(view, opt);
+    timer.stop(view.stream);
+    state.SetIterationTime(timer.seconds());
+  }
+  set_throughput(state, n, es);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// health_mx/<dtype>/67108864/<format>: the health pass (STATS) and the block-scaled what-if statistics of one
+// format (or all six) queued together on a [n / 4096, 4096] view, as the host's rows of that name; NVFP4's tensor
+// amax given (a previous step's), so each is one launch. Ratio to health/<dtype>/67108864: the what-if's cost.
+// ---------------------------------------------------------------------------------------------------------
+/// unroll: 0 the public check_block_scaled_async; 2 the packed kernel's unroll-2 variant; -1 the one-unit kernel.
+void bm_health_mx(benchmark::State& state, dtype t, std::uint64_t n, int fmt, int unroll = 0) {
+  bench_env& env = *g_env;
+  const std::size_t es = nanscope::size_of(t);
+  device_mem buf(n * es);
+  fill_device(buf.get(), t, n, 0x5EED0001u, env.stream);
+  NSB_CUDA(cudaStreamSynchronize(env.stream));
+  const std::int64_t cols = 4096;
+  const nanscope::cuda::buffer_view view = nanscope::cuda::device_buffer(
+      buf.get(), t, {static_cast<std::int64_t>(n) / cols, cols}, env.stream, "bench.x");
+  const nanscope::block_format_set formats =
+      fmt < 0 ? nanscope::block_format_set::all()
+              : nanscope::block_format_set{}.with(static_cast<nanscope::block_format>(fmt));
+  const nanscope::check_options copt = stats_mode();
+  nanscope::block_scaled_options opt = nanscope::block_scaled_options{}.with_formats(formats).with_check(copt);
+  {  // not timed: the data is finite and the synchronous check agrees on what the row measures
+    const nanscope::block_scaled_result r = env.chk->check_block_scaled(view, opt);
+    if (!result_is_clean(r.health, n) || r.formats.empty()) {
+      state.SkipWithError("the benchmark buffer is not what the row claims (non-finite values or wrong count)");
+      return;
+    }
+    opt = opt.with_nvfp4_tensor_amax(r.health.abs_max);
+  }
+  device_mem rec(sizeof(nanscope::cuda::block_scaled_records));
+  auto* records = static_cast<nanscope::cuda::block_scaled_records*>(rec.get());
+  // unroll 2: the packed kernel with two quads' loads in flight (3 blocks a multiprocessor), launched as
+  // check_block_scaled_async launches the default one (clear the records, one launch)
+  namespace nd = nanscope::cuda::detail;
+  const nd::bsc_plan plan = nd::bsc_make_plan(view.view, opt);
+  nd::bsc_params params = nd::bsc_make_params(plan, view.view.data, plan.formats.bits, false,
+                                              nanscope::nvfp4_tensor_scale(plan.nv_amax), records, nullptr);
+  if (unroll < 0) params.quad = 0;  // the one-unit-per-warp kernel
+  auto queue = [&] {
+    if (unroll != 0) {
+      NSB_CUDA(cudaMemsetAsync(records, 0, sizeof(nanscope::cuda::block_scaled_records), view.stream));
+      if (unroll == 2) nd::bsc_launch<nd::bsc_params, 2>(params, view.stream, view.view.name);
+      else nd::bsc_launch<nd::bsc_params>(params, view.stream, view.view.name);
+    } else {
+      nanscope::cuda::check_block_scaled_async(view, opt, records);
+    }
+  };
+  for (int w = 0; w < warmup_calls; ++w) {
+    const nanscope::cuda::pending p = env.chk->check(view, copt);
+    queue();
+    if (!result_is_clean(p.get(), n)) {
+      state.SkipWithError("the benchmark buffer is not what the row claims (non-finite values or wrong count)");
+      return;
+    }
+  }
+  if (unroll != 0) {  // not timed: the variant's records are the default kernel's
+    nanscope::cuda::block_scaled_records a{}, b{};
+    NSB_CUDA(cudaMemcpyAsync(&a, records, sizeof a, cudaMemcpyDeviceToHost, view.stream));
+    nanscope::cuda::check_block_scaled_async(view, opt, records);
+    NSB_CUDA(cudaMemcpyAsync(&b, records, sizeof b, cudaMemcpyDeviceToHost, view.stream));
+    NSB_CUDA(cudaStreamSynchronize(view.stream));
+    if (std::memcmp(&a, &b, sizeof a) != 0) {
+      state.SkipWithError("the variant kernel's records differ from the default kernel's");
+      return;
+    }
+  }
+  event_timer timer;
+  for (auto _ : state) {
+    timer.start(view.stream);
+    nanscope::cuda::pending p = env.chk->check(view, copt);
+    queue();
     timer.stop(view.stream);
     state.SetIterationTime(timer.seconds());
   }
@@ -911,6 +1000,22 @@ void register_rows() {
     for (const std::uint64_t k : {1000ull, 100000ull})
       add_row(std::string("health_seg/") + d.name + "/67108864/" + std::to_string(k),
               [t, k](benchmark::State& s) { bm_health_seg(s, t, 67108864ull, k, false); });
+  }
+  for (const dtype_row& d : row_dtypes) {
+    if (d.type != dtype::f32 && d.type != dtype::bf16) continue;
+    const dtype t = d.type;
+    for (int f = -1; f < nanscope::block_format_count; ++f) {
+      const std::string fname = f < 0 ? "all" : nanscope::name(static_cast<nanscope::block_format>(f));
+      add_row(std::string("health_mx/") + d.name + "/67108864/" + fname,
+              [t, f](benchmark::State& s) { bm_health_mx(s, t, 67108864ull, f); });
+      if (f == -1 || f == 0 || f == nanscope::block_format_count - 1)  // all, mxfp8_e4m3, nvfp4
+      {
+        add_row(std::string("health_mx_unroll2/") + d.name + "/67108864/" + fname,
+                [t, f](benchmark::State& s) { bm_health_mx(s, t, 67108864ull, f, 2); });
+        add_row(std::string("health_mx_unitpath/") + d.name + "/67108864/" + fname,
+                [t, f](benchmark::State& s) { bm_health_mx(s, t, 67108864ull, f, -1); });
+      }
+    }
   }
   add_row("health_seg_kv/bf16/67108864/4096",
           [](benchmark::State& s) { bm_health_seg(s, dtype::bf16, 67108864ull, 4096, true); });

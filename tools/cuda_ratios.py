@@ -18,6 +18,8 @@ named), which counts as not met. Kinds of ratio:
     anchor's), e.g. health / read_anchor >= 0.90;
   - time: numerator time / denominator time, e.g. forward_checked / forward_plain <= 1.03;
   - per-check fixed cost: (per_tensor time - its 1000 x 65536 f32 at read_anchor/f32's bandwidth) / 1000, in us.
+Where a run has health_mx rows (block-scaled what-if statistics), information lines give health / health_mx per
+format (no target on the GPU; the host's is >= 0.80, all formats >= 0.60).
 Exit status: 0 (1 with --strict when a target is not met or missing; 2 when a file cannot be read).
 Standard library only.
 """
@@ -53,6 +55,22 @@ def targets(n):
     t.append((f"per_tensor / batched ({TENSORS}x{TENSOR_N})", "time",
               (f"per_tensor/{TENSORS}x{TENSOR_N}", f"batched/{TENSORS}x{TENSOR_N}"), (">=", 10.0)))
     t.append(("forward_checked_batch / forward_plain", "time", ("forward_checked_batch", "forward_plain"), None))
+    return t
+
+
+MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4", "all")
+
+
+def mx_lines(n, runs):
+    """Information lines for the health_mx rows (block-scaled what-if statistics queued with the health pass):
+    health time / health_mx time, as the host's health_mx ratios; only for the dtypes some run has rows of."""
+    t = []
+    for dt in ("f32", "bf16"):
+        if not any(f"health_mx/{dt}/{n}/{f}" in r for r in runs for f in MX_FORMATS):
+            continue
+        for f in MX_FORMATS:
+            t.append((f"{dt} health / health_mx ({f}), {n}", "throughput", (f"health_mx/{dt}/{n}/{f}", f"health/{dt}/{n}"),
+                      None))
     return t
 
 
@@ -135,7 +153,7 @@ def main():
 
     n = args.elements
     table, unmet = [], []
-    for label, kind, names, target in targets(n):
+    for label, kind, names, target in targets(n) + mx_lines(n, runs):
         vals = [value(kind, r, names, n) for r in runs]
         missing = [f"{nm} (run {i + 1})" for i, r in enumerate(runs) for nm in names if nm not in r]
         present = [v for v in vals if v is not None]

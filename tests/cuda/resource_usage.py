@@ -41,6 +41,8 @@ BUDGETS = {
     # bsc_kernel<bsc_params> (block-scaled what-if statistics, detail/cuda_block_scaled_launch.cuh):
     # __launch_bounds__(256, 4); one kernel (key level 1 only so that it sorts after the health kernels)
     (1, "block_scaled"): 64,  # 50%
+    # bsc_quad_kernel<bsc_params> (its packed path: four unit blocks per warp and round): the same bounds
+    (1, "block_scaled_quad"): 64,  # 50%
 }
 
 # sm_90 (H100/H200) limits, from the CUDA occupancy calculator's table for compute capability 9.0.
@@ -65,6 +67,7 @@ SMEM_RE = re.compile(r"(\d+) bytes smem")
 KERNEL_RE = re.compile(r"health_kernelILi(\d)ENS\d+_13launch_paramsILi(\d+)ELi(\d+)E")
 SEGMENT_RE = re.compile(r"segment_kernelILi(\d)ENS\d+_10seg_paramsE")
 BSC_RE = re.compile(r"bsc_kernelINS\d+_10bsc_paramsE")
+BSC_QUAD_RE = re.compile(r"bsc_quad_kernelINS\d+_10bsc_paramsE")
 
 
 def find_nvcc(arg):
@@ -124,6 +127,8 @@ def occupancy(regs, smem, threads, arch):
 
 
 def kernel_key(name):
+    if BSC_QUAD_RE.search(name):
+        return 1, "block_scaled_quad"
     if BSC_RE.search(name):
         return 1, "block_scaled"
     m = SEGMENT_RE.search(name)
@@ -140,6 +145,8 @@ def kernel_key(name):
 def label(key):
     if key[1] == "block_scaled":
         return "bsc_kernel<bsc_params>"
+    if key[1] == "block_scaled_quad":
+        return "bsc_quad_kernel<bsc_params>"
     return f"segment_kernel<{key[0]}, seg_params>" if key[1] == "segment" else f"health_kernel<{key[0]}, {key[1]}>"
 
 

@@ -100,8 +100,98 @@ void emulate_kernel(const nd::bsc_params& p, unsigned grid) {
   }
 }
 
-/// nanscope::cuda::check_block_scaled's sequence with the emulated kernel; the health part from the host.
-ns::block_scaled_result emulate_check(const ns::tensor_view& v, const ns::block_scaled_options& opt, unsigned grid) {
+/// bsc_quad_kernel (the packed path: a warp per quad of four unit blocks, lane l holding elements 4l..4l+3 of it)
+/// over `grid` blocks, played warp by warp and lane by lane: the vector loads, the xor-shuffle trees over lanes
+/// (1, 2: the half; 4: the unit) of the maxima and of the packed counts, the accounting lanes.
+void emulate_quad_kernel(const nd::bsc_params& p, unsigned grid, int unroll) {
+  const unsigned wpb = static_cast<unsigned>(nd::block_threads) / 32u;
+  const unsigned long long nwarps = static_cast<unsigned long long>(grid) * wpb;
+  const unsigned long long quads = (p.units + 3u) / 4u;
+  std::vector<unsigned> hist(static_cast<std::size_t>(nd::bsc_nformats) * 256u);
+  for (unsigned b = 0; b < grid; ++b) {
+    std::fill(hist.begin(), hist.end(), 0u);
+    for (unsigned w = 0; w < wpb; ++w) {
+      nd::bsc_lane_acc acc[32];
+      unsigned long long famax[32] = {};
+      for (unsigned long long q0 = static_cast<unsigned long long>(b) * wpb + w; q0 < quads;
+           q0 += nwarps * static_cast<unsigned long long>(unroll)) {
+        for (int r = 0; r < unroll; ++r) {
+          const unsigned long long q = q0 + static_cast<unsigned long long>(r) * nwarps;
+          if (q >= quads) break;
+          unsigned long long a[32][4], h[32], full[32];
+          bool valid[32];
+          for (unsigned l = 0; l < 32; ++l) {
+            unsigned long long raw[4];
+            nd::bsc_quad_load(p, q, l, raw);
+            valid[l] = q * 4u + (l >> 3) < p.units;
+            unsigned long long m = 0;
+            for (int k = 0; k < 4; ++k) {
+              a[l][k] = valid[l] ? nd::bsc_abs_of_raw(p.type, raw[k]) : 0u;
+              m = std::max(m, a[l][k]);
+              if (p.want_amax != 0 && a[l][k] < nd::bsc_inf) famax[l] = std::max(famax[l], a[l][k]);
+            }
+            h[l] = m;
+          }
+          for (unsigned o = 1; o <= 2; o <<= 1) {
+            unsigned long long before[32];
+            std::copy(h, h + 32, before);
+            for (unsigned l = 0; l < 32; ++l) h[l] = std::max(before[l], before[l ^ o]);
+          }
+          for (unsigned l = 0; l < 32; ++l) full[l] = std::max(h[l], h[l ^ 4u]);
+          for (int f = 0; f < nd::bsc_nformats; ++f) {
+            if (((p.formats >> f) & 1u) == 0) continue;
+            nd::bsc_th th[32];
+            unsigned cnt[32];
+            for (unsigned l = 0; l < 32; ++l) {
+              th[l] = nd::bsc_lane_thresholds(p, f, nd::bsc_lane_amax(f, h[l], full[l]));
+              cnt[l] = nd::bsc_quad_classify(th[l], a[l]);
+            }
+            for (unsigned o = 1; o <= (f == nd::bsc_nv ? 2u : 4u); o <<= 1) {
+              unsigned before[32];
+              std::copy(cnt, cnt + 32, before);
+              for (unsigned l = 0; l < 32; ++l) cnt[l] = before[l] + before[l ^ o];
+            }
+            for (unsigned l = 0; l < 32; ++l) {
+              if (!valid[l] || (l & 7u) != nd::bsc_quad_account_lane(f, (l >> 2) & 1u)) continue;
+              const unsigned long long index = nd::bsc_quad_index(f, q, l);
+              const nd::bsc_lane_out o = nd::bsc_account(index, th[l], nd::bsc_lane_amax(f, h[l], full[l]),
+                                                         cnt[l] & 0xFFu, (cnt[l] >> 8) & 0xFFu, (cnt[l] >> 16) & 0xFFu,
+                                                         acc[l]);
+              if (o.bin >= 0) ++hist[static_cast<std::size_t>(f) * 256u + static_cast<unsigned>(o.bin)];
+              if (p.per_block[f] != nullptr) p.per_block[f][index] = o.rec;
+            }
+          }
+        }
+      }
+      unsigned long long m = 0;
+      for (unsigned l = 0; l < 32; ++l) m = std::max(m, famax[l]);
+      if (p.want_amax != 0) p.out->finite_amax = std::max(p.out->finite_amax, m);
+      for (unsigned l = 0; l < 32; ++l) {
+        const int f = nd::bsc_quad_lane_format(l);
+        if (f < 0) continue;
+        nd::bsc_record& r = p.out->f[f];
+        r.zero_blocks += acc[l].zero_blocks;
+        r.nan_blocks += acc[l].nan_blocks;
+        r.zero_scale_blocks += acc[l].zero_scale_blocks;
+        r.lossy_blocks += acc[l].lossy_blocks;
+        r.clipped += acc[l].clipped;
+        r.flushed += acc[l].flushed;
+        r.subnormal += acc[l].subnormal;
+        r.worst_key = std::max(r.worst_key, acc[l].worst_key);
+      }
+    }
+    for (std::size_t i = 0; i < hist.size(); ++i) p.out->f[i / 256u].hist[i % 256u] += hist[i];
+  }
+}
+
+/// Launches that took the packed path (bsc_params::quad) and the one-unit path.
+unsigned long long quad_launches = 0, unit_launches = 0;
+
+/// nanscope::cuda::check_block_scaled's sequence with the emulated kernel; the health part from the host. As
+/// bsc_launch: the packed path where the parameters allow it (even grids with two quads in flight, as the
+/// measurement variant), else (or with force_unit) one unit per warp.
+ns::block_scaled_result emulate_check(const ns::tensor_view& v, const ns::block_scaled_options& opt, unsigned grid,
+                                      bool force_unit = false) {
   const nd::bsc_plan pl = nd::bsc_make_plan(v, opt);
   auto rec = std::make_unique<nd::bsc_records>();
   std::memset(rec.get(), 0, sizeof(nd::bsc_records));
@@ -117,7 +207,14 @@ ns::block_scaled_result emulate_check(const ns::tensor_view& v, const ns::block_
   const float ts = nd::bsc_schedule(
       pl,
       [&](unsigned formats, bool want_amax, float tscale) {
-        emulate_kernel(nd::bsc_make_params(pl, v.data, formats, want_amax, tscale, rec.get(), ptr), grid);
+        const nd::bsc_params p = nd::bsc_make_params(pl, v.data, formats, want_amax, tscale, rec.get(), ptr);
+        if (p.quad != 0 && !force_unit) {
+          ++quad_launches;
+          emulate_quad_kernel(p, grid, grid % 2 == 0 ? 2 : 1);
+        } else {
+          ++unit_launches;
+          emulate_kernel(p, grid);
+        }
       },
       [&] { return rec->finite_amax; });
   const std::size_t es = ns::size_of(v.type);
@@ -341,6 +438,7 @@ const ns::dtype all_types[] = {ns::dtype::f32, ns::dtype::bf16, ns::dtype::f16};
 
 TEST_CASE("cuda emulation: block-scaled what-if kernel, random and adversarial data, every format, rule and dtype") {
   std::mt19937_64 rng(33);
+  const unsigned long long quad0 = quad_launches, unit0 = unit_launches;
   // row lengths: whole units, a partial last unit (odd, below 16, between 16 and 32), one element
   const std::uint64_t Ls[] = {64, 96, 47, 7, 1, 19};
   const std::uint64_t target = nstest::scaled(640, 320);  // elements per tensor, about
@@ -355,6 +453,8 @@ TEST_CASE("cuda emulation: block-scaled what-if kernel, random and adversarial d
           auto opt = ns::block_scaled_options{}.with_rule(rule).with_keep_blocks(((kind + static_cast<int>(L)) & 1) != 0);
           const std::string what = std::string(ns::name(t)) + " kind " + std::to_string(kind) + " L " + std::to_string(L);
           bad += compare_results(emulate_check(v, opt, 3), ns::check_block_scaled(v, opt), what);
+          if (L % 32 == 0)  // the packed path's data through the one-unit path too
+            bad += compare_results(emulate_check(v, opt, 4, true), ns::check_block_scaled(v, opt), what + " unit path");
           if (kind == 3 && rule == ns::scale_rule::ocp) {  // NVFP4 at tensor scale 1: the boundaries are in the data
             opt.with_nvfp4_tensor_amax(2688.0);
             bad += compare_results(emulate_check(v, opt, 2), ns::check_block_scaled(v, opt), what + " amax 2688");
@@ -362,6 +462,8 @@ TEST_CASE("cuda emulation: block-scaled what-if kernel, random and adversarial d
         }
       }
   CHECK(bad == 0);
+  CHECK(quad_launches > quad0);  // L = 64, 96: the packed path; the others and the forced runs: one unit per warp
+  CHECK(unit_launches > unit0);
 }
 
 TEST_CASE("cuda emulation: block-scaled special tensors (zeros, one outlier, NaN/Inf blocks, subnormal, f16 top)") {
@@ -456,6 +558,17 @@ TEST_CASE("cuda emulation: block-scaled f64 and fp8 sources") {
     bad += compare_results(emulate_check(v4, opt, 2), ns::check_block_scaled(v4, opt), "e4m3");
     const ns::tensor_view v5 = ns::tensor_view::contiguous(e5.data(), ns::dtype::f8_e5m2, {5, 45}, "e5m2");
     bad += compare_results(emulate_check(v5, opt, 2), ns::check_block_scaled(v5, opt), "e5m2");
+    // [7, 32]: the packed path (7 units: the last quad has 3), one and two quads in flight
+    const auto qd = ns::tensor_view::contiguous(d.data(), ns::dtype::f64, {7, 32}, "f64 packed");
+    const auto q4 = ns::tensor_view::contiguous(e4.data(), ns::dtype::f8_e4m3fn, {7, 32}, "e4m3 packed");
+    const auto q5 = ns::tensor_view::contiguous(e5.data(), ns::dtype::f8_e5m2, {7, 32}, "e5m2 packed");
+    for (unsigned grid : {1u, 2u}) {
+      const unsigned long long quad0 = quad_launches;
+      bad += compare_results(emulate_check(qd, opt, grid), ns::check_block_scaled(qd, opt), "f64 packed");
+      bad += compare_results(emulate_check(q4, opt, grid), ns::check_block_scaled(q4, opt), "e4m3 packed");
+      bad += compare_results(emulate_check(q5, opt, grid), ns::check_block_scaled(q5, opt), "e5m2 packed");
+      CHECK(quad_launches == quad0 + 6);  // two launches each: the tensor amax first, then NVFP4
+    }
   }
   CHECK(bad == 0);
 }

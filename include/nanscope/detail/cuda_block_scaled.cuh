@@ -88,6 +88,8 @@ struct bsc_params {
   int type;                          // dtype
   int es;                            // element bytes
   int aligned;                       // data % es == 0: element loads (else byte loads)
+  int quad;                          // the packed path (bsc_quad_kernel): contiguous, blocks along the last
+                                     // dimension, L % 32 == 0, data aligned to min(16, 4 es) bytes
   int rule;                          // scale_rule
   unsigned formats;                  // bit per block_format evaluated by this launch
   int want_amax;                     // fold the largest finite |x| into finite_amax
@@ -185,10 +187,9 @@ NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_raw(const bsc_params& p, unsigned l
   return b;
 }
 
-/// |x| of flat element i as f64 bits (exact; integer operations only).
-NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_abs_bits(const bsc_params& p, unsigned long long i) {
-  const unsigned long long b = bsc_raw(p, i);
-  switch (static_cast<dtype>(p.type)) {
+/// |x| of an element of dtype `type` with raw bits b, as f64 bits (exact; integer operations only).
+NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_abs_of_raw(int type, unsigned long long b) {
+  switch (static_cast<dtype>(type)) {
     case dtype::f64: return b & 0x7FFFFFFFFFFFFFFFull;
     case dtype::f32: return ::nanscope::detail::f32_to_f64_bits(static_cast<unsigned>(b) & 0x7FFFFFFFu);
     case dtype::bf16: return ::nanscope::detail::f32_to_f64_bits((static_cast<unsigned>(b) << 16) & 0x7FFFFFFFu);
@@ -196,6 +197,11 @@ NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_abs_bits(const bsc_params& p, unsig
     case dtype::f8_e4m3fn: return ::nanscope::detail::f32_to_f64_bits(e4m3_to_f32_bits(static_cast<unsigned>(b) & 0x7Fu));
     default: return ::nanscope::detail::f32_to_f64_bits(e5m2_to_f32_bits(static_cast<unsigned>(b) & 0x7Fu));  // e5m2
   }
+}
+
+/// |x| of flat element i as f64 bits.
+NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_abs_bits(const bsc_params& p, unsigned long long i) {
+  return bsc_abs_of_raw(p.type, bsc_raw(p, i));
 }
 
 /// The thresholds of an MX block of element format e whose largest |x| has f64 bits amax: mx_scale_code's rules
@@ -327,32 +333,11 @@ struct bsc_lane_out {
   unsigned long long rec_at = ~0ull;
   block_record rec;
 };
-NANSCOPE_IMPL_BSC_DEV bsc_lane_out bsc_lane_account(const bsc_params& p, int f, unsigned lane, const bsc_unit& g,
-                                                   const bsc_th& t, unsigned long long amax, unsigned clip,
-                                                   unsigned flush, unsigned sub, bsc_lane_acc& acc) {
+/// A block of format f with index `index`, thresholds t and largest |x| amax, whose elements include nc clipped,
+/// nf flushed and ns subnormal ones, into the accounting lane's counters.
+NANSCOPE_IMPL_BSC_DEV bsc_lane_out bsc_account(unsigned long long index, const bsc_th& t, unsigned long long amax,
+                                              unsigned nc, unsigned nf, unsigned ns, bsc_lane_acc& acc) {
   bsc_lane_out o;
-  unsigned long long index;
-  if (f != bsc_nv) {
-    if (lane != static_cast<unsigned>(f)) return o;
-    index = (g.o * p.units_per_row + g.col / 32u) * p.inner + g.i;
-  } else {
-    // lane 5: the first half (elements 0-15); lane 21: the second, when the unit has one
-    if (lane == static_cast<unsigned>(bsc_nv)) {
-      clip &= 0xFFFFu;
-      flush &= 0xFFFFu;
-      sub &= 0xFFFFu;
-      index = (g.o * p.nb16 + g.col / 16u) * p.inner + g.i;
-    } else if (lane == static_cast<unsigned>(bsc_nv) + 16u && g.len > 16) {
-      clip >>= 16;
-      flush >>= 16;
-      sub >>= 16;
-      index = (g.o * p.nb16 + g.col / 16u + 1u) * p.inner + g.i;
-    } else {
-      return o;
-    }
-  }
-  const auto nc = static_cast<unsigned>(bsc_popc(clip)), nf = static_cast<unsigned>(bsc_popc(flush)),
-             ns = static_cast<unsigned>(bsc_popc(sub));
   o.rec_at = index;
   o.rec.scale = static_cast<std::uint8_t>(t.scale);
   if (t.nan) {
@@ -381,10 +366,132 @@ NANSCOPE_IMPL_BSC_DEV bsc_lane_out bsc_lane_account(const bsc_params& p, int f, 
   return o;
 }
 
+NANSCOPE_IMPL_BSC_DEV bsc_lane_out bsc_lane_account(const bsc_params& p, int f, unsigned lane, const bsc_unit& g,
+                                                   const bsc_th& t, unsigned long long amax, unsigned clip,
+                                                   unsigned flush, unsigned sub, bsc_lane_acc& acc) {
+  bsc_lane_out o;
+  unsigned long long index;
+  if (f != bsc_nv) {
+    if (lane != static_cast<unsigned>(f)) return o;
+    index = (g.o * p.units_per_row + g.col / 32u) * p.inner + g.i;
+  } else {
+    // lane 5: the first half (elements 0-15); lane 21: the second, when the unit has one
+    if (lane == static_cast<unsigned>(bsc_nv)) {
+      clip &= 0xFFFFu;
+      flush &= 0xFFFFu;
+      sub &= 0xFFFFu;
+      index = (g.o * p.nb16 + g.col / 16u) * p.inner + g.i;
+    } else if (lane == static_cast<unsigned>(bsc_nv) + 16u && g.len > 16) {
+      clip >>= 16;
+      flush >>= 16;
+      sub >>= 16;
+      index = (g.o * p.nb16 + g.col / 16u + 1u) * p.inner + g.i;
+    } else {
+      return o;
+    }
+  }
+  return bsc_account(index, t, amax, static_cast<unsigned>(bsc_popc(clip)), static_cast<unsigned>(bsc_popc(flush)),
+                     static_cast<unsigned>(bsc_popc(sub)), acc);
+}
+
 /// The format a lane's counters belong to (lanes 0-5 and 21), or -1.
 NANSCOPE_IMPL_BSC_DEV int bsc_lane_format(unsigned lane) {
   if (lane < static_cast<unsigned>(bsc_nformats)) return static_cast<int>(lane);
   return lane == static_cast<unsigned>(bsc_nv) + 16u ? bsc_nv : -1;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The packed path (bsc_quad_kernel): a warp takes four consecutive unit blocks (a "quad", 128 elements), lane l
+// loads elements 4l..4l+3 of it in one vector load, so lanes 8j..8j+7 hold unit j, lanes 8j..8j+3 its first half
+// (NVFP4's first block of 16) and 8j+4..8j+7 the second. Each lane's |x| maximum goes through a shuffle tree of
+// xor 1, 2 (the half) and 4 (the unit); per format each lane classifies its four elements, packs the three counts
+// into one word (8 bits each: at most 32 a unit) and sums it by the same tree; one lane per unit and format
+// accounts the block (bsc_account) as the one-unit-per-warp path does. Only where unit u covers flat elements
+// [32u, 32u + 32): contiguous, blocks along the last dimension, L a multiple of 32; the vector loads need the
+// data aligned to min(16, 4 x element size) bytes (bsc_params::quad).
+// ---------------------------------------------------------------------------------------------------------
+
+/// Whether a launch takes the packed path (see above).
+inline bool bsc_quad_eligible(const void* data, int es, unsigned long long L, const strided_layout& layout,
+                              unsigned long long inner) {
+  const std::uintptr_t align = es >= 4 ? 16u : static_cast<std::uintptr_t>(4 * es);
+  return layout.rank == 0 && inner == 1 && L % 32u == 0 && reinterpret_cast<std::uintptr_t>(data) % align == 0;
+}
+
+/// The accounting lane, within its group of 8, of format f's block: MX formats 0, 1, 2, 4, 5 (formats 0-4); NVFP4
+/// 3 for the first half and 7 for the second.
+NANSCOPE_IMPL_BSC_DEV unsigned bsc_quad_account_lane(int f, unsigned half) {
+  if (f == bsc_nv) return half != 0 ? 7u : 3u;
+  return f < 3 ? static_cast<unsigned>(f) : static_cast<unsigned>(f) + 1u;
+}
+
+/// The format a lane's counters belong to on the packed path, or -1 (lane 6 of each group).
+NANSCOPE_IMPL_BSC_DEV int bsc_quad_lane_format(unsigned lane) {
+  const unsigned l8 = lane & 7u;
+  if (l8 == 3u || l8 == 7u) return bsc_nv;
+  if (l8 == 6u) return -1;
+  return l8 < 3u ? static_cast<int>(l8) : static_cast<int>(l8) - 1;
+}
+
+/// The raw bits of the four elements lane `lane` holds of quad q (vector loads; zero where the unit is past the
+/// tensor's last one).
+NANSCOPE_IMPL_BSC_DEV void bsc_quad_load(const bsc_params& p, unsigned long long q, unsigned lane,
+                                        unsigned long long (&raw)[4]) {
+  raw[0] = raw[1] = raw[2] = raw[3] = 0;
+  if (q * 4u + (lane >> 3) >= p.units) return;
+  const unsigned long long e0 = q * 128u + lane * 4u;  // the lane's first flat element
+  switch (p.es) {
+    case 8: {
+      const auto* v = static_cast<const vec16*>(p.data) + e0 / 2u;
+      const vec16 x = dev_ldg(v), y = dev_ldg(v + 1);
+      raw[0] = (static_cast<unsigned long long>(x.y) << 32) | x.x;
+      raw[1] = (static_cast<unsigned long long>(x.w) << 32) | x.z;
+      raw[2] = (static_cast<unsigned long long>(y.y) << 32) | y.x;
+      raw[3] = (static_cast<unsigned long long>(y.w) << 32) | y.z;
+      return;
+    }
+    case 4: {
+      const vec16 x = dev_ldg(static_cast<const vec16*>(p.data) + e0 / 4u);
+      raw[0] = x.x;
+      raw[1] = x.y;
+      raw[2] = x.z;
+      raw[3] = x.w;
+      return;
+    }
+    case 2: {
+      const unsigned long long x = dev_ldg(static_cast<const unsigned long long*>(p.data) + e0 / 4u);
+      raw[0] = x & 0xFFFFu;
+      raw[1] = (x >> 16) & 0xFFFFu;
+      raw[2] = (x >> 32) & 0xFFFFu;
+      raw[3] = x >> 48;
+      return;
+    }
+    default: {
+      const unsigned x = dev_ldg(static_cast<const unsigned*>(p.data) + e0 / 4u);
+      raw[0] = x & 0xFFu;
+      raw[1] = (x >> 8) & 0xFFu;
+      raw[2] = (x >> 16) & 0xFFu;
+      raw[3] = x >> 24;
+      return;
+    }
+  }
+}
+
+/// A lane's four elements against its block's thresholds: the clipped, flushed and subnormal counts packed in
+/// bits 0-7, 8-15 and 16-23.
+NANSCOPE_IMPL_BSC_DEV unsigned bsc_quad_classify(const bsc_th& t, const unsigned long long (&a)[4]) {
+  unsigned w = 0;
+  for (int k = 0; k < 4; ++k) {
+    const unsigned c = bsc_classify(t, a[k]);
+    w += (c & 1u) | ((c & 2u) << 7) | ((c & 4u) << 14);
+  }
+  return w;
+}
+
+/// The block index the accounting lane `lane` of quad q accounts for format f (MX: the unit; NVFP4: its half).
+NANSCOPE_IMPL_BSC_DEV unsigned long long bsc_quad_index(int f, unsigned long long q, unsigned lane) {
+  const unsigned long long u = q * 4u + (lane >> 3);
+  return f == bsc_nv ? u * 2u + ((lane >> 2) & 1u) : u;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -469,6 +576,7 @@ inline bsc_params bsc_make_params(const bsc_plan& pl, const void* data, unsigned
   p.type = static_cast<int>(pl.type);
   p.es = static_cast<int>(size_of(pl.type));
   p.aligned = reinterpret_cast<std::uintptr_t>(data) % size_of(pl.type) == 0 ? 1 : 0;
+  p.quad = bsc_quad_eligible(data, p.es, pl.L, pl.layout, pl.inner) ? 1 : 0;
   p.rule = static_cast<int>(pl.rule);
   p.formats = formats;
   p.want_amax = want_amax ? 1 : 0;

@@ -95,18 +95,106 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
     if (hist[i] != 0) atomicAdd(&p.out->f[i / 256u].hist[i % 256u], static_cast<unsigned long long>(hist[i]));
 }
 
+/// Quads (four unit blocks) whose loads a warp issues before it works on them (detail/cuda_block_scaled.cuh, the
+/// packed path): 1 keeps the kernel within 64 registers (4 blocks of 256 a multiprocessor); 2 needs 3 blocks
+/// (80 registers) and is built for measurement only (nanscope_bench_cuda's health_mx_unroll2 rows).
+inline constexpr int bsc_quad_unroll = 1;
+/// Blocks of 256 per SM the packed kernel is compiled for with `Unroll` quads in flight.
+constexpr int bsc_quad_min_blocks(int unroll) { return unroll == 1 ? bsc_min_blocks_per_sm : 3; }
+
+/// The packed path of the block-scaled pass (detail/cuda_block_scaled.cuh): a warp per quad of four unit blocks,
+/// `Unroll` quads' loads at a time, grid-stride. The same records as bsc_kernel.
+template <class Params, int Unroll = bsc_quad_unroll>
+__global__ void __launch_bounds__(block_threads, bsc_quad_min_blocks(Unroll)) bsc_quad_kernel(const __grid_constant__ Params p) {
+  constexpr unsigned all = 0xFFFFFFFFu;
+  constexpr unsigned wpb = static_cast<unsigned>(block_threads) / 32u;
+  __shared__ unsigned hist[bsc_nformats * 256];
+  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads) hist[i] = 0;
+  __syncthreads();
+  const unsigned lane = threadIdx.x % 32u;
+  const unsigned l8 = lane & 7u;
+  const unsigned long long quads = (p.units + 3u) / 4u;
+  const unsigned long long nwarps = static_cast<unsigned long long>(gridDim.x) * wpb;
+  bsc_lane_acc acc;
+  unsigned long long famax = 0;
+  for (unsigned long long q0 = static_cast<unsigned long long>(blockIdx.x) * wpb + threadIdx.x / 32u; q0 < quads;
+       q0 += nwarps * Unroll) {  // uniform per warp
+    unsigned long long raw[Unroll][4];
+#pragma unroll
+    for (int r = 0; r < Unroll; ++r) {
+      const unsigned long long q = q0 + static_cast<unsigned long long>(r) * nwarps;
+      if (q < quads) bsc_quad_load(p, q, lane, raw[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < Unroll; ++r) {
+      const unsigned long long q = q0 + static_cast<unsigned long long>(r) * nwarps;
+      if (q >= quads) break;  // uniform
+      const bool valid = q * 4u + (lane >> 3) < p.units;
+      unsigned long long a[4];
+      unsigned long long m = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        a[k] = valid ? bsc_abs_of_raw(p.type, raw[r][k]) : 0ull;
+        m = a[k] > m ? a[k] : m;
+        if (p.want_amax != 0) {
+          const unsigned long long fa = a[k] < bsc_inf ? a[k] : 0ull;
+          famax = fa > famax ? fa : famax;
+        }
+      }
+      unsigned long long h = m;  // the half's amax (NVFP4), then the unit's (MX)
+      for (unsigned o = 1; o <= 2; o <<= 1) {
+        const unsigned long long b = __shfl_xor_sync(all, h, o);
+        h = b > h ? b : h;
+      }
+      const unsigned long long other = __shfl_xor_sync(all, h, 4);
+      const unsigned long long full = other > h ? other : h;
+      for (int f = 0; f < bsc_nformats; ++f) {
+        if (((p.formats >> f) & 1u) == 0) continue;  // uniform
+        const unsigned long long am = bsc_lane_amax(f, h, full);
+        const bsc_th th = bsc_lane_thresholds(p, f, am);
+        unsigned w = bsc_quad_classify(th, a);
+        w += __shfl_xor_sync(all, w, 1);
+        w += __shfl_xor_sync(all, w, 2);
+        if (f != bsc_nv) w += __shfl_xor_sync(all, w, 4);
+        if (valid && l8 == bsc_quad_account_lane(f, (lane >> 2) & 1u)) {
+          const unsigned long long index = bsc_quad_index(f, q, lane);
+          const bsc_lane_out o = bsc_account(index, th, am, w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, acc);
+          if (o.bin >= 0) atomicAdd(&hist[f * 256 + o.bin], 1u);
+          if (p.per_block[f] != nullptr) p.per_block[f][index] = o.rec;
+        }
+      }
+    }
+  }
+  if (p.want_amax != 0) {
+    for (unsigned o = 16; o > 0; o >>= 1) {
+      const unsigned long long b = __shfl_down_sync(all, famax, o);
+      famax = b > famax ? b : famax;
+    }
+    if (lane == 0 && famax != 0) atomicMax(&p.out->finite_amax, famax);
+  }
+  const int f = bsc_quad_lane_format(lane);
+  if (f >= 0) bsc_fold_atomic(p.out->f[f], acc);
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads)
+    if (hist[i] != 0) atomicAdd(&p.out->f[i / 256u].hist[i % 256u], static_cast<unsigned long long>(hist[i]));
+}
+
 /// One launch (a template, instantiated by tests/cuda/resource_usage.cu for the register budget): blocks of 8 warps,
-/// one unit block per warp and round, at most one wave (bsc_min_blocks_per_sm blocks per multiprocessor).
-template <class Params>
+/// one unit block (or, on the packed path, one quad of four) per warp and round, at most one wave
+/// (bsc_min_blocks_per_sm blocks per multiprocessor).
+template <class Params, int Unroll = bsc_quad_unroll>
 inline void bsc_launch(const Params& p, cudaStream_t stream, const char* name) {
   if (p.units == 0) return;
   const device_props props = current_props(name);
   const unsigned long long wpb = static_cast<unsigned long long>(block_threads) / 32u;
-  unsigned long long blocks = (p.units + wpb - 1u) / wpb;
+  const unsigned long long work = p.quad != 0 ? (p.units + 3u) / 4u : p.units;  // one per warp
+  unsigned long long blocks = (work + wpb - 1u) / wpb;
+  const int per_sm = p.quad != 0 ? bsc_quad_min_blocks(Unroll) : bsc_min_blocks_per_sm;
   const unsigned long long wave =
-      static_cast<unsigned long long>(props.sm_count > 0 ? props.sm_count : 1) * static_cast<unsigned long long>(bsc_min_blocks_per_sm);
+      static_cast<unsigned long long>(props.sm_count > 0 ? props.sm_count : 1) * static_cast<unsigned long long>(per_sm);
   if (blocks > wave) blocks = wave;
-  bsc_kernel<Params><<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(p);
+  if (p.quad != 0) bsc_quad_kernel<Params, Unroll><<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(p);
+  else bsc_kernel<Params><<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) cuda_fail(name, e, "the block-scaled kernel launch");
 }
