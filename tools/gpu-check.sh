@@ -278,9 +278,9 @@ elif (( built_ok )); then
     san="${SAN_BIN:-compute-sanitizer}"
     # memcheck (the whole suite) gets at most half of what is left, racecheck half of the rest, synccheck the rest
     run_step memcheck $(( $(left) / 2 )) "$san" --tool memcheck --error-exitcode 1 "$tests_bin" || true
-    run_step racecheck $(( $(left) / 2 )) "$san" --tool racecheck --error-exitcode 1 "$tests_bin" '-tc=adversarial*,clean*,batches*' ||
+    run_step racecheck $(( $(left) / 2 )) "$san" --tool racecheck --error-exitcode 1 "$tests_bin" '-tc=adversarial*,clean*,batches*,block-scaled*,segmented*' ||
       true
-    run_step synccheck 0 "$san" --tool synccheck --error-exitcode 1 "$tests_bin" '-tc=adversarial*,batches*' || true
+    run_step synccheck 0 "$san" --tool synccheck --error-exitcode 1 "$tests_bin" '-tc=adversarial*,batches*,block-scaled*,segmented*' || true
   fi
 fi
 

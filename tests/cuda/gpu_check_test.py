@@ -221,7 +221,7 @@ def group_script(work):
     with open(os.path.join(out_dir, "bench1.log"), encoding="utf-8") as f:
         expect("prefix/usr/lib/x86_64-linux-gnu" in f.read(), "--prefix's libraries on LD_LIBRARY_PATH")
     with open(os.path.join(out_dir, "racecheck.log"), encoding="utf-8") as f:
-        expect("-tc=adversarial*,clean*,batches*" in f.read(), "racecheck runs the documented test cases")
+        expect("-tc=adversarial*,clean*,batches*,block-scaled*,segmented*" in f.read(), "racecheck runs the documented test cases")
 
     rc, out, err, _ = whole("san_fail", {"STUB_SAN_FAIL": "racecheck"})
     expect(rc == 1 and "racecheck: FAIL (exit 1" in out and "NOT CLEAN" in out and "synccheck: PASS" in out,
