@@ -6255,22 +6255,22 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void hist_scan512(hist_cold512& cs, const uns
       const __m512i a = _mm512_and_si512(r, _mm512_set1_epi32(0x7FFFFFFF));
       const __m512i j = _mm512_sub_epi32(_mm512_srli_epi32(a, Shift), _mm512_set1_epi32(static_cast<int>(w0)));
       const __mmask16 nz = _mm512_test_epi32_mask(a, a);
-      const int zeros = 16 - __builtin_popcount(nz);
+      const int zeros = 16 - __builtin_popcount(mask_bits(nz));
       c[0] += static_cast<std::uint32_t>(zeros);
       cs.corr[0] -= zeros;  // field 0 went to slot 0
       const __mmask16 out = _mm512_cmpge_epu32_mask(j, _mm512_set1_epi32(16));
       const __mmask16 lzm = _mm512_test_epi32_mask(_mm512_sllv_epi32(_mm512_set1_epi32(1), j),
                                                    _mm512_set1_epi32(static_cast<int>(cs.lazy_bits)));
-      cand = static_cast<std::uint64_t>(static_cast<__mmask16>((out & nz) | lzm));
+      cand = (mask_bits(out) & mask_bits(nz)) | mask_bits(lzm);  // (never promote a mask: kernel_x86.hpp)
     } else {
       const __m512i a = _mm512_and_si512(r, _mm512_set1_epi16(0x7FFF));
       const __m512i j = _mm512_sub_epi16(_mm512_srli_epi16(a, Shift), _mm512_set1_epi16(static_cast<short>(w0)));
       const __mmask32 nz = _mm512_test_epi16_mask(a, a);
-      c[0] += static_cast<std::uint32_t>(32 - __builtin_popcount(nz));
+      c[0] += static_cast<std::uint32_t>(32 - __builtin_popcountll(mask_bits(nz)));
       const __mmask32 out = _mm512_cmpge_epu16_mask(j, _mm512_set1_epi16(16));
       const __mmask32 lzm = _mm512_test_epi16_mask(_mm512_sllv_epi16(_mm512_set1_epi16(1), j),
                                                    _mm512_set1_epi16(static_cast<short>(cs.lazy_bits)));
-      cand = static_cast<std::uint64_t>(static_cast<__mmask32>((out & nz) | lzm));
+      cand = (mask_bits(out) & mask_bits(nz)) | mask_bits(lzm);
     }
     while (cand != 0) {
       const unsigned l = static_cast<unsigned>(__builtin_ctzll(cand));
@@ -6389,13 +6389,13 @@ struct hist_hook512 {
     bool lazy = false;
     bool outside;
     if constexpr (ES == 4) {
-      outside = (_mm512_cmplt_epu32_mask(bmin, w4) | _mm512_cmpgt_epu32_mask(bmax, wtop)) != 0;
+      outside = (mask_bits(_mm512_cmplt_epu32_mask(bmin, w4)) | mask_bits(_mm512_cmpgt_epu32_mask(bmax, wtop))) != 0;
       const __m512i split[4] = {_mm512_sub_epi32(nib[0], nib[1]), nib[1], _mm512_sub_epi32(nib[2], nib[3]), nib[3]};
       for (int half = 0; half < 2; ++half) {
         const __m512i a = split[half], b = split[2 + half];  // sets 0 and 1
         const __m512i e = _mm512_add_epi8(_mm512_and_si512(a, m), _mm512_and_si512(b, m));
         const __m512i o = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi32(a, 4), m), _mm512_and_si512(_mm512_srli_epi32(b, 4), m));
-        if (any_lazy) lazy |= _mm512_test_epi32_mask(_mm512_or_si512(a, b), lz[half]) != 0;
+        if (any_lazy) lazy |= mask_bits(_mm512_test_epi32_mask(_mm512_or_si512(a, b), lz[half])) != 0;
         c.byt[2 * half] = _mm512_add_epi8(c.byt[2 * half], e);
         c.byt[2 * half + 1] = _mm512_add_epi8(c.byt[2 * half + 1], o);
       }
@@ -6405,7 +6405,7 @@ struct hist_hook512 {
       for (int q = 0; q < 4; ++q) {
         const __m512i e = _mm512_and_si512(nib[q], m);
         const __m512i o = _mm512_and_si512(_mm512_srli_epi16(nib[q], 4), m);
-        if (any_lazy) lazy |= _mm512_test_epi16_mask(nib[q], lz[q]) != 0;
+        if (any_lazy) lazy |= mask_bits(_mm512_test_epi16_mask(nib[q], lz[q])) != 0;
         c.byt[2 * q] = _mm512_add_epi8(c.byt[2 * q], e);
         c.byt[2 * q + 1] = _mm512_add_epi8(c.byt[2 * q + 1], o);
         tot = _mm512_add_epi8(tot, _mm512_add_epi8(e, o));
@@ -6414,7 +6414,7 @@ struct hist_hook512 {
     for (auto& x : nib) x = _mm512_setzero_si512();
     if constexpr (ES == 2) {
       // each 64-bit lane saw 32 elements of the block (4 lanes x 8 vectors)
-      outside = _mm512_cmpneq_epu64_mask(_mm512_sad_epu8(tot, _mm512_setzero_si512()), _mm512_set1_epi64(32)) != 0;
+      outside = mask_bits(_mm512_cmpneq_epu64_mask(_mm512_sad_epu8(tot, _mm512_setzero_si512()), _mm512_set1_epi64(32))) != 0;
     }
     if (__builtin_expect(outside || lazy, 0)) hist_scan512<ES, Shift>(c, p);
     if (++c.blocks == 15) hist_flush_bytes512<ES>(c);
