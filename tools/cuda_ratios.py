@@ -71,6 +71,13 @@ def mx_lines(n, runs):
         for f in MX_FORMATS:
             t.append((f"{dt} health / health_mx ({f}), {n}", "throughput", (f"health_mx/{dt}/{n}/{f}", f"health/{dt}/{n}"),
                       None))
+        # the packed kernel's variants, where the run has them: > 1 means the default (packed, one quad) is faster
+        for variant in ("unitpath", "unroll2"):
+            for f in MX_FORMATS:
+                row = f"health_mx_{variant}/{dt}/{n}/{f}"
+                if any(row in r for r in runs):
+                    t.append((f"{dt} health_mx_{variant} / health_mx ({f}), {n}", "time", (row, f"health_mx/{dt}/{n}/{f}"),
+                              None))
     return t
 
 

@@ -122,6 +122,42 @@ def group_table():
     m = re.search(r"^targets met: (\d+) of (\d+)", out, re.M)
     expect(m is not None and m.group(2) == "13" and m.group(1) == "2", f"summary line: {m and m.group(0)}")
 
+    # no health_mx rows in the fixtures: no block-scaled lines
+    expect("health_mx" not in out, "no health_mx information lines without health_mx rows")
+    # health_mx rows (f32 only; mxfp4's time 1.6x health's, times the run's index; nvfp4 missing in run 2) and one
+    # variant row (unitpath, 4x health_mx): information lines, computed per run, no new target
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        mx_files = []
+        for i, path in enumerate(FIXTURES):
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            h = runs[i]["health/f32/67108864"]
+            for row, t in (("health_mx/f32/67108864/mxfp4", 1.6 * (i + 1) * h),
+                           ("health_mx/f32/67108864/nvfp4", 3.0 * h),
+                           ("health_mx_unitpath/f32/67108864/mxfp4", 4.0 * 1.6 * (i + 1) * h)):
+                if i == 1 and row.endswith("nvfp4"):
+                    continue
+                doc["benchmarks"].append({"name": row + "/manual_time", "run_name": row + "/manual_time",
+                                          "run_type": "iteration", "real_time": t, "time_unit": "us"})
+            mx_files.append(os.path.join(tmp, f"mx{i}.json"))
+            with open(mx_files[-1], "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+        rc, out, err = run([sys.executable, RATIOS] + mx_files)
+        expect(rc == 0, f"with health_mx rows: exit 0 (got {rc}; {err})")
+        vals = [1 / (1.6 * (i + 1)) for i in range(3)]
+        line = line_of(out, "f32 health / health_mx (mxfp4), 67108864")
+        want = f"{statistics.median(vals):.3f} ({min(vals):.3f}-{max(vals):.3f})"
+        expect(want in line and line.rstrip().endswith("information"), f"mxfp4 line: want '{want}' in '{line}'")
+        line = line_of(out, "f32 health / health_mx (nvfp4), 67108864")
+        expect("missing: health_mx/f32/67108864/nvfp4 (run 2)" in line, f"nvfp4 missing in run 2: '{line}'")
+        line = line_of(out, "f32 health_mx_unitpath / health_mx (mxfp4), 67108864")
+        expect("4.000 (4.000-4.000)" in line, f"unitpath line: '{line}'")
+        expect(line_of(out, "f32 health_mx_unroll2") == "", "no unroll2 line without unroll2 rows")
+        expect(line_of(out, "bf16 health / health_mx") == "", "no bf16 lines without bf16 health_mx rows")
+        m = re.search(r"^targets met: (\d+) of (\d+)", out, re.M)
+        expect(m is not None and m.group(2) == "13", f"health_mx lines are not targets: {m and m.group(0)}")
+
     # --strict, --markdown, one run, an unreadable file
     rc, _, _ = run([sys.executable, RATIOS] + FIXTURES + ["--strict"])
     expect(rc == 1, f"--strict exits 1 when a target is not met (got {rc})")
