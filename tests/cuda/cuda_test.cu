@@ -867,8 +867,11 @@ TEST_CASE("block-scaled statistics: the device gives check_block_scaled's result
   struct shape_case {
     std::int64_t rows, L;
   };
-  // L a multiple of 32 (contiguous, aligned): the packed kernel; {5, 224} and {1, 100000} end in a partial quad
-  const shape_case shapes[] = {{64, 256}, {37, 47}, {100, 19}, {3, 1}, {1, 100000}, {4096, 96}, {5, 224}};
+  // L a multiple of 32 (contiguous, aligned): the packed kernel; {5, 224} and {1, 100000} end in a partial quad.
+  // {8192, 128} (8192 quads) and {4096, 97} (12288 units, the one-unit kernel) need several rounds of the grid-stride
+  // loop on any GPU up to 12288 warps in one wave (an H200: 4224)
+  const shape_case shapes[] = {{64, 256}, {37, 47}, {100, 19}, {3, 1}, {1, 100000}, {4096, 96}, {5, 224}, {8192, 128},
+                               {4096, 97}};
   unsigned seed = 1;
   for (ns::dtype t : {ns::dtype::f32, ns::dtype::bf16, ns::dtype::f16, ns::dtype::f64, ns::dtype::f8_e4m3fn,
                       ns::dtype::f8_e5m2})
@@ -894,6 +897,12 @@ TEST_CASE("block-scaled statistics: the device gives check_block_scaled's result
             device_bytes odd(bytes.data(), bytes.size(), 1);
             const auto ov = ns::cuda::device_buffer(odd.ptr(), t, {sc.rows, sc.L}, nullptr, "acts");
             compare_block_scaled(ns::cuda::check_block_scaled(ov, opt), ns::check_block_scaled(hv, opt), what + " misaligned");
+          }
+          {  // one element past an allocation: element loads, not aligned for the packed kernel's vector loads
+            device_bytes shifted(bytes.data(), bytes.size(), ns::size_of(t));
+            const auto sv = ns::cuda::device_buffer(shifted.ptr(), t, {sc.rows, sc.L}, nullptr, "acts");
+            compare_block_scaled(ns::cuda::check_block_scaled(sv, opt), ns::check_block_scaled(hv, opt),
+                                 what + " one element in");
           }
         }
       }

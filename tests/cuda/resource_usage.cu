@@ -5,7 +5,7 @@
 // The kernels are instantiated through detail::launch, which names health_kernel<L, Params> for every check
 // level L (1 non-finite only, 2 counts and extrema, 3 stats) of the Params it is instantiated with; the two
 // launch shapes are the single-tensor and the batch parameters. seg_launch names the segment kernel's two levels,
-// bsc_launch the block-scaled statistics' kernel (bsc_kernel<bsc_params>). A new kernel or launch shape belongs
+// bsc_launch the block-scaled statistics' kernels (bsc_kernel<bsc_params> and bsc_quad_kernel<bsc_params, 1>). A new kernel or launch shape belongs
 // here (the script fails on a kernel it has no budget for, and on a budgeted kernel it does not find).
 #include <nanscope/cuda.cuh>
 

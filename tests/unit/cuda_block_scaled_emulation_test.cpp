@@ -538,6 +538,25 @@ TEST_CASE("cuda emulation: block-scaled special tensors (zeros, one outlier, NaN
   CHECK(bad == 0);
 }
 
+TEST_CASE("cuda emulation: block-scaled packed kernel only where its vector loads are aligned and its units whole") {
+  alignas(64) static unsigned char buf[256];
+  nd::strided_layout contiguous{};
+  for (int es : {1, 2, 4, 8}) {
+    const int vec = es >= 4 ? 16 : 4 * es;  // the vector load of four elements (f64: two of 16 bytes)
+    CHECK(nd::bsc_quad_eligible(buf, es, 64, contiguous, 1));
+    CHECK(nd::bsc_quad_eligible(buf + vec, es, 64, contiguous, 1));
+    CHECK_FALSE(nd::bsc_quad_eligible(buf + es, es, 64, contiguous, 1));  // element-aligned only
+    if (es > 1) CHECK_FALSE(nd::bsc_quad_eligible(buf + 1, es, 64, contiguous, 1));
+    CHECK_FALSE(nd::bsc_quad_eligible(buf, es, 48, contiguous, 1));  // a row ends inside a unit
+    CHECK_FALSE(nd::bsc_quad_eligible(buf, es, 64, contiguous, 3));  // blocks along another axis
+    nd::strided_layout strided{};
+    strided.rank = 1;
+    strided.shape[0] = 64;
+    strided.strides[0] = 2;
+    CHECK_FALSE(nd::bsc_quad_eligible(buf, es, 64, strided, 1));
+  }
+}
+
 TEST_CASE("cuda emulation: block-scaled f64 and fp8 sources") {
   std::mt19937_64 rng(7);
   int bad = 0;

@@ -24,6 +24,10 @@
 // bs_block_error). NVFP4 without block_scaled_options::nvfp4_tensor_amax takes a first launch for the tensor's
 // largest finite |x| (nvfp4_tensor_scale on the host), then a second launch for NVFP4.
 //
+// Contiguous tensors blocked along a last dimension that is a multiple of 32 take the packed kernel instead
+// (bsc_quad_kernel: a warp per four unit blocks, one vector load a lane; "The packed path" below), with the same
+// accounting (bsc_account) and records.
+//
 // This header also compiles as plain C++ under NANSCOPE_IMPL_CUDA_EMULATION:
 // tests/unit/cuda_block_scaled_emulation_test.cpp plays the kernel's warps on the CPU with these functions.
 #ifndef NANSCOPE_DETAIL_CUDA_BLOCK_SCALED_CUH

@@ -1,5 +1,5 @@
-// nanscope — detail/cuda_block_scaled_launch.cuh: the CUDA side of the block-scaled what-if statistics: the kernel
-// (bsc_kernel), its launch, nanscope::cuda::check_block_scaled, check_block_scaled_async / finalize_block_scaled
+// nanscope — detail/cuda_block_scaled_launch.cuh: the CUDA side of the block-scaled what-if statistics: the kernels
+// (bsc_kernel, and bsc_quad_kernel for contiguous rows of a multiple of 32), their launch, nanscope::cuda::check_block_scaled, check_block_scaled_async / finalize_block_scaled
 // and checker::check_block_scaled. Included at the end of <nanscope/cuda.cuh>; the per-block arithmetic is in
 // detail/cuda_block_scaled.cuh (shared with the host emulation test), which describes the kernel's design.
 #ifndef NANSCOPE_DETAIL_CUDA_BLOCK_SCALED_LAUNCH_CUH
@@ -96,8 +96,8 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
 }
 
 /// Quads (four unit blocks) whose loads a warp issues before it works on them (detail/cuda_block_scaled.cuh, the
-/// packed path): 1 keeps the kernel within 64 registers (4 blocks of 256 a multiprocessor); 2 needs 3 blocks
-/// (80 registers) and is built for measurement only (nanscope_bench_cuda's health_mx_unroll2 rows).
+/// packed path): 1 keeps the kernel within 64 registers (4 blocks of 256 a multiprocessor: it uses 58); 2 uses 75
+/// (within the 80 of 3 blocks) and is built for measurement only (nanscope_bench_cuda's health_mx_unroll2 rows).
 inline constexpr int bsc_quad_unroll = 1;
 /// Blocks of 256 per SM the packed kernel is compiled for with `Unroll` quads in flight.
 constexpr int bsc_quad_min_blocks(int unroll) { return unroll == 1 ? bsc_min_blocks_per_sm : 3; }
@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(block_threads, bsc_quad_min_blocks(Unroll)) bs
 }
 
 /// One launch (a template, instantiated by tests/cuda/resource_usage.cu for the register budget): blocks of 8 warps,
-/// one unit block (or, on the packed path, one quad of four) per warp and round, at most one wave
-/// (bsc_min_blocks_per_sm blocks per multiprocessor).
+/// one unit block (or, on the packed path, one quad of four) per warp and round, at most one wave (the blocks per
+/// multiprocessor the kernel is compiled for: bsc_min_blocks_per_sm, or bsc_quad_min_blocks(Unroll)).
 template <class Params, int Unroll = bsc_quad_unroll>
 inline void bsc_launch(const Params& p, cudaStream_t stream, const char* name) {
   if (p.units == 0) return;
