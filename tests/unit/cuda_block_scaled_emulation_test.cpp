@@ -32,6 +32,28 @@ namespace {
 namespace ns = nanscope;
 namespace nd = nanscope::cuda::detail;
 
+/// A warp's end in either kernel (bsc_kernel_end): the finite amax by a shuffle tree into lane 0; each lane's
+/// counters into its format (lane_format: the kernel's mapping; the atomics become plain folds).
+void warp_end(const nd::bsc_params& p, const nd::bsc_lane_acc (&acc)[32], const unsigned long long (&famax)[32],
+              int (*lane_format)(unsigned)) {
+  unsigned long long m = 0;
+  for (unsigned l = 0; l < 32; ++l) m = std::max(m, famax[l]);
+  if (p.want_amax != 0) p.out->finite_amax = std::max(p.out->finite_amax, m);
+  for (unsigned l = 0; l < 32; ++l) {
+    const int f = lane_format(l);
+    if (f < 0) continue;
+    nd::bsc_record& r = p.out->f[f];
+    r.zero_blocks += acc[l].zero_blocks;
+    r.nan_blocks += acc[l].nan_blocks;
+    r.zero_scale_blocks += acc[l].zero_scale_blocks;
+    r.lossy_blocks += acc[l].lossy_blocks;
+    r.clipped += acc[l].clipped;
+    r.flushed += acc[l].flushed;
+    r.subnormal += acc[l].subnormal;
+    r.worst_key = std::max(r.worst_key, acc[l].worst_key);
+  }
+}
+
 /// bsc_kernel over `grid` blocks of block_threads threads, played warp by warp and lane by lane.
 void emulate_kernel(const nd::bsc_params& p, unsigned grid) {
   const unsigned wpb = static_cast<unsigned>(nd::block_threads) / 32u;
@@ -78,23 +100,7 @@ void emulate_kernel(const nd::bsc_params& p, unsigned grid) {
           }
         }
       }
-      // the warp's end: the finite amax by a shuffle tree into lane 0; each lane's counters into its format
-      unsigned long long m = 0;
-      for (unsigned l = 0; l < 32; ++l) m = std::max(m, famax[l]);
-      if (p.want_amax != 0) p.out->finite_amax = std::max(p.out->finite_amax, m);
-      for (unsigned l = 0; l < 32; ++l) {
-        const int f = nd::bsc_lane_format(l);
-        if (f < 0) continue;
-        nd::bsc_record& r = p.out->f[f];
-        r.zero_blocks += acc[l].zero_blocks;
-        r.nan_blocks += acc[l].nan_blocks;
-        r.zero_scale_blocks += acc[l].zero_scale_blocks;
-        r.lossy_blocks += acc[l].lossy_blocks;
-        r.clipped += acc[l].clipped;
-        r.flushed += acc[l].flushed;
-        r.subnormal += acc[l].subnormal;
-        r.worst_key = std::max(r.worst_key, acc[l].worst_key);
-      }
+      warp_end(p, acc, famax, nd::bsc_lane_format);
     }
     for (std::size_t i = 0; i < hist.size(); ++i) p.out->f[i / 256u].hist[i % 256u] += hist[i];
   }
@@ -163,22 +169,7 @@ void emulate_quad_kernel(const nd::bsc_params& p, unsigned grid, int unroll) {
           }
         }
       }
-      unsigned long long m = 0;
-      for (unsigned l = 0; l < 32; ++l) m = std::max(m, famax[l]);
-      if (p.want_amax != 0) p.out->finite_amax = std::max(p.out->finite_amax, m);
-      for (unsigned l = 0; l < 32; ++l) {
-        const int f = nd::bsc_quad_lane_format(l);
-        if (f < 0) continue;
-        nd::bsc_record& r = p.out->f[f];
-        r.zero_blocks += acc[l].zero_blocks;
-        r.nan_blocks += acc[l].nan_blocks;
-        r.zero_scale_blocks += acc[l].zero_scale_blocks;
-        r.lossy_blocks += acc[l].lossy_blocks;
-        r.clipped += acc[l].clipped;
-        r.flushed += acc[l].flushed;
-        r.subnormal += acc[l].subnormal;
-        r.worst_key = std::max(r.worst_key, acc[l].worst_key);
-      }
+      warp_end(p, acc, famax, nd::bsc_quad_lane_format);
     }
     for (std::size_t i = 0; i < hist.size(); ++i) p.out->f[i / 256u].hist[i % 256u] += hist[i];
   }

@@ -70,29 +70,29 @@ struct bs5_src_bf16 {
   }
 };
 
-/// Transposed reduction of 16 vectors of 16 32-bit lanes: lane k = max (Min: unsigned min) of v[k]'s lanes. W16:
-/// the operation is on 16-bit halves (the lanes' low halves reduce among themselves; the caller keeps those).
-template <bool Min, bool W16>
+/// The operation of a transposed reduction (bs5_hext16).
+enum class bs5_op { max, min, add };
+/// Transposed reduction of 16 vectors of 16 32-bit lanes: lane k = the max (unsigned), unsigned min or sum of v[k]'s
+/// lanes. W16 (max and min): the operation is on 16-bit halves (the lanes' low halves reduce among themselves; the
+/// caller keeps those).
+template <bs5_op Op, bool W16>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_ext(__m512i a, __m512i b) {
-  if constexpr (W16) {
-    if constexpr (Min) return _mm512_min_epu16(a, b);
-    else return _mm512_max_epu16(a, b);
-  } else {
-    if constexpr (Min) return _mm512_min_epu32(a, b);
-    else return _mm512_max_epu32(a, b);
-  }
+  static_assert(Op != bs5_op::add || !W16, "sums are of 32-bit lanes");
+  if constexpr (Op == bs5_op::add) return _mm512_add_epi32(a, b);
+  else if constexpr (W16) return Op == bs5_op::min ? _mm512_min_epu16(a, b) : _mm512_max_epu16(a, b);
+  else return Op == bs5_op::min ? _mm512_min_epu32(a, b) : _mm512_max_epu32(a, b);
 }
-template <bool Min, bool W16 = false>
+template <bs5_op Op, bool W16 = false>
 NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_hext16(const __m512i* v) {
   __m512i p[8], q[4], r[2];
   NANSCOPE_IMPL_UNROLL(8) for (int i = 0; i < 8; ++i)
-    p[i] = bs5_ext<Min, W16>(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    p[i] = bs5_ext<Op, W16>(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
   NANSCOPE_IMPL_UNROLL(4) for (int i = 0; i < 4; ++i)
-    q[i] = bs5_ext<Min, W16>(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
-  // each 128-bit chunk of q[i] now holds, in lane j, its chunk's extremum of v[4i + j]: combine the chunks
+    q[i] = bs5_ext<Op, W16>(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+  // each 128-bit chunk of q[i] now holds, in lane j, its chunk's result of v[4i + j]: combine the chunks
   NANSCOPE_IMPL_UNROLL(2) for (int i = 0; i < 2; ++i)
-    r[i] = bs5_ext<Min, W16>(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
-  const __m512i t = bs5_ext<Min, W16>(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
+    r[i] = bs5_ext<Op, W16>(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
+  const __m512i t = bs5_ext<Op, W16>(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
   return W16 ? _mm512_and_si512(t, _mm512_set1_epi32(0xFFFF)) : t;
 }
 
@@ -255,18 +255,6 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group(const bs_setup& s, const
   c.lossy_blocks += lossy;
 }
 
-/// Transposed sum of 16 vectors of 16 32-bit lanes: lane k = the sum of v[k]'s lanes (bs5_hext16 with adds).
-NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_hsum16(const __m512i* v) {
-  __m512i p[8], q[4], r[2];
-  NANSCOPE_IMPL_UNROLL(8) for (int i = 0; i < 8; ++i)
-    p[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-  NANSCOPE_IMPL_UNROLL(4) for (int i = 0; i < 4; ++i)
-    q[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
-  NANSCOPE_IMPL_UNROLL(2) for (int i = 0; i < 2; ++i)
-    r[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0x88), _mm512_shuffle_i64x2(q[2 * i], q[2 * i + 1], 0xDD));
-  return _mm512_add_epi32(_mm512_shuffle_i64x2(r[0], r[1], 0x88), _mm512_shuffle_i64x2(r[0], r[1], 0xDD));
-}
-
 /// One block's (or NVFP4 half's) counts fl and below as bs5_block_counts<Src, Half, true, false>, packed per element
 /// lane instead of popcounted: a vector whose 32-bit lanes sum to fl + (below << 6) (each at most 32: 6-bit fields).
 template <class Src, bool Half>
@@ -300,7 +288,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_block_vec(const unsigned char* q,
 }
 
 /// bs5_count_group<Src, Half, true, ...> for a group where most blocks are counted: all 16 blocks' flushed and
-/// below-T_sub counts at once (bs5_block_vec, one transposed sum), the clipped ones only in the blocks of `clip`
+/// below-T_sub counts at once (bs5_block_vec, one transposed sum: bs5_hext16<bs5_op::add>), the clipped ones only in the blocks of `clip`
 /// (those whose max clips: the others have none); totals and the lossy blocks from vectors; the worst-block
 /// bookkeeping runs per block only when some block of `todo` could be a candidate (its loss at least the worst so
 /// far) or blocks are recorded. Same results as bs5_count_group (the worst block's choice does not depend on the
@@ -336,7 +324,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_count_group_vec(const bs_setup& s, c
     NANSCOPE_IMPL_UNROLL(16) for (int k = 0; k < 16; ++k)
       acc[k] = bs5_block_vec<Src, Half>(q + static_cast<std::size_t>(k) * bytes, vf[k], vs[k]);
   }
-  const __m512i cnt = bs5_hsum16(acc);
+  const __m512i cnt = bs5_hext16<bs5_op::add>(acc);
   __m512i cl = _mm512_setzero_si512();
   for (unsigned t = clip & todo; t != 0; t &= t - 1u) {
     const int k = __builtin_ctz(t);
@@ -430,7 +418,7 @@ NANSCOPE_IMPL_TARGET_AVX512 inline __m512i bs5_block_mins(const unsigned char* q
       mn[k] = _mm512_min_epu16(b, _mm512_srli_epi32(b, 16));
     }
   }
-  return bs5_hext16<true, !Src::wide>(mn);
+  return bs5_hext16<bs5_op::min, !Src::wide>(mn);
 }
 
 /// Pass 1 over a group's 16 unit blocks: per block a vector whose lanes' max is the block's max |x| (Nv: per half
@@ -492,15 +480,15 @@ NANSCOPE_IMPL_TARGET_AVX512 inline void bs5_group(const bs_setup& s, const bs_vs
   __m512i an_part[2];
   __m512i amax;
   if (vs.any_nv) {
-    an_part[0] = bs5_hext16<false, !Src::wide>(mx_half);
-    an_part[1] = bs5_hext16<false, !Src::wide>(mx_half + 16);
+    an_part[0] = bs5_hext16<bs5_op::max, !Src::wide>(mx_half);
+    an_part[1] = bs5_hext16<bs5_op::max, !Src::wide>(mx_half + 16);
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     amax = _mm512_max_epu32(_mm512_permutex2var_epi32(an_part[0], even, an_part[1]),
                             _mm512_permutex2var_epi32(an_part[0], odd, an_part[1]));
   } else {
     an_part[0] = an_part[1] = _mm512_setzero_si512();
-    amax = bs5_hext16<false, !Src::wide>(mx_blk);
+    amax = bs5_hext16<bs5_op::max, !Src::wide>(mx_blk);
   }
   // MXFP8: the group's smallest b = |x| - 1 (its blocks' own smallest ones only when some block might be below T_sub)
   std::uint32_t gmin = 0;

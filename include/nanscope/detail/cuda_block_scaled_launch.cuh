@@ -41,6 +41,36 @@ __device__ inline void bsc_fold_atomic(bsc_record& r, const bsc_lane_acc& a) {
 /// tests/cuda/resource_usage.py checks it) and launched with (one wave).
 inline constexpr int bsc_min_blocks_per_sm = 4;
 
+/// The start of both block-scaled kernels: clears the block's shared histograms (by format, 256 bins each).
+__device__ __forceinline__ void bsc_hist_clear(unsigned* hist) {
+  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads) hist[i] = 0;
+  __syncthreads();
+}
+
+/// The end of both block-scaled kernels (every thread of the block calls it): the warp's largest finite |x| into the
+/// records (want_amax), this lane's counters into format f's record (f < 0: none), the block's histograms.
+template <class Params>
+__device__ __forceinline__ void bsc_kernel_end(const Params& p, const unsigned* hist, const bsc_lane_acc& acc,
+                                               unsigned long long famax, int f) {
+  if (p.want_amax != 0) {
+    for (unsigned o = 16; o > 0; o >>= 1) {
+      const unsigned long long b = __shfl_down_sync(0xFFFFFFFFu, famax, o);
+      famax = b > famax ? b : famax;
+    }
+    if (threadIdx.x % 32u == 0 && famax != 0) atomicMax(&p.out->finite_amax, famax);
+  }
+  if (f >= 0) bsc_fold_atomic(p.out->f[f], acc);
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads)
+    if (hist[i] != 0) atomicAdd(&p.out->f[i / 256u].hist[i % 256u], static_cast<unsigned long long>(hist[i]));
+}
+
+/// A lane's |x| (f64 bits) into its running largest finite |x| (want_amax).
+__device__ __forceinline__ void bsc_note_finite(unsigned long long a, unsigned long long& famax) {
+  const unsigned long long fa = a < bsc_inf ? a : 0ull;
+  famax = fa > famax ? fa : famax;
+}
+
 /// The block-scaled pass (detail/cuda_block_scaled.cuh): a warp per 32-element unit block, grid-stride. A template
 /// (of the parameters only) so that the header can be included by several translation units.
 template <class Params>
@@ -48,8 +78,7 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
   constexpr unsigned all = 0xFFFFFFFFu;
   constexpr unsigned wpb = static_cast<unsigned>(block_threads) / 32u;
   __shared__ unsigned hist[bsc_nformats * 256];
-  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads) hist[i] = 0;
-  __syncthreads();
+  bsc_hist_clear(hist);
   const unsigned lane = threadIdx.x % 32u;
   const unsigned long long nwarps = static_cast<unsigned long long>(gridDim.x) * wpb;
   bsc_lane_acc acc;
@@ -58,10 +87,7 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
        u += nwarps) {  // uniform per warp
     const bsc_unit g = bsc_unit_of(p, u);
     const unsigned long long a = static_cast<int>(lane) < g.len ? bsc_abs_bits(p, bsc_elem(p, g, lane)) : 0ull;
-    if (p.want_amax != 0) {
-      const unsigned long long fa = a < bsc_inf ? a : 0ull;
-      famax = fa > famax ? fa : famax;
-    }
+    if (p.want_amax != 0) bsc_note_finite(a, famax);
     unsigned long long h = a;  // the half-warp's amax (NVFP4), then the warp's (MX)
     for (unsigned o = 8; o > 0; o >>= 1) {
       const unsigned long long b = __shfl_xor_sync(all, h, o);
@@ -81,18 +107,7 @@ __global__ void __launch_bounds__(block_threads, bsc_min_blocks_per_sm) bsc_kern
       if (o.rec_at != ~0ull && p.per_block[f] != nullptr) p.per_block[f][o.rec_at] = o.rec;
     }
   }
-  if (p.want_amax != 0) {
-    for (unsigned o = 16; o > 0; o >>= 1) {
-      const unsigned long long b = __shfl_down_sync(all, famax, o);
-      famax = b > famax ? b : famax;
-    }
-    if (lane == 0 && famax != 0) atomicMax(&p.out->finite_amax, famax);
-  }
-  const int f = bsc_lane_format(lane);
-  if (f >= 0) bsc_fold_atomic(p.out->f[f], acc);
-  __syncthreads();
-  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads)
-    if (hist[i] != 0) atomicAdd(&p.out->f[i / 256u].hist[i % 256u], static_cast<unsigned long long>(hist[i]));
+  bsc_kernel_end(p, hist, acc, famax, bsc_lane_format(lane));
 }
 
 /// Quads (four unit blocks) whose loads a warp issues before it works on them (detail/cuda_block_scaled.cuh, the
@@ -109,8 +124,7 @@ __global__ void __launch_bounds__(block_threads, bsc_quad_min_blocks(Unroll)) bs
   constexpr unsigned all = 0xFFFFFFFFu;
   constexpr unsigned wpb = static_cast<unsigned>(block_threads) / 32u;
   __shared__ unsigned hist[bsc_nformats * 256];
-  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads) hist[i] = 0;
-  __syncthreads();
+  bsc_hist_clear(hist);
   const unsigned lane = threadIdx.x % 32u;
   const unsigned l8 = lane & 7u;
   const unsigned long long quads = (p.units + 3u) / 4u;
@@ -136,10 +150,7 @@ __global__ void __launch_bounds__(block_threads, bsc_quad_min_blocks(Unroll)) bs
       for (int k = 0; k < 4; ++k) {
         a[k] = valid ? bsc_abs_of_raw(p.type, raw[r][k]) : 0ull;
         m = a[k] > m ? a[k] : m;
-        if (p.want_amax != 0) {
-          const unsigned long long fa = a[k] < bsc_inf ? a[k] : 0ull;
-          famax = fa > famax ? fa : famax;
-        }
+        if (p.want_amax != 0) bsc_note_finite(a[k], famax);
       }
       unsigned long long h = m;  // the half's amax (NVFP4), then the unit's (MX)
       for (unsigned o = 1; o <= 2; o <<= 1) {
@@ -165,18 +176,7 @@ __global__ void __launch_bounds__(block_threads, bsc_quad_min_blocks(Unroll)) bs
       }
     }
   }
-  if (p.want_amax != 0) {
-    for (unsigned o = 16; o > 0; o >>= 1) {
-      const unsigned long long b = __shfl_down_sync(all, famax, o);
-      famax = b > famax ? b : famax;
-    }
-    if (lane == 0 && famax != 0) atomicMax(&p.out->finite_amax, famax);
-  }
-  const int f = bsc_quad_lane_format(lane);
-  if (f >= 0) bsc_fold_atomic(p.out->f[f], acc);
-  __syncthreads();
-  for (unsigned i = threadIdx.x; i < static_cast<unsigned>(bsc_nformats) * 256u; i += block_threads)
-    if (hist[i] != 0) atomicAdd(&p.out->f[i / 256u].hist[i % 256u], static_cast<unsigned long long>(hist[i]));
+  bsc_kernel_end(p, hist, acc, famax, bsc_quad_lane_format(lane));
 }
 
 /// One launch (a template, instantiated by tests/cuda/resource_usage.cu for the register budget): blocks of 8 warps,

@@ -80,6 +80,12 @@ inline const pk5_tables& pk5_tab() {
   return t;
 }
 
+/// Blocks the AVX-512 E2M1 kernel has counted since the program started (tests: check_packed really takes it).
+inline std::atomic<std::uint64_t>& pk5_blocks_counted() {
+  static std::atomic<std::uint64_t> n{0};
+  return n;
+}
+
 /// E2M1 blocks [b0, b1) of 16 bytes each (scales sc, or 127 for all when sc is null): adds each block's 16 code counts
 /// to codes[scale * 16 + code] and counts it in blocks[scale][0] (all 32 magnitudes zero) or [1]. Exactly what
 /// pk_e2m1_blocks<16> computes. Groups of 16 blocks:
@@ -93,12 +99,6 @@ inline const pk5_tables& pk5_tab() {
 ///   4. each row is added to its scale's row of 16-bit counters, emptied into the
 ///      64-bit counts every 2047 blocks at the latest, before a lane could wrap; zero blocks (codes 0 and 8 fill them)
 ///      are counted per scale, and a scale's other blocks at each emptying (its counts' sum / 32, less its zeros).
-/// Blocks the AVX-512 E2M1 kernel has counted since the program started (tests: check_packed really takes it).
-inline std::atomic<std::uint64_t>& pk5_blocks_counted() {
-  static std::atomic<std::uint64_t> n{0};
-  return n;
-}
-
 NANSCOPE_IMPL_TARGET_AVX512_PK inline void pk5_e2m1_b32(const unsigned char* d, const unsigned char* sc, std::uint64_t b0,
                                                         std::uint64_t b1, std::uint64_t* codes,
                                                         std::uint64_t (*blocks)[3]) {
